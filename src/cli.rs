@@ -1,0 +1,82 @@
+//! Command line: `redlock-operator run` and `redlock-operator crd`.
+
+use std::net::SocketAddr;
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redlock-operator",
+    version,
+    about = "Kubernetes operator for correct Redlock server sets"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the operator against the cluster of the in-cluster config or KUBECONFIG.
+    Run(RunArgs),
+    /// Print the RedlockCluster CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Watch RedlockClusters in this namespace only (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Address of the HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Log output format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+
+    /// Log filter in RUST_LOG syntax.
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "redlock-operator",
+            "run",
+            "--namespace",
+            "locks",
+            "--http-addr",
+            "127.0.0.1:9000",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run")
+        };
+        assert_eq!(args.namespace.as_deref(), Some("locks"));
+        assert_eq!(args.http_addr.port(), 9000);
+        assert_eq!(args.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_http_addr_is_refused() {
+        assert!(Cli::try_parse_from(["redlock-operator", "run", "--http-addr", "nope"]).is_err());
+    }
+}

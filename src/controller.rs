@@ -1,0 +1,141 @@
+//! Wiring of the operator: watches, the controller loop, the HTTP server, shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Client, Resource};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::cli::RunArgs;
+use crate::context::Context;
+use crate::crd::RedlockCluster;
+use crate::error::{Error, Result};
+use crate::http::{self, HttpState};
+use crate::metrics::Metrics;
+use crate::reconcile::{error_policy, reconcile};
+use crate::resources::names::managed_selector;
+
+/// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled).
+pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::ClientConfig(e.to_string()))?;
+    let clusters: Api<RedlockCluster> = scoped(&client, args.namespace.as_deref());
+    ensure_crd_installed(&clusters).await?;
+
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let http = tokio::spawn(http::serve(
+        args.http_addr,
+        HttpState {
+            ready: ready.clone(),
+            metrics: metrics.clone(),
+        },
+        shutdown.clone(),
+    ));
+
+    // Only objects labelled as ours are watched: the operator never caches foreign Secrets.
+    let managed = watcher::Config::default().labels(&managed_selector());
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = watcher(scoped::<Pod>(&client, args.namespace.as_deref()), managed.clone())
+        .default_backoff()
+        .reflect(pod_writer)
+        .touched_objects();
+
+    let controller = Controller::new(clusters, watcher::Config::default())
+        .owns_stream(pod_events)
+        .owns(
+            scoped::<Secret>(&client, args.namespace.as_deref()),
+            managed.clone(),
+        )
+        .owns(
+            scoped::<ConfigMap>(&client, args.namespace.as_deref()),
+            managed.clone(),
+        )
+        .owns(
+            scoped::<Service>(&client, args.namespace.as_deref()),
+            managed.clone(),
+        )
+        .owns(
+            scoped::<PodDisruptionBudget>(&client, args.namespace.as_deref()),
+            managed,
+        )
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned());
+
+    let cluster_cache = controller.store();
+    let readiness_pods = pods.clone();
+    tokio::spawn(async move {
+        if cluster_cache.wait_until_ready().await.is_ok() && readiness_pods.wait_until_ready().await.is_ok() {
+            ready.store(true, Ordering::Release);
+            tracing::info!("caches synced; ready");
+        }
+    });
+
+    let ctx = Arc::new(Context {
+        client,
+        metrics,
+        pods,
+        backoff: Backoff::default(),
+    });
+    tracing::info!(
+        namespace = args.namespace.as_deref().unwrap_or("<all>"),
+        "operator started"
+    );
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    tracing::info!("controller stopped");
+    shutdown.cancel();
+    match http.await {
+        Ok(result) => result,
+        Err(join) => Err(Error::Http {
+            addr: args.http_addr.to_string(),
+            source: std::io::Error::other(join),
+        }),
+    }
+}
+
+/// An `Api` over one namespace, or all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A missing CRD would make every watch fail forever with 404s; refuse to start instead,
+/// with one line that says how to fix it.
+async fn ensure_crd_installed(clusters: &Api<RedlockCluster>) -> Result<()> {
+    match clusters.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Err(Error::CrdNotInstalled),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler cannot fail on unix");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+        token.cancel();
+    });
+}

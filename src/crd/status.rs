@@ -1,0 +1,87 @@
+//! `RedlockCluster.status`: what the operator observed and decided.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state of a RedlockCluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RedlockClusterStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Instances asked for (N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<i32>,
+
+    /// Instances serving lock clients now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_instances: Option<i32>,
+
+    /// Instances held back from clients after losing their keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_instances: Option<i32>,
+
+    /// Instances a client must lock to hold a lock: N/2+1, computed from N, never from the
+    /// instances that happen to be up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<i32>,
+
+    /// One entry per slot, in slot order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub members: Vec<MemberStatus>,
+
+    /// Standard conditions: `Available` (at least a quorum serves clients), `Progressing`,
+    /// `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// State of one slot's Redis instance.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Pod name of the slot, `<cluster>-<slot>`.
+    pub name: String,
+
+    /// Stable address clients use for this slot, `host:port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+
+    /// Starting, Held, Ready or Lost.
+    pub state: MemberState,
+
+    /// Redis `run_id` of the process this state is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+
+    /// While Held: the instant the instance may serve clients again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<Time>,
+
+    /// When the member entered its current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+
+    /// Human-readable detail about the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Lifecycle state of a member.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    /// The pod or its Redis process is not up yet.
+    Starting,
+    /// The process is up but fenced until `heldUntil`: it lost its keys.
+    Held,
+    /// Released: lock clients may use it.
+    Ready,
+    /// The process is gone and no replacement is up yet.
+    Lost,
+}

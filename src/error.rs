@@ -1,0 +1,72 @@
+//! The one error type of the operator. Its variant names the failure in metrics and logs.
+
+/// Everything that can make a reconcile or the operator's start fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the Kubernetes API failed.
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[source] kube::Error),
+
+    /// The RedlockCluster CRD is not installed in the cluster the operator talks to.
+    #[error(
+        "the RedlockCluster CRD (redlockclusters.{group}) is not installed: run `kubectl apply -f crds/redlockcluster.yaml` (or `redlock-operator crd | kubectl apply -f -`) and start the operator again",
+        group = crate::crd::GROUP
+    )]
+    CrdNotInstalled,
+
+    /// No kube client could be built (no in-cluster config and no usable KUBECONFIG).
+    #[error("cannot configure a Kubernetes client: {0}")]
+    ClientConfig(String),
+
+    /// A RedlockCluster without a namespace reached the reconciler (cannot happen for a
+    /// namespaced kind, but the API types allow it).
+    #[error("RedlockCluster {0} has no namespace")]
+    MissingNamespace(String),
+
+    /// The status document could not be serialized.
+    #[error("cannot serialize status: {0}")]
+    Serialize(#[from] serde_json::Error),
+
+    /// The HTTP server for health and metrics could not bind or serve.
+    #[error("HTTP server on {addr} failed: {source}")]
+    Http {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        Error::Kube(e)
+    }
+}
+
+impl Error {
+    /// Short stable label for metrics (`reason` of `redlock_reconcile_errors_total`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApi",
+            Error::CrdNotInstalled => "CrdNotInstalled",
+            Error::ClientConfig(_) => "ClientConfig",
+            Error::MissingNamespace(_) => "MissingNamespace",
+            Error::Serialize(_) => "Serialize",
+            Error::Http { .. } => "Http",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_missing_message_tells_how_to_install() {
+        let msg = Error::CrdNotInstalled.to_string();
+        assert!(msg.contains("redlockclusters.redlock.dev"), "{msg}");
+        assert!(msg.contains("kubectl apply -f crds/redlockcluster.yaml"), "{msg}");
+        assert!(!msg.contains('\n'), "must be one line: {msg}");
+    }
+}

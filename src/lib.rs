@@ -1,0 +1,17 @@
+//! redlock-operator: runs N independent Redis masters for Redlock clients and enforces the
+//! Redlock "delayed restart" rule (see DESIGN.md).
+
+pub mod backoff;
+pub mod cli;
+pub mod conditions;
+pub mod context;
+pub mod controller;
+pub mod crd;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod observe;
+pub mod reconcile;
+pub mod resources;
+pub mod status;
+pub mod telemetry;

@@ -1,0 +1,60 @@
+//! Names and labels shared by every child of a RedlockCluster (DESIGN §3).
+
+use std::collections::BTreeMap;
+
+/// Field manager of every server-side apply the operator sends.
+pub const FIELD_MANAGER: &str = "redlock-operator";
+
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_SLOT: &str = "redlock.dev/slot";
+
+/// Value of `app.kubernetes.io/managed-by` on every child; the operator's watches select on it
+/// so it caches only its own objects (and never every Secret in the cluster).
+pub const MANAGED_BY: &str = "redlock-operator";
+
+/// Label selector matching every object this operator manages.
+pub fn managed_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGED_BY}")
+}
+
+/// Labels every child of `cluster` carries.
+pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_owned(), "redis".to_owned()),
+        (LABEL_INSTANCE.to_owned(), cluster.to_owned()),
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+/// Labels of the objects of one slot: the cluster's plus `redlock.dev/slot`.
+pub fn slot_labels(cluster: &str, slot: i32) -> BTreeMap<String, String> {
+    let mut labels = cluster_labels(cluster);
+    labels.insert(LABEL_SLOT.to_owned(), slot.to_string());
+    labels
+}
+
+/// Pod (and per-slot Service) name of a slot.
+pub fn slot_name(cluster: &str, slot: i32) -> String {
+    format!("{cluster}-{slot}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_objects_carry_all_design_labels() {
+        let labels = slot_labels("locks", 2);
+        assert_eq!(labels[LABEL_NAME], "redis");
+        assert_eq!(labels[LABEL_INSTANCE], "locks");
+        assert_eq!(labels[LABEL_MANAGED_BY], "redlock-operator");
+        assert_eq!(labels[LABEL_SLOT], "2");
+        assert_eq!(slot_name("locks", 2), "locks-2");
+        assert_eq!(
+            managed_selector(),
+            "app.kubernetes.io/managed-by=redlock-operator"
+        );
+    }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control-plane binaries (and etcd, helm) from their pinned Go
+# modules in this directory, caches them outside the clone keyed by version, and links them
+# into target/dev/bin/. A second run with the same versions only re-links.
+#
+#   tests/controlplane/build.sh            build (or reuse) and link
+#   tests/controlplane/build.sh --print-dir print the cache directory and exit
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+mod_version() { # module go.mod-dir -> pinned version
+  awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == m {print $3; exit}' "$2/go.mod"
+}
+k8s=$(mod_version k8s.io/kubernetes "$here/k8s")
+etcd=$(mod_version go.etcd.io/etcd/server/v3 "$here/k8s")
+helm=$(mod_version helm.sh/helm/v4 "$here/helm")
+go_ver=$(go env GOVERSION)
+key="k8s-${k8s}_etcd-${etcd}_helm-${helm}_${go_ver}"
+cache="${REDLOCK_CACHE:-$HOME/.cache/redlock-operator}/$key"
+
+if [[ "${1:-}" == "--print-dir" ]]; then echo "$cache"; exit 0; fi
+
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm)
+missing=()
+for b in "${bins[@]}"; do [[ -x "$cache/bin/$b" ]] || missing+=("$b"); done
+
+if ((${#missing[@]})); then
+  echo "building ${missing[*]} ($key) into $cache/bin" >&2
+  mkdir -p "$cache/bin.partial"
+  start=$(date +%s)
+  flags=(-trimpath -ldflags "-s -w")
+  for b in "${missing[@]}"; do
+    case "$b" in
+      etcd) (cd "$here/k8s" && go build "${flags[@]}" -o "$cache/bin.partial/etcd" go.etcd.io/etcd/server/v3) ;;
+      helm) (cd "$here/helm" && go build "${flags[@]}" -o "$cache/bin.partial/helm" helm.sh/helm/v4/cmd/helm) ;;
+      *) (cd "$here/k8s" && go build "${flags[@]}" -o "$cache/bin.partial/$b" "k8s.io/kubernetes/cmd/$b") ;;
+    esac
+    echo "  built $b" >&2
+  done
+  mkdir -p "$cache/bin"
+  # Move into place only when each build finished, so an interrupted build never looks cached.
+  for b in "${missing[@]}"; do mv "$cache/bin.partial/$b" "$cache/bin/$b"; done
+  rmdir "$cache/bin.partial" 2>/dev/null || true
+  echo "build took $(( $(date +%s) - start ))s" >&2
+fi
+
+mkdir -p "$repo/target/dev/bin"
+for b in "${bins[@]}"; do ln -sfn "$cache/bin/$b" "$repo/target/dev/bin/$b"; done
+echo "$key" > "$repo/target/dev/bin/VERSIONS"

@@ -71,10 +71,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let cluster_cache = controller.store();
     let readiness_pods = pods.clone();
     tokio::spawn(async move {
-        if cluster_cache.wait_until_ready().await.is_ok() && readiness_pods.wait_until_ready().await.is_ok() {
-            ready.store(true, Ordering::Release);
-            tracing::info!("caches synced; ready");
-        }
+        wait_synced(&cluster_cache).await;
+        wait_synced(&readiness_pods).await;
+        ready.store(true, Ordering::Release);
+        tracing::info!("caches synced; ready");
     });
 
     let ctx = Arc::new(Context {
@@ -106,6 +106,22 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     }
 }
 
+/// Waits until `store` has its first full list.
+///
+/// Re-polls instead of awaiting `wait_until_ready()` once: kube-runtime's readiness signal
+/// is a oneshot receiver that remembers only the last waker, and the controller's runner
+/// already waits on the main store, so a second single await may never wake.
+async fn wait_synced<K>(store: &reflector::Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    while tokio::time::timeout(std::time::Duration::from_millis(100), store.wait_until_ready())
+        .await
+        .is_err()
+    {}
+}
+
 /// An `Api` over one namespace, or all of them.
 fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -122,7 +138,10 @@ where
 async fn ensure_crd_installed(clusters: &Api<RedlockCluster>) -> Result<()> {
     match clusters.list_metadata(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Err(Error::CrdNotInstalled),
+        // An unknown API group answers with a bare 404 ("page not found"), not a Status.
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.code == 404 => {
+            Err(Error::CrdNotInstalled)
+        }
         Err(e) => Err(e.into()),
     }
 }

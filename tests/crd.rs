@@ -9,7 +9,7 @@ const CRD_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/redlockcluster
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/redlockcluster.yaml");
 
 fn schema() -> Value {
-    let crd = serde_json::to_value(RedlockCluster::crd()).unwrap();
+    let crd = serde_json::to_value(redlock_operator::crd::crd()).unwrap();
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 
@@ -140,6 +140,16 @@ fn every_spec_and_status_field_is_documented() {
         undocumented.is_empty(),
         "fields without a description: {undocumented:?}"
     );
+}
+
+#[test]
+fn our_descriptions_have_no_hard_line_breaks() {
+    // kubectl explain re-wraps text but keeps newlines: doc-comment breaks would show up.
+    let schema = schema();
+    let max_lock_ttl = schema["properties"]["spec"]["properties"]["maxLockTTL"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(!max_lock_ttl.contains('\n'), "{max_lock_ttl:?}");
 }
 
 #[test]

@@ -43,7 +43,8 @@ if ((${#missing[@]})); then
   # Move into place only when each build finished, so an interrupted build never looks cached.
   for b in "${missing[@]}"; do mv "$cache/bin.partial/$b" "$cache/bin/$b"; done
   rmdir "$cache/bin.partial" 2>/dev/null || true
-  echo "build took $(( $(date +%s) - start ))s" >&2
+  echo "$(( $(date +%s) - start ))" > "$cache/build-seconds"
+  echo "build took $(cat "$cache/build-seconds")s" >&2
 fi
 
 mkdir -p "$repo/target/dev/bin"

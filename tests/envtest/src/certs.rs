@@ -1,0 +1,101 @@
+//! The control plane's PKI: one CA, the API server's serving certificate, an admin client
+//! certificate (group system:masters) and the service-account signing key pair.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
+    IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
+
+/// Paths of the PEM files written by [`Pki::write`].
+#[derive(Debug, Clone)]
+pub struct Pki {
+    pub ca_cert: PathBuf,
+    pub serving_cert: PathBuf,
+    pub serving_key: PathBuf,
+    pub admin_cert: PathBuf,
+    pub admin_key: PathBuf,
+    pub sa_key: PathBuf,
+    pub sa_pub: PathBuf,
+}
+
+impl Pki {
+    /// Generates everything into `dir`. `service_ip` is the first address of the service
+    /// range (the `kubernetes` Service), which the serving certificate must name.
+    pub fn write(dir: &Path, service_ip: IpAddr) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut ca_params = CertificateParams::default();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name = name("redlock-envtest-ca", None);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+
+        let mut serving = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "kubernetes".to_owned(),
+            "kubernetes.default".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+            "kubernetes.default.svc.cluster.local".to_owned(),
+        ])?;
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse()?));
+        serving.subject_alt_names.push(SanType::IpAddress(service_ip));
+        serving.distinguished_name = name("kube-apiserver", None);
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving_key = KeyPair::generate()?;
+        let serving_cert = serving.signed_by(&serving_key, &ca)?;
+
+        let mut admin = CertificateParams::default();
+        admin.distinguished_name = name("redlock-envtest-admin", Some("system:masters"));
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let admin_key = KeyPair::generate()?;
+        let admin_cert = admin.signed_by(&admin_key, &ca)?;
+
+        let sa = KeyPair::generate()?;
+
+        let pki = Self {
+            ca_cert: dir.join("ca.crt"),
+            serving_cert: dir.join("apiserver.crt"),
+            serving_key: dir.join("apiserver.key"),
+            admin_cert: dir.join("admin.crt"),
+            admin_key: dir.join("admin.key"),
+            sa_key: dir.join("sa.key"),
+            sa_pub: dir.join("sa.pub"),
+        };
+        std::fs::write(&pki.ca_cert, ca.pem())?;
+        std::fs::write(&pki.serving_cert, serving_cert.pem())?;
+        std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
+        std::fs::write(&pki.admin_cert, admin_cert.pem())?;
+        std::fs::write(&pki.admin_key, admin_key.serialize_pem())?;
+        std::fs::write(&pki.sa_key, sa.serialize_pem())?;
+        std::fs::write(&pki.sa_pub, sa.public_key_pem())?;
+        Ok(pki)
+    }
+
+    /// An admin kubeconfig for `server` referring to the PEM files by path.
+    pub fn kubeconfig(&self, server: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: admin\n    namespace: default\ncurrent-context: envtest\n",
+            ca = self.ca_cert.display(),
+            cert = self.admin_cert.display(),
+            key = self.admin_key.display(),
+        )
+    }
+}
+
+fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    if let Some(o) = organization {
+        dn.push(DnType::OrganizationName, o);
+    }
+    dn
+}

@@ -1,0 +1,439 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager
+//! and kube-scheduler, built from their Go modules (`tests/controlplane/build.sh`), plus the
+//! process kubelet. Dropping a [`ControlPlane`] stops every process it started.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::certs::Pki;
+use crate::kubelet::{KubeletConfig, ProcessKubelet};
+use crate::procs::{ManagedChild, free_port};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneConfig {
+    /// Fake nodes of the process kubelet; 0 starts no kubelet.
+    pub nodes: usize,
+    /// Zones the nodes are spread over.
+    pub zones: Vec<String>,
+    /// First restart delay of crashed containers (a real kubelet uses 10s).
+    pub restart_backoff_base: Duration,
+    /// How long a node may miss heartbeats before the node lifecycle controller marks it
+    /// unreachable (kube-controller-manager `--node-monitor-grace-period`).
+    pub node_monitor_grace_period: Duration,
+    /// Default tolerations for `not-ready`/`unreachable` taints: how long pods stay bound to
+    /// a lost node before they are evicted.
+    pub eviction_toleration: Duration,
+    /// Directory for all state; a fresh temporary directory when `None`.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for ControlPlaneConfig {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            zones: vec!["zone-a".into(), "zone-b".into(), "zone-c".into()],
+            restart_backoff_base: Duration::from_millis(200),
+            node_monitor_grace_period: Duration::from_secs(8),
+            eviction_toleration: Duration::from_secs(10),
+            dir: None,
+        }
+    }
+}
+
+/// A running control plane. Fields drop in declaration order: kubelet, then the control
+/// plane processes newest first, then the directory.
+pub struct ControlPlane {
+    kubelet: Option<ProcessKubelet>,
+    processes: Vec<ManagedChild>,
+    client: Client,
+    kubeconfig: PathBuf,
+    api_url: String,
+    bin_dir: PathBuf,
+    ip_block: IpBlock,
+    dir: PathBuf,
+    _tempdir: Option<tempfile::TempDir>,
+}
+
+/// The repository root (two levels above this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root exists")
+}
+
+/// Where `tests/controlplane/build.sh` links the binaries.
+pub fn bin_dir() -> PathBuf {
+    repo_root().join("target/dev/bin")
+}
+
+impl ControlPlane {
+    pub async fn start(config: ControlPlaneConfig) -> Result<Self> {
+        let bin_dir = bin_dir();
+        for b in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            if !bin_dir.join(b).exists() {
+                bail!(
+                    "{} is missing: run `make controlplane` (tests/controlplane/build.sh) first",
+                    bin_dir.join(b).display()
+                );
+            }
+        }
+        let (tempdir, dir) = match &config.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (None, d.clone())
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("redlock-envtest-").tempdir()?;
+                let p = t.path().to_owned();
+                (Some(t), p)
+            }
+        };
+        let ip_block = IpBlock::acquire()?;
+        let service_range = format!("127.{}.240.0/20", ip_block.octet);
+        let service_ip = IpAddr::V4(Ipv4Addr::new(127, ip_block.octet, 240, 1));
+        let pki = Pki::write(&dir.join("pki"), service_ip)?;
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs)?;
+
+        let mut processes = Vec::new();
+        let etcd_port = free_port()?;
+        let etcd_peer = free_port()?;
+        let mut etcd = Command::new(bin_dir.join("etcd"));
+        etcd.args([
+            "--name=envtest",
+            &format!("--data-dir={}", dir.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            &format!("--initial-cluster=envtest=http://127.0.0.1:{etcd_peer}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]);
+        processes.push(ManagedChild::spawn("etcd", etcd, &logs.join("etcd.log"))?);
+
+        let api_port = free_port()?;
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        let tolerate = config.eviction_toleration.as_secs().max(1).to_string();
+        let mut apiserver = Command::new(bin_dir.join("kube-apiserver"));
+        apiserver.args([
+            &format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            &format!("--secure-port={api_port}"),
+            &format!("--tls-cert-file={}", pki.serving_cert.display()),
+            &format!("--tls-private-key-file={}", pki.serving_key.display()),
+            &format!("--client-ca-file={}", pki.ca_cert.display()),
+            &format!("--service-account-key-file={}", pki.sa_pub.display()),
+            &format!("--service-account-signing-key-file={}", pki.sa_key.display()),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            &format!("--service-cluster-ip-range={service_range}"),
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+            // The `kubernetes` Service would point at 127.0.0.1, which Endpoints refuse.
+            "--endpoint-reconciler-type=none",
+            &format!("--default-not-ready-toleration-seconds={tolerate}"),
+            &format!("--default-unreachable-toleration-seconds={tolerate}"),
+        ]);
+        processes.push(ManagedChild::spawn(
+            "kube-apiserver",
+            apiserver,
+            &logs.join("kube-apiserver.log"),
+        )?);
+
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, pki.kubeconfig(&api_url))?;
+        let client = client_from(&kubeconfig).await?;
+        wait_api_ready(&client, &mut processes, &logs, Duration::from_secs(60)).await?;
+
+        let kcm_port = free_port()?;
+        let grace = config.node_monitor_grace_period.as_secs().max(2);
+        let mut kcm = Command::new(bin_dir.join("kube-controller-manager"));
+        kcm.args([
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--authentication-kubeconfig={}", kubeconfig.display()),
+            &format!("--authorization-kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={kcm_port}"),
+            "--leader-elect=false",
+            &format!("--service-account-private-key-file={}", pki.sa_key.display()),
+            &format!("--root-ca-file={}", pki.ca_cert.display()),
+            &format!("--service-cluster-ip-range={service_range}"),
+            "--allocate-node-cidrs=false",
+            // Endpoint(Slice)s refuse loopback addresses, and every pod IP here is loopback:
+            // these controllers could only log errors. The test resolver applies their rules.
+            "--controllers=*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
+            "--node-monitor-period=1s",
+            &format!("--node-monitor-grace-period={grace}s"),
+        ]);
+        processes.push(ManagedChild::spawn(
+            "kube-controller-manager",
+            kcm,
+            &logs.join("kube-controller-manager.log"),
+        )?);
+
+        let sched_port = free_port()?;
+        let mut scheduler = Command::new(bin_dir.join("kube-scheduler"));
+        scheduler.args([
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--authentication-kubeconfig={}", kubeconfig.display()),
+            &format!("--authorization-kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={sched_port}"),
+            "--leader-elect=false",
+        ]);
+        processes.push(ManagedChild::spawn(
+            "kube-scheduler",
+            scheduler,
+            &logs.join("kube-scheduler.log"),
+        )?);
+
+        let mut cp = Self {
+            kubelet: None,
+            processes,
+            client,
+            kubeconfig,
+            api_url,
+            bin_dir,
+            ip_block,
+            dir,
+            _tempdir: tempdir,
+        };
+        // The service-account controller creating `default` proves the controller manager
+        // runs; pods cannot be created in a namespace before its `default` account exists.
+        cp.wait_service_account("default", Duration::from_secs(60))
+            .await?;
+        if config.nodes > 0 {
+            let kubelet = ProcessKubelet::start(
+                cp.client.clone(),
+                KubeletConfig {
+                    nodes: config.nodes,
+                    zones: config.zones.clone(),
+                    node_prefix: "node".into(),
+                    ip_block: cp.ip_block.octet,
+                    work_dir: cp.dir.join("kubelet"),
+                    restart_backoff_base: config.restart_backoff_base,
+                    restart_backoff_max: Duration::from_secs(10),
+                    lease_interval: Duration::from_secs(1),
+                    ..KubeletConfig::default()
+                },
+            )
+            .await
+            .context("start the process kubelet")?;
+            cp.kubelet = Some(kubelet);
+        }
+        Ok(cp)
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    pub fn kubelet(&self) -> &ProcessKubelet {
+        self.kubelet
+            .as_ref()
+            .expect("control plane started without nodes")
+    }
+
+    /// Admin kubeconfig of this control plane.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Second octet of every address of this control plane (pods are 127.B.x.y).
+    pub fn ip_block(&self) -> u8 {
+        self.ip_block.octet
+    }
+
+    /// `kubectl` against this control plane.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(self.bin_dir.join("kubectl"));
+        c.env("KUBECONFIG", &self.kubeconfig);
+        c
+    }
+
+    /// A fresh namespace, usable for pods (its `default` ServiceAccount exists).
+    pub async fn new_namespace(&self, prefix: &str) -> Result<String> {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let created = Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        let name = created.metadata.name.context("created namespace has a name")?;
+        self.wait_service_account(&name, Duration::from_secs(30)).await?;
+        Ok(name)
+    }
+
+    /// Installs (server-side applies) a CRD and waits until it is Established.
+    pub async fn install_crd(&self, crd: &CustomResourceDefinition) -> Result<()> {
+        let api = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let name = crd.metadata.name.clone().context("CRD has a name")?;
+        api.patch(&name, &PatchParams::apply("envtest").force(), &Patch::Apply(crd))
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let current = api.get(&name).await?;
+            let established = current
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("CRD {name} not Established within 30s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_service_account(&self, namespace: &str, timeout: Duration) -> Result<()> {
+        let api = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + timeout;
+        while api.get_opt("default").await?.is_none() {
+            if Instant::now() > deadline {
+                bail!(
+                    "ServiceAccount {namespace}/default not created within {timeout:?}: is kube-controller-manager running? Its log ends:\n{}",
+                    log_tail(&self.dir.join("logs/kube-controller-manager.log"), 30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Stops the kubelet (and its pods' processes), then the control plane.
+    pub async fn shutdown(mut self) {
+        if let Some(k) = self.kubelet.take() {
+            k.shutdown().await;
+        }
+        while let Some(mut p) = self.processes.pop() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        drop(self.kubelet.take());
+        while let Some(mut p) = self.processes.pop() {
+            p.stop(Duration::from_secs(5));
+        }
+        // A failing test keeps its logs and state for the post-mortem.
+        if std::thread::panicking()
+            && let Some(t) = self._tempdir.take()
+        {
+            eprintln!("control plane state kept for inspection: {}", t.keep().display());
+        }
+    }
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+async fn wait_api_ready(
+    client: &Client,
+    processes: &mut [ManagedChild],
+    logs: &Path,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for p in processes.iter_mut() {
+            if let Some(status) = p.exited() {
+                bail!(
+                    "{} exited ({status}) during start; its log ends:\n{}",
+                    p.name(),
+                    log_tail(&logs.join(format!("{}.log", p.name())), 30)
+                );
+            }
+        }
+        let req = http::Request::get("/readyz")
+            .body(vec![])
+            .expect("static request");
+        if let Ok(body) = client.request_text(req).await
+            && body.trim() == "ok"
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "kube-apiserver not ready within {timeout:?}; its log ends:\n{}",
+                log_tail(&logs.join("kube-apiserver.log"), 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An exclusive second octet for addresses (127.B.0.0/16), held with `flock` for the life of
+/// the control plane, so control planes running at once (parallel tests, the demo) never hand
+/// out the same pod IP. The lock dies with the process.
+pub struct IpBlock {
+    pub octet: u8,
+    _lock: std::fs::File,
+}
+
+impl IpBlock {
+    pub fn acquire() -> Result<Self> {
+        let dir = std::env::temp_dir().join("redlock-envtest-ipblocks");
+        std::fs::create_dir_all(&dir)?;
+        for octet in 10..=250u8 {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(format!("{octet}.lock")))?;
+            // SAFETY: flock on a valid fd.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(Self { octet, _lock: file });
+            }
+        }
+        bail!("no free 127.B.0.0/16 block: 241 control planes running?")
+    }
+}
+
+/// The last `lines` lines of a log file, for error messages that must explain themselves.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| format!("<cannot read {}: {e}>", path.display()));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

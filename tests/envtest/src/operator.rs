@@ -1,0 +1,121 @@
+//! The operator under test as a real process: started against a control plane's kubeconfig,
+//! probed over its HTTP endpoints, killed or stopped like a pod would be.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::procs::{ManagedChild, free_port};
+
+pub struct OperatorProcess {
+    child: ManagedChild,
+    http_port: u16,
+    log: PathBuf,
+}
+
+impl OperatorProcess {
+    /// Starts `binary run` against `kubeconfig` with `extra_args`, logging to `log`.
+    pub fn start(binary: &Path, kubeconfig: &Path, log: &Path, extra_args: &[&str]) -> Result<Self> {
+        let http_port = free_port()?;
+        let mut cmd = Command::new(binary);
+        cmd.arg("run")
+            .arg(format!("--http-addr=127.0.0.1:{http_port}"))
+            .args(extra_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "info,redlock_operator=debug".into()),
+            );
+        Ok(Self {
+            child: ManagedChild::spawn("redlock-operator", cmd, log)?,
+            http_port,
+            log: log.to_owned(),
+        })
+    }
+
+    pub fn http_port(&self) -> u16 {
+        self.http_port
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.exited()
+    }
+
+    /// Waits until `/readyz` answers 200 (caches synced).
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                bail!("operator exited ({status}) before ready:\n{}", self.log());
+            }
+            if let Ok((200, _)) = self.get("/readyz").await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("operator not ready within {timeout:?}:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// GET on the operator's HTTP server: (status code, body).
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        http_get(&format!("127.0.0.1:{}", self.http_port), path).await
+    }
+
+    /// SIGKILL: an operator crash.
+    pub fn kill(&self) -> Result<()> {
+        self.child.signal(Signal::SIGKILL)
+    }
+
+    /// SIGTERM and wait up to `timeout` for the exit status.
+    pub async fn terminate(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        self.child.signal(Signal::SIGTERM)?;
+        self.wait_exit(timeout).await
+    }
+
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("operator still running after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Minimal HTTP/1.0 GET (no TLS, no redirects): (status code, body).
+pub async fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await??;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await??;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_owned()))
+}

@@ -1,0 +1,273 @@
+//! The operator runtime against a real kube-apiserver: refusing to start without the CRD,
+//! status written once per change, health endpoints, graceful shutdown, API-server validation.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use envtest::operator::OperatorProcess;
+use envtest::{ControlPlane, ControlPlaneConfig};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use redlock_operator::crd::RedlockCluster;
+use serde_json::json;
+
+const OPERATOR: &str = env!("CARGO_BIN_EXE_redlock-operator");
+
+async fn control_plane() -> ControlPlane {
+    ControlPlane::start(ControlPlaneConfig {
+        nodes: 0,
+        ..Default::default()
+    })
+    .await
+    .expect("control plane starts")
+}
+
+fn cluster(name: &str, instances: i32) -> RedlockCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "redlock.dev/v1alpha1",
+        "kind": "RedlockCluster",
+        "metadata": {"name": name},
+        "spec": {"instances": instances, "maxLockTTL": "30s"},
+    }))
+    .unwrap()
+}
+
+async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Result<Option<T>>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(e) => eprintln!("{what}: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn refuses_to_start_without_the_crd() {
+    let cp = control_plane().await;
+    let log = cp.dir().join("operator.log");
+    let mut op = OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &log, &[]).unwrap();
+    let status = op.wait_exit(Duration::from_secs(30)).await.unwrap();
+    assert!(!status.success(), "must exit non-zero");
+    let out = op.log();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line in:\n{out}"));
+    assert!(
+        line.contains("kubectl apply -f crds/redlockcluster.yaml"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn writes_status_once_per_change_and_shuts_down_cleanly() {
+    let cp = control_plane().await;
+    cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+    let ns = cp.new_namespace("runtime").await.unwrap();
+    let log = cp.dir().join("operator.log");
+    let mut op = OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &log, &[]).unwrap();
+    op.wait_ready(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(op.get("/healthz").await.unwrap().0, 200);
+
+    let api: Api<RedlockCluster> = Api::namespaced(cp.client(), &ns);
+    api.create(&PostParams::default(), &cluster("locks", 5))
+        .await
+        .unwrap();
+    let first = wait_for("status of generation 1", Duration::from_secs(20), async || {
+        let c = api.get("locks").await?;
+        Ok(c.status
+            .as_ref()
+            .and_then(|s| s.observed_generation)
+            .filter(|g| *g == 1)
+            .map(|_| c))
+    })
+    .await;
+    let status = first.status.clone().unwrap();
+    assert_eq!(
+        (status.instances, status.quorum, status.ready_instances),
+        (Some(5), Some(3), Some(0))
+    );
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.observed_generation),
+        ("True", Some(1))
+    );
+    let available = status.conditions.iter().find(|c| c.type_ == "Available").unwrap();
+    assert_eq!(available.status, "False");
+
+    // Steady state: nothing changes, so nothing is written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = api.get("locks").await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version, first.metadata.resource_version,
+        "no writes in steady state"
+    );
+
+    // A spec change is observed: new generation, quorum follows N.
+    api.patch(
+        "locks",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"instances": 3}})),
+    )
+    .await
+    .unwrap();
+    let second = wait_for("status of generation 2", Duration::from_secs(20), async || {
+        let c = api.get("locks").await?;
+        Ok(c.status.clone().filter(|s| s.observed_generation == Some(2)))
+    })
+    .await;
+    assert_eq!((second.instances, second.quorum), (Some(3), Some(2)));
+    let progressing2 = second
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(progressing2.observed_generation, Some(2));
+    assert_eq!(
+        progressing2.last_transition_time, progressing.last_transition_time,
+        "no flip, no new time"
+    );
+
+    let (code, metrics) = op.get("/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let reconciles: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("redlock_reconciles_total "))
+        .expect("reconcile counter exported")
+        .parse()
+        .unwrap();
+    assert!(reconciles >= 2.0, "{metrics}");
+    assert!(
+        metrics.contains("redlock_reconcile_duration_seconds_bucket"),
+        "{metrics}"
+    );
+
+    let exit = op.terminate(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        exit.success(),
+        "SIGTERM must end the operator cleanly, got {exit}:\n{}",
+        op.log()
+    );
+}
+
+#[tokio::test]
+async fn api_server_refuses_invalid_objects_with_clear_messages() {
+    let cp = control_plane().await;
+    cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+    let ns = cp.new_namespace("validation").await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cp.client(),
+        &ns,
+        &kube::api::ApiResource::erase::<RedlockCluster>(&()),
+    );
+    let object = |spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+               "metadata": {"generateName": "bad-"}, "spec": spec}),
+        )
+        .unwrap()
+    };
+    let cases = [
+        (json!({"instances": 3}), "spec.maxLockTTL: Required value"),
+        (json!({"maxLockTTL": "thirty"}), "spec.maxLockTTL"),
+        (
+            json!({"maxLockTTL": "-5s"}),
+            "maxLockTTL must be a duration greater than 0s",
+        ),
+        (
+            json!({"maxLockTTL": "0s"}),
+            "maxLockTTL must be a duration greater than 0s",
+        ),
+        (json!({"maxLockTTL": "48h"}), "at most 24h"),
+        (json!({"maxLockTTL": "30s", "instances": 0}), "spec.instances"),
+        (json!({"maxLockTTL": "30s", "instances": 100}), "spec.instances"),
+        (
+            json!({"maxLockTTL": "30s", "clockDriftFactor": 1}),
+            "clockDriftFactor must be at least 0 and less than 1",
+        ),
+        (
+            json!({"maxLockTTL": "30s", "holdMargin": "-1s"}),
+            "holdMargin must be a duration from 0s to 1h",
+        ),
+        (json!({"maxLockTTL": "30s", "image": ""}), "spec.image"),
+        (
+            json!({"maxLockTTL": "30s", "redisConfig": {"appendonly": "yes"}}),
+            "redisConfig may only set these keys",
+        ),
+        (
+            json!({"maxLockTTL": "30s", "redisConfig": {"timeout": "0\nsave 1 1"}}),
+            "may not contain newlines",
+        ),
+        (
+            json!({"maxLockTTL": "30s", "scheduling": {"spread": "rack"}}),
+            "spec.scheduling.spread",
+        ),
+    ];
+    let mut failures = vec![];
+    for (spec, expected) in &cases {
+        match api.create(&PostParams::default(), &object(spec.clone())).await {
+            Ok(_) => failures.push(format!("{spec} was accepted")),
+            Err(kube::Error::Api(status)) => {
+                if !status.message.contains(expected) {
+                    failures.push(format!("{spec}: expected {expected:?} in {:?}", status.message));
+                }
+            }
+            Err(e) => failures.push(format!("{spec}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+
+    // A valid object with defaults is accepted and the defaults are filled in.
+    let ok = api
+        .create(&PostParams::default(), &object(json!({"maxLockTTL": "1m30s"})))
+        .await
+        .unwrap();
+    assert_eq!(ok.data["spec"]["instances"], 5);
+    assert_eq!(ok.data["spec"]["holdMargin"], "1s");
+    assert_eq!(ok.data["spec"]["clockDriftFactor"], 0.01);
+}
+
+#[tokio::test]
+async fn kubectl_explain_describes_the_fields() {
+    let cp = control_plane().await;
+    cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+    let out = wait_for("kubectl explain", Duration::from_secs(30), async || {
+        let out = cp
+            .kubectl()
+            .args(["explain", "redlockcluster.spec.maxLockTTL"])
+            .output()?;
+        if out.status.success() {
+            Ok(Some(String::from_utf8(out.stdout)?))
+        } else {
+            bail!("{}", String::from_utf8_lossy(&out.stderr))
+        }
+    })
+    .await;
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("The longest lock TTL any client of this cluster will ever use, as a duration such as"),
+        "{out}"
+    );
+    let spec = cp
+        .kubectl()
+        .args(["explain", "redlockcluster.spec"])
+        .output()
+        .unwrap();
+    let spec = String::from_utf8(spec.stdout).unwrap();
+    assert!(
+        spec.lines()
+            .any(|l| l.contains("maxLockTTL") && l.contains("-required-")),
+        "{spec}"
+    );
+}

@@ -39,6 +39,14 @@ pub struct RunArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
 
+    /// How often every member's Redis is probed (milliseconds) when no event arrives.
+    #[arg(long, env = "PROBE_PERIOD_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub probe_period_ms: u64,
+
+    /// Connect and reply timeout of the operator's Redis connections (milliseconds).
+    #[arg(long, env = "PROBE_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=30_000))]
+    pub probe_timeout_ms: u64,
+
     /// Log filter in RUST_LOG syntax.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,

@@ -1,9 +1,11 @@
 //! The one shared context every reconcile receives.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Client;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::backoff::Backoff;
@@ -12,8 +14,15 @@ use crate::metrics::Metrics;
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
-    /// Cache of the pods this operator manages (selected by `managed-by`), fed by the
-    /// controller's own pod watch.
+    pub recorder: Recorder,
+    /// Caches of the objects this operator manages (selected by `managed-by`), fed by the
+    /// controller's own watches.
     pub pods: Store<Pod>,
+    pub secrets: Store<Secret>,
+    pub config_maps: Store<ConfigMap>,
     pub backoff: Backoff,
+    /// How often every member's Redis is probed when nothing else happens.
+    pub probe_period: Duration,
+    /// Connect and reply timeout of admin connections.
+    pub probe_timeout: Duration,
 }

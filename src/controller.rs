@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
@@ -26,7 +28,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let client = Client::try_default()
         .await
         .map_err(|e| Error::ClientConfig(e.to_string()))?;
-    let clusters: Api<RedlockCluster> = scoped(&client, args.namespace.as_deref());
+    let ns = args.namespace.as_deref();
+    let clusters: Api<RedlockCluster> = scoped(&client, ns);
     ensure_crd_installed(&clusters).await?;
 
     let metrics = Arc::new(Metrics::default());
@@ -43,50 +46,59 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     // Only objects labelled as ours are watched: the operator never caches foreign Secrets.
     let managed = watcher::Config::default().labels(&managed_selector());
     let (pods, pod_writer) = reflector::store();
-    let pod_events = watcher(scoped::<Pod>(&client, args.namespace.as_deref()), managed.clone())
+    let pod_events = watcher(scoped::<Pod>(&client, ns), managed.clone())
         .default_backoff()
         .reflect(pod_writer)
+        .touched_objects();
+    let (secrets, secret_writer) = reflector::store();
+    let secret_events = watcher(scoped::<Secret>(&client, ns), managed.clone())
+        .default_backoff()
+        .reflect(secret_writer)
+        .touched_objects();
+    let (config_maps, config_map_writer) = reflector::store();
+    let config_map_events = watcher(scoped::<ConfigMap>(&client, ns), managed.clone())
+        .default_backoff()
+        .reflect(config_map_writer)
         .touched_objects();
 
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(pod_events)
-        .owns(
-            scoped::<Secret>(&client, args.namespace.as_deref()),
-            managed.clone(),
-        )
-        .owns(
-            scoped::<ConfigMap>(&client, args.namespace.as_deref()),
-            managed.clone(),
-        )
-        .owns(
-            scoped::<Service>(&client, args.namespace.as_deref()),
-            managed.clone(),
-        )
-        .owns(
-            scoped::<PodDisruptionBudget>(&client, args.namespace.as_deref()),
-            managed,
-        )
+        .owns_stream(secret_events)
+        .owns_stream(config_map_events)
+        .owns(scoped::<Service>(&client, ns), managed.clone())
+        .owns(scoped::<PodDisruptionBudget>(&client, ns), managed)
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
 
     let cluster_cache = controller.store();
-    let readiness_pods = pods.clone();
+    let caches = (pods.clone(), secrets.clone(), config_maps.clone());
     tokio::spawn(async move {
         wait_synced(&cluster_cache).await;
-        wait_synced(&readiness_pods).await;
+        wait_synced(&caches.0).await;
+        wait_synced(&caches.1).await;
+        wait_synced(&caches.2).await;
         ready.store(true, Ordering::Release);
         tracing::info!("caches synced; ready");
     });
 
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "redlock-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
     let ctx = Arc::new(Context {
         client,
         metrics,
+        recorder,
         pods,
+        secrets,
+        config_maps,
         backoff: Backoff::default(),
+        probe_period: Duration::from_millis(args.probe_period_ms),
+        probe_timeout: Duration::from_millis(args.probe_timeout_ms),
     });
-    tracing::info!(
-        namespace = args.namespace.as_deref().unwrap_or("<all>"),
-        "operator started"
-    );
+    tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -116,7 +128,7 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    while tokio::time::timeout(std::time::Duration::from_millis(100), store.wait_until_ready())
+    while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
         .await
         .is_err()
     {}

@@ -1,6 +1,7 @@
 //! redlock-operator: runs N independent Redis masters for Redlock clients and enforces the
 //! Redlock "delayed restart" rule (see DESIGN.md).
 
+pub mod apply;
 pub mod backoff;
 pub mod cli;
 pub mod conditions;
@@ -8,10 +9,14 @@ pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod error;
+pub mod events;
+pub mod hold;
 pub mod http;
 pub mod metrics;
 pub mod observe;
+pub mod plan;
 pub mod reconcile;
+pub mod redis_admin;
 pub mod resources;
 pub mod status;
 pub mod telemetry;

@@ -1,49 +1,192 @@
-//! Observation: what exists now for one RedlockCluster, read from the watch caches only
-//! (no API calls), so a reconcile that changes nothing costs nothing.
+//! Observation: what exists now for one RedlockCluster. Pods come from the watch cache (no
+//! API calls); the Redis side comes from admin probes the reconciler runs in parallel.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 
 use crate::crd::RedlockCluster;
-use crate::resources::names::LABEL_INSTANCE;
+use crate::resources::names::{LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
 
-/// The facts a reconcile decides from.
+/// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Observed {
-    /// Instance pods owned by the cluster (by owner UID, not just by label).
-    pub pods: usize,
-    /// Of those, pods that are Ready and not being deleted: the readiness probe logs in as the
-    /// client user, so Ready means "serving lock clients".
-    pub ready_pods: usize,
+pub enum PodState {
+    /// No pod for the slot.
+    #[default]
+    Missing,
+    /// Phase Failed or Succeeded: the process is gone for good.
+    Finished { reason: String },
+    /// The pod exists but its Redis container is not running (not started yet, waiting,
+    /// terminated, crash-looping).
+    NotRunning { reason: String },
+    /// The Redis container runs (as last reported by the kubelet).
+    Running {
+        container_id: Option<String>,
+        /// The pod's Ready condition: the client user can log in.
+        ready: bool,
+        terminating: bool,
+    },
 }
 
-pub fn observe(cluster: &RedlockCluster, pods: &Store<Pod>) -> Observed {
+/// What an admin probe of a slot's Redis found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisInfo {
+    pub run_id: String,
+    pub version: String,
+    /// Whether the client ACL user is `on` (the process is released).
+    pub client_enabled: bool,
+}
+
+/// Everything known about one slot now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlotObservation {
+    pub pod: PodState,
+    pub pod_ip: Option<IpAddr>,
+    pub redis: Option<RedisInfo>,
+    pub redis_error: Option<String>,
+}
+
+/// The cluster's pods by slot: only pods controlled by this cluster object (owner UID),
+/// so a same-named cluster recreated meanwhile never adopts stale pods.
+pub fn pods_by_slot(
+    cluster: &RedlockCluster,
+    pods: &[std::sync::Arc<Pod>],
+) -> BTreeMap<i32, SlotObservation> {
     let uid = cluster.uid();
     let ns = cluster.namespace();
     let name = cluster.name_any();
-    let owned: Vec<_> = pods
-        .state()
-        .into_iter()
+    pods.iter()
         .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
         .filter(|p| {
             p.owner_references()
                 .iter()
                 .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true))
         })
-        .collect();
-    Observed {
-        pods: owned.len(),
-        ready_pods: owned.iter().filter(|p| is_serving(p)).count(),
+        .filter_map(|p| {
+            let slot: i32 = p.labels().get(LABEL_SLOT)?.parse().ok()?;
+            Some((slot, slot_observation(p)))
+        })
+        .collect()
+}
+
+/// The pod side of a slot's observation.
+pub fn slot_observation(pod: &Pod) -> SlotObservation {
+    let status = pod.status.clone().unwrap_or_default();
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let container = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == REDIS_CONTAINER);
+    let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
+    let state = if phase == "Failed" || phase == "Succeeded" {
+        PodState::Finished {
+            reason: match status.reason.as_deref() {
+                Some(r) => format!("{phase} ({r})"),
+                None => phase.to_lowercase(),
+            },
+        }
+    } else {
+        match container.and_then(|c| c.state.clone()) {
+            Some(s) if s.running.is_some() => PodState::Running {
+                container_id: container.and_then(|c| c.container_id.clone()),
+                ready: ready && !terminating,
+                terminating,
+            },
+            Some(s) => PodState::NotRunning {
+                reason: s
+                    .waiting
+                    .and_then(|w| w.reason)
+                    .or_else(|| {
+                        s.terminated
+                            .map(|t| t.reason.unwrap_or_else(|| format!("exit code {}", t.exit_code)))
+                    })
+                    .unwrap_or_else(|| "not started".into()),
+            },
+            None => PodState::NotRunning {
+                reason: format!("{} (not started)", phase.to_lowercase()),
+            },
+        }
+    };
+    SlotObservation {
+        pod: state,
+        pod_ip: status.pod_ip.as_deref().and_then(|ip| ip.parse().ok()),
+        redis: None,
+        redis_error: None,
     }
 }
 
-/// Ready and not terminating.
-pub fn is_serving(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "locks-0"}, "status": status})).unwrap()
+    }
+
+    #[test]
+    fn running_container_with_id_and_readiness() {
+        let p = pod(json!({
+            "phase": "Running", "podIP": "127.9.1.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "redis", "image": "redis", "imageID": "", "ready": true, "restartCount": 0,
+                "containerID": "process://42", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+        }));
+        let o = slot_observation(&p);
+        assert_eq!(
+            o.pod,
+            PodState::Running {
+                container_id: Some("process://42".into()),
+                ready: true,
+                terminating: false
+            }
+        );
+        assert_eq!(o.pod_ip, Some("127.9.1.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn waiting_terminated_pending_and_failed() {
+        let waiting = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "redis", "image": "", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        );
+        assert_eq!(
+            slot_observation(&waiting).pod,
+            PodState::NotRunning {
+                reason: "CrashLoopBackOff".into()
+            }
+        );
+        let terminated = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "redis", "image": "", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"terminated": {"exitCode": 137}}}]}),
+        );
+        assert_eq!(
+            slot_observation(&terminated).pod,
+            PodState::NotRunning {
+                reason: "exit code 137".into()
+            }
+        );
+        let pending = pod(json!({"phase": "Pending"}));
+        assert_eq!(
+            slot_observation(&pending).pod,
+            PodState::NotRunning {
+                reason: "pending (not started)".into()
+            }
+        );
+        let failed = pod(json!({"phase": "Failed", "reason": "Evicted"}));
+        assert_eq!(
+            slot_observation(&failed).pod,
+            PodState::Finished {
+                reason: "Failed (Evicted)".into()
+            }
+        );
+    }
 }

@@ -3,9 +3,11 @@
 
 use k8s_openapi::jiff::Timestamp;
 
+use std::collections::BTreeMap;
+
 use crate::conditions::{self, Desired};
-use crate::crd::{RedlockCluster, RedlockClusterStatus};
-use crate::observe::Observed;
+use crate::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::observe::{PodState, SlotObservation};
 
 pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
@@ -15,11 +17,30 @@ pub fn quorum(instances: i32) -> i32 {
     instances / 2 + 1
 }
 
-pub fn compute(cluster: &RedlockCluster, observed: &Observed, now: Timestamp) -> RedlockClusterStatus {
+/// The status to persist: the planned member states plus the counts and conditions that
+/// follow from them and from the pods' readiness.
+pub fn compute(
+    cluster: &RedlockCluster,
+    members: Vec<MemberStatus>,
+    observed: &BTreeMap<i32, SlotObservation>,
+    now: Timestamp,
+) -> RedlockClusterStatus {
     let old = cluster.status.clone().unwrap_or_default();
     let instances = cluster.spec.instances;
     let quorum = quorum(instances);
-    let ready = i32::try_from(observed.ready_pods).unwrap_or(i32::MAX);
+    let active = || members.iter().filter(|m| m.slot < instances);
+    let ready = active()
+        .filter(|m| m.state == MemberState::Ready)
+        .filter(|m| {
+            matches!(
+                observed.get(&m.slot).map(|o| &o.pod),
+                Some(PodState::Running { ready: true, .. })
+            )
+        })
+        .count() as i32;
+    let held = active()
+        .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
+        .count() as i32;
 
     let available = Desired {
         type_: AVAILABLE,
@@ -32,11 +53,27 @@ pub fn compute(cluster: &RedlockCluster, observed: &Observed, now: Timestamp) ->
         message: format!("{ready} of {instances} instances serve clients; a lock needs {quorum}"),
     };
     let progressing = if ready < instances {
+        let reason = if held > 0 {
+            "HoldsRunning"
+        } else {
+            "InstancesStarting"
+        };
+        let mut message = format!("{ready} of {instances} instances serve clients");
+        if held > 0 {
+            let next = active()
+                .filter_map(|m| m.held_until.as_ref().map(|t| t.0))
+                .filter(|t| *t > now)
+                .min();
+            message.push_str(&format!(", {held} held after losing their keys"));
+            if let Some(next) = next {
+                message.push_str(&format!(" (next release at {next})"));
+            }
+        }
         Desired {
             type_: PROGRESSING,
             status: true,
-            reason: "InstancesNotReady",
-            message: format!("{ready} of {instances} instances serve clients"),
+            reason,
+            message,
         }
     } else {
         Desired {
@@ -51,11 +88,9 @@ pub fn compute(cluster: &RedlockCluster, observed: &Observed, now: Timestamp) ->
         observed_generation: cluster.metadata.generation,
         instances: Some(instances),
         ready_instances: Some(ready),
-        // Holds and per-member state are owned by the instance lifecycle; until it tracks
-        // them they stay unset rather than claiming "0 held".
-        held_instances: old.held_instances,
+        held_instances: Some(held),
         quorum: Some(quorum),
-        members: old.members,
+        members,
         conditions: conditions::merge(
             &old.conditions,
             &[available, progressing],
@@ -69,6 +104,7 @@ pub fn compute(cluster: &RedlockCluster, observed: &Observed, now: Timestamp) ->
 mod tests {
     use super::*;
     use crate::crd::RedlockClusterSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 
     fn cluster(instances: i32, generation: i64) -> RedlockCluster {
         let spec: RedlockClusterSpec = serde_json::from_value(serde_json::json!({
@@ -85,11 +121,33 @@ mod tests {
         Timestamp::from_second(secs).unwrap()
     }
 
-    fn condition<'a>(
-        s: &'a RedlockClusterStatus,
-        type_: &str,
-    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    fn condition<'a>(s: &'a RedlockClusterStatus, type_: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    fn member(slot: i32, state: MemberState, held_until: Option<i64>) -> MemberStatus {
+        MemberStatus {
+            name: format!("locks-{slot}"),
+            slot,
+            endpoint: None,
+            state,
+            run_id: None,
+            container_id: None,
+            held_until: held_until.map(|s| MicroTime(at(s))),
+            since: Some(MicroTime(at(1))),
+            message: None,
+        }
+    }
+
+    fn running(ready: bool) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: None,
+                ready,
+                terminating: false,
+            },
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -101,57 +159,65 @@ mod tests {
 
     #[test]
     fn nothing_ready_is_progressing_and_unavailable() {
-        let s = compute(&cluster(5, 1), &Observed::default(), at(100));
+        let s = compute(&cluster(5, 1), vec![], &BTreeMap::new(), at(100));
         assert_eq!(s.observed_generation, Some(1));
         assert_eq!(
-            (s.instances, s.ready_instances, s.quorum),
-            (Some(5), Some(0), Some(3))
+            (s.instances, s.ready_instances, s.quorum, s.held_instances),
+            (Some(5), Some(0), Some(3), Some(0))
         );
-        assert_eq!(s.held_instances, None);
         assert_eq!(condition(&s, AVAILABLE).status, "False");
         assert_eq!(condition(&s, PROGRESSING).status, "True");
-        assert_eq!(condition(&s, PROGRESSING).observed_generation, Some(1));
+        assert_eq!(condition(&s, PROGRESSING).reason, "InstancesStarting");
     }
 
     #[test]
-    fn quorum_ready_is_available_and_all_ready_stops_progressing() {
-        let partial = compute(
-            &cluster(5, 1),
-            &Observed {
-                pods: 5,
-                ready_pods: 3,
-            },
+    fn ready_counts_released_members_whose_pod_is_ready() {
+        let members = vec![
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Ready, None),
+            member(2, MemberState::Held, Some(200)),
+        ];
+        let observed = BTreeMap::from([(0, running(true)), (1, running(false)), (2, running(false))]);
+        let s = compute(&cluster(3, 1), members, &observed, at(100));
+        assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(1)));
+        assert_eq!(condition(&s, AVAILABLE).status, "False");
+        let p = condition(&s, PROGRESSING);
+        assert_eq!(p.reason, "HoldsRunning");
+        assert!(p.message.contains("1 held"), "{}", p.message);
+    }
+
+    #[test]
+    fn all_ready_is_available_and_done() {
+        let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
+        let observed = (0..3).map(|i| (i, running(true))).collect();
+        let s = compute(&cluster(3, 1), members, &observed, at(100));
+        assert_eq!(condition(&s, AVAILABLE).status, "True");
+        assert_eq!(condition(&s, PROGRESSING).status, "False");
+    }
+
+    #[test]
+    fn retired_slots_do_not_count() {
+        let members = vec![
+            member(0, MemberState::Ready, None),
+            member(3, MemberState::Lost, Some(500)),
+        ];
+        let s = compute(
+            &cluster(1, 1),
+            members,
+            &BTreeMap::from([(0, running(true))]),
             at(100),
         );
-        assert_eq!(condition(&partial, AVAILABLE).status, "True");
-        assert_eq!(condition(&partial, PROGRESSING).status, "True");
-        let all = compute(
-            &cluster(5, 1),
-            &Observed {
-                pods: 5,
-                ready_pods: 5,
-            },
-            at(100),
-        );
-        assert_eq!(condition(&all, PROGRESSING).status, "False");
+        assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(0)));
+        assert_eq!(s.members.len(), 2);
     }
 
     #[test]
     fn steady_state_recomputes_the_identical_status() {
         let mut c = cluster(3, 4);
-        let first = compute(&c, &Observed::default(), at(100));
+        let members: Vec<_> = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
+        let observed: BTreeMap<_, _> = (0..3).map(|i| (i, running(true))).collect();
+        let first = compute(&c, members.clone(), &observed, at(100));
         c.status = Some(first.clone());
-        assert_eq!(compute(&c, &Observed::default(), at(500)), first);
-    }
-
-    #[test]
-    fn new_generation_is_recorded() {
-        let mut c = cluster(3, 4);
-        c.status = Some(compute(&c, &Observed::default(), at(100)));
-        c.metadata.generation = Some(5);
-        let s = compute(&c, &Observed::default(), at(200));
-        assert_eq!(s.observed_generation, Some(5));
-        // Status did not flip, so the transition time stays.
-        assert_eq!(condition(&s, PROGRESSING).last_transition_time.0, at(100));
+        assert_eq!(compute(&c, members, &observed, at(500)), first);
     }
 }

@@ -1,6 +1,6 @@
 //! `RedlockCluster.status`: what the operator observed and decided.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -42,12 +42,17 @@ pub struct RedlockClusterStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// State of one slot's Redis instance.
+/// State of one slot's Redis instance. The operator persists this before acting on it
+/// (write-ahead): a hold is recorded before anything can be released, and `Ready` with the
+/// run id is recorded before the process is released.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {
     /// Pod name of the slot, `<cluster>-<slot>`.
     pub name: String,
+
+    /// Slot index, 0 to N-1 (higher while a removed slot's hold runs out).
+    pub slot: i32,
 
     /// Stable address clients use for this slot, `host:port`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,17 +61,21 @@ pub struct MemberStatus {
     /// Starting, Held, Ready or Lost.
     pub state: MemberState,
 
-    /// Redis `run_id` of the process this state is about.
+    /// Redis `run_id` of the process this state is about (a new id on every process start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
 
-    /// While Held: the instant the instance may serve clients again.
+    /// Container ID the kubelet reported for that process; a restart changes it.
+    #[serde(default, rename = "containerID", skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+
+    /// While Held or Lost: the instant the slot may serve clients again (microseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_until: Option<Time>,
+    pub held_until: Option<MicroTime>,
 
     /// When the member entered its current state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<Time>,
+    pub since: Option<MicroTime>,
 
     /// Human-readable detail about the state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,10 +87,11 @@ pub struct MemberStatus {
 pub enum MemberState {
     /// The pod or its Redis process is not up yet.
     Starting,
-    /// The process is up but fenced until `heldUntil`: it lost its keys.
+    /// A replacement process is up but fenced until `heldUntil`: the slot lost its keys.
     Held,
     /// Released: lock clients may use it.
     Ready,
-    /// The process is gone and no replacement is up yet.
+    /// The released process is gone and no replacement is up yet; the hold runs from when
+    /// the loss was observed.
     Lost,
 }

@@ -1,3 +1,6 @@
 //! Pure builders of the objects a RedlockCluster owns, and their names and labels.
 
+pub mod config;
 pub mod names;
+pub mod pod;
+pub mod secrets;

@@ -14,6 +14,34 @@ pub const LABEL_SLOT: &str = "redlock.dev/slot";
 /// so it caches only its own objects (and never every Secret in the cluster).
 pub const MANAGED_BY: &str = "redlock-operator";
 
+/// Name of the Redis container in every instance pod.
+pub const REDIS_CONTAINER: &str = "redis";
+
+/// Port every instance serves on.
+pub const REDIS_PORT: u16 = 6379;
+
+/// ACL user the operator itself logs in as.
+pub const ADMIN_USER: &str = "redlock-admin";
+
+/// ACL user lock clients log in as when auth is enabled.
+pub const CLIENT_USER: &str = "redlock-client";
+
+pub fn admin_secret_name(cluster: &str) -> String {
+    format!("{cluster}-admin")
+}
+
+pub fn client_secret_name(cluster: &str) -> String {
+    format!("{cluster}-client")
+}
+
+pub fn acl_secret_name(cluster: &str) -> String {
+    format!("{cluster}-acl")
+}
+
+pub fn config_map_name(cluster: &str) -> String {
+    format!("{cluster}-config")
+}
+
 /// Label selector matching every object this operator manages.
 pub fn managed_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY}")

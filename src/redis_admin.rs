@@ -1,0 +1,195 @@
+//! The operator's own connections to its Redis processes, as the admin ACL user: probing
+//! (which process runs, is it fenced) and the guarded release.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+
+use crate::observe::RedisInfo;
+
+/// Credentials and timeouts for admin connections.
+#[derive(Clone)]
+pub struct AdminAccess {
+    pub admin_user: String,
+    pub admin_password: String,
+    /// The ACL user lock clients log in as (`default` when auth is disabled).
+    pub client_user: String,
+    pub port: u16,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for AdminAccess {
+    // Never print the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminAccess")
+            .field("admin_user", &self.admin_user)
+            .field("client_user", &self.client_user)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("cannot reach {0}: {1}")]
+    Unreachable(IpAddr, String),
+    #[error("{addr} now runs process {found}, not {expected}: not released")]
+    OtherProcess {
+        addr: IpAddr,
+        expected: String,
+        found: String,
+    },
+    #[error("release command on {0} failed: {1}")]
+    Command(IpAddr, String),
+}
+
+impl AdminAccess {
+    /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
+    /// connection dies with it and nothing sent on it can reach the new process).
+    async fn connect(&self, ip: IpAddr) -> Result<MultiplexedConnection, String> {
+        let info = ConnectionAddr::Tcp(ip.to_string(), self.port)
+            .into_connection_info()
+            .map_err(|e| e.to_string())?
+            .set_redis_settings(
+                RedisConnectionInfo::default()
+                    .set_username(&self.admin_user)
+                    .set_password(&self.admin_password)
+                    .set_skip_set_lib_name(),
+            );
+        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Which process runs at `ip` and whether lock clients may use it.
+    pub async fn probe(&self, ip: IpAddr) -> Result<RedisInfo, String> {
+        let mut conn = self.connect(ip).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (run_id, version) = parse_info_server(&info).ok_or("INFO server has no run_id")?;
+        let user: redis::Value = redis::cmd("ACL")
+            .arg("GETUSER")
+            .arg(&self.client_user)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(RedisInfo {
+            run_id,
+            version,
+            client_enabled: user_is_enabled(&user),
+        })
+    }
+
+    /// Lets lock clients in — only if `ip` still runs `expected_run_id`. The check and the
+    /// command travel on one fresh connection, so a restart in between makes the command fail
+    /// instead of unfencing the new, empty process.
+    pub async fn release(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), ReleaseError> {
+        let mut conn = self
+            .connect(ip)
+            .await
+            .map_err(|e| ReleaseError::Unreachable(ip, e))?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| ReleaseError::Unreachable(ip, e.to_string()))?;
+        let (run_id, _) = parse_info_server(&info)
+            .ok_or_else(|| ReleaseError::Command(ip, "INFO server has no run_id".into()))?;
+        if run_id != expected_run_id {
+            return Err(ReleaseError::OtherProcess {
+                addr: ip,
+                expected: expected_run_id.to_owned(),
+                found: run_id,
+            });
+        }
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&self.client_user)
+            .arg("on")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| ReleaseError::Command(ip, e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// `run_id` and `redis_version` from an `INFO server` reply.
+pub fn parse_info_server(info: &str) -> Option<(String, String)> {
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.trim_end()
+                .strip_prefix(name)?
+                .strip_prefix(':')
+                .map(str::to_owned)
+        })
+    };
+    Some((field("run_id")?, field("redis_version").unwrap_or_default()))
+}
+
+/// Whether an `ACL GETUSER` reply has the `on` flag (RESP2: a flat list of name/value pairs).
+fn user_is_enabled(reply: &redis::Value) -> bool {
+    use redis::Value;
+    let items: Vec<&Value> = match reply {
+        Value::Array(items) => items.iter().collect(),
+        Value::Map(kv) => kv.iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => return false,
+    };
+    items.chunks(2).any(|kv| match kv {
+        [key, Value::Array(flags)] if text(key) == Some("flags") => {
+            flags.iter().any(|f| text(f) == Some("on"))
+        }
+        _ => false,
+    })
+}
+
+fn text(v: &redis::Value) -> Option<&str> {
+    match v {
+        redis::Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        redis::Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    #[test]
+    fn parses_run_id_and_version() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:6379\r\n";
+        assert_eq!(parse_info_server(info), Some(("abc123".into(), "7.0.15".into())));
+        assert_eq!(parse_info_server("# Server\r\n"), None);
+    }
+
+    fn getuser(flags: &[&str]) -> Value {
+        Value::Array(vec![
+            Value::BulkString(b"flags".to_vec()),
+            Value::Array(
+                flags
+                    .iter()
+                    .map(|f| Value::BulkString(f.as_bytes().to_vec()))
+                    .collect(),
+            ),
+            Value::BulkString(b"passwords".to_vec()),
+            Value::Array(vec![]),
+        ])
+    }
+
+    #[test]
+    fn reads_the_on_flag() {
+        assert!(user_is_enabled(&getuser(&["on", "allkeys"])));
+        assert!(!user_is_enabled(&getuser(&["off", "allkeys"])));
+        assert!(!user_is_enabled(&Value::Nil));
+    }
+}

@@ -1,0 +1,355 @@
+//! The Pod of one slot. Pods are managed directly (no StatefulSet): the operator decides
+//! when each instance is created, and every instance starts fenced.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, Probe, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, TCPSocketAction,
+    TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY};
+use super::names::{
+    LABEL_INSTANCE, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name, config_map_name,
+    slot_labels, slot_name,
+};
+use super::secrets::client_user;
+use crate::crd::{RedlockCluster, Spread};
+
+const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
+/// Readiness = "a lock client can log in and PING". `redis-cli` exits 0 even on NOAUTH,
+/// WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
+/// `REDISCLI_AUTH`, never the command line.
+pub fn readiness_command(auth_enabled: bool) -> Vec<String> {
+    let login = if auth_enabled {
+        " --user \"$REDIS_CLIENT_USER\" --no-auth-warning"
+    } else {
+        ""
+    };
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("redis-cli -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
+    ]
+}
+
+pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
+    let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
+    let spec = &cluster.spec;
+    let template = &spec.pod_template;
+    let mut labels = template.labels.clone();
+    labels.extend(slot_labels(&cluster_name, slot));
+
+    let mut env = vec![
+        EnvVar {
+            name: "POD_IP".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        EnvVar {
+            name: "REDIS_CLIENT_USER".into(),
+            value: Some(client_user(cluster).into()),
+            ..Default::default()
+        },
+    ];
+    if spec.auth.enabled {
+        env.push(EnvVar {
+            name: "REDISCLI_AUTH".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: client_secret_name(&cluster_name),
+                    key: "password".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+
+    let container = Container {
+        name: REDIS_CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        command: Some(vec![
+            "redis-server".into(),
+            format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("redis".into()),
+            container_port: i32::from(REDIS_PORT),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        env: Some(env),
+        resources: spec.resources.clone(),
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(readiness_command(spec.auth.enabled)),
+            }),
+            period_seconds: Some(1),
+            timeout_seconds: Some(1),
+            success_threshold: Some(1),
+            failure_threshold: Some(1),
+            ..Default::default()
+        }),
+        // Liveness only asks "does the process accept connections": a fenced instance must not
+        // be restarted for refusing the client user.
+        liveness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(i32::from(REDIS_PORT)),
+                ..Default::default()
+            }),
+            period_seconds: Some(5),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "acl".into(),
+                mount_path: ACL_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+
+    let (affinity, mut spread) = placement(cluster, &cluster_name);
+    spread.extend(spec.scheduling.topology_spread_constraints.iter().cloned());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(slot_name(&cluster_name, slot)),
+            namespace: cluster.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: (!template.annotations.is_empty()).then(|| template.annotations.clone()),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            restart_policy: Some("Always".into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(10),
+            priority_class_name: template.priority_class_name.clone(),
+            security_context: Some(
+                template
+                    .security_context
+                    .clone()
+                    .unwrap_or_else(restricted_pod_security),
+            ),
+            node_selector: (!spec.scheduling.node_selector.is_empty())
+                .then(|| spec.scheduling.node_selector.clone()),
+            tolerations: (!spec.scheduling.tolerations.is_empty())
+                .then(|| spec.scheduling.tolerations.clone()),
+            affinity,
+            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
+            volumes: Some(vec![
+                Volume {
+                    name: "config".into(),
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: config_map_name(&cluster_name),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "acl".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(acl_secret_name(&cluster_name)),
+                        default_mode: Some(0o440),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "data".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn restricted_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(999),
+        run_as_group: Some(999),
+        fs_group: Some(999),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Affinity and spread constraints implied by `scheduling.spread`, merged with the user's
+/// affinity. Independent failure domains are the point of N masters.
+fn placement(
+    cluster: &RedlockCluster,
+    cluster_name: &str,
+) -> (Option<Affinity>, Vec<TopologySpreadConstraint>) {
+    let selector = LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            LABEL_INSTANCE.to_owned(),
+            cluster_name.to_owned(),
+        )])),
+        ..Default::default()
+    };
+    let mut affinity = cluster.spec.scheduling.affinity.clone().unwrap_or_default();
+    let mut spread = vec![];
+    match cluster.spec.scheduling.spread {
+        Spread::Host => {
+            let anti = affinity
+                .pod_anti_affinity
+                .get_or_insert_with(PodAntiAffinity::default);
+            anti.required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .push(PodAffinityTerm {
+                    label_selector: Some(selector),
+                    topology_key: HOSTNAME_KEY.into(),
+                    ..Default::default()
+                });
+        }
+        Spread::Zone => spread.push(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE_KEY.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(selector),
+            ..Default::default()
+        }),
+        Spread::None => {}
+    }
+    let empty = affinity.node_affinity.is_none()
+        && affinity.pod_affinity.is_none()
+        && affinity.pod_anti_affinity.is_none();
+    ((!empty).then_some(affinity), spread)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(spec: serde_json::Value) -> RedlockCluster {
+        let mut c = RedlockCluster::new("locks", serde_json::from_value(spec).unwrap());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    #[test]
+    fn slot_pod_is_owned_labelled_and_fenced_by_its_acl_file() {
+        let p = pod(&cluster(json!({"maxLockTTL": "30s", "image": "redis:7.2"})), 3);
+        assert_eq!(p.metadata.name.as_deref(), Some("locks-3"));
+        let labels = p.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["redlock.dev/slot"], "3");
+        assert_eq!(p.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("redis:7.2"));
+        assert_eq!(
+            c.command.as_ref().unwrap(),
+            &["redis-server", "/etc/redis/redis.conf"]
+        );
+        let probe = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap()
+            .command
+            .as_ref()
+            .unwrap();
+        assert!(probe[2].contains("--user \"$REDIS_CLIENT_USER\""), "{probe:?}");
+        assert!(
+            probe[2].contains("grep -q '^PONG$'"),
+            "the reply is checked, not the exit code"
+        );
+        assert!(
+            !probe[2].contains("REDISCLI_AUTH"),
+            "password never on the command line"
+        );
+        let acl = spec
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == "acl")
+            .unwrap();
+        assert_eq!(
+            acl.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("locks-acl")
+        );
+    }
+
+    #[test]
+    fn spread_host_forbids_two_instances_per_node() {
+        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let anti = p.spec.unwrap().affinity.unwrap().pod_anti_affinity.unwrap();
+        let term = &anti.required_during_scheduling_ignored_during_execution.unwrap()[0];
+        assert_eq!(term.topology_key, "kubernetes.io/hostname");
+    }
+
+    #[test]
+    fn spread_zone_and_none() {
+        let z = pod(
+            &cluster(json!({"maxLockTTL": "30s", "scheduling": {"spread": "zone"}})),
+            0,
+        );
+        let spec = z.spec.unwrap();
+        assert_eq!(
+            spec.topology_spread_constraints.unwrap()[0].topology_key,
+            "topology.kubernetes.io/zone"
+        );
+        let n = pod(
+            &cluster(json!({"maxLockTTL": "30s", "scheduling": {"spread": "none"}})),
+            0,
+        );
+        let spec = n.spec.unwrap();
+        assert!(spec.affinity.is_none() && spec.topology_spread_constraints.is_none());
+    }
+}

@@ -185,6 +185,9 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
     let mut step = Step::default();
     let pod_missing = obs.pod == PodState::Missing;
     let process = running_process(obs);
+    // A finished pod (Failed, e.g. evicted) never runs again and blocks its name: remove it so
+    // the slot can be replaced. Its process is gone, so deleting it ends nothing that serves.
+    step.delete_pod = matches!(obs.pod, PodState::Finished { .. });
 
     let Some(prev) = prev else {
         // No record of this slot. With no pod it is new: record `Starting` first (so a later
@@ -285,7 +288,14 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
             }
         }
         MemberState::Held | MemberState::Lost => {
-            let until = prev.held_until.as_ref().map(|t| t.0);
+            // A hold without an end on record (an edited status, a removed process of unknown
+            // history): unknown means unsafe, so a full hold from now.
+            let until = Some(
+                prev.held_until
+                    .as_ref()
+                    .map_or_else(|| held_until(input.now, input.hold), |t| t.0),
+            );
+            next.held_until = until.map(MicroTime);
             match &process {
                 Some(p) if is_other_process(prev, p) => {
                     // A further crash during the hold: the hold runs again from this observation.
@@ -371,6 +381,12 @@ fn retire_member(
         ..Step::default()
     };
     let Some(prev) = prev else {
+        if obs.pod != PodState::Missing {
+            // A process with no record may have served clients: hold the slot once it is gone.
+            let mut m = member(input, slot, MemberState::Lost);
+            m.message = Some("unknown process being removed; the slot is held once it is gone".into());
+            step.member = Some(m);
+        }
         return step;
     };
     if obs.pod != PodState::Missing {
@@ -381,7 +397,11 @@ fn retire_member(
     let until = match prev.state {
         MemberState::Starting => None,
         MemberState::Ready => Some(held_until(input.now, input.hold)),
-        MemberState::Held | MemberState::Lost => prev.held_until.as_ref().map(|t| t.0),
+        MemberState::Held | MemberState::Lost => Some(
+            prev.held_until
+                .as_ref()
+                .map_or_else(|| held_until(input.now, input.hold), |t| t.0),
+        ),
     };
     if let Some(until) = until.filter(|u| *u > input.now) {
         let mut m = member(input, slot, MemberState::Lost);
@@ -395,4 +415,1328 @@ fn retire_member(
         step.member = Some(m);
     }
     step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::RedisInfo;
+
+    /// 30 s TTL, 1 % drift, 1 s margin.
+    const HOLD: Duration = Duration::from_millis(31_300);
+    /// When the persisted records were written.
+    const T0: i64 = 1_000;
+    /// The injected clock of most cases.
+    const NOW: i64 = 2_000;
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// `NOW + HOLD`, computed independently of `held_until`.
+    fn hold_from_now() -> Timestamp {
+        Timestamp::from_millisecond(NOW * 1_000 + 31_300).unwrap()
+    }
+
+    fn micro(t: Timestamp) -> Option<MicroTime> {
+        Some(MicroTime(t))
+    }
+
+    // Persisted member records; `since` is T0 unless a case says otherwise.
+
+    fn record(slot: i32, state: MemberState) -> MemberStatus {
+        MemberStatus {
+            name: format!("locks-{slot}"),
+            slot,
+            endpoint: None,
+            state,
+            run_id: None,
+            container_id: None,
+            held_until: None,
+            since: micro(at(T0)),
+            message: None,
+        }
+    }
+
+    fn starting(slot: i32) -> MemberStatus {
+        record(slot, MemberState::Starting)
+    }
+
+    fn ready(slot: i32, run: &str, container: &str) -> MemberStatus {
+        MemberStatus {
+            run_id: Some(run.into()),
+            container_id: Some(container.into()),
+            ..record(slot, MemberState::Ready)
+        }
+    }
+
+    fn held(slot: i32, run: &str, container: &str, until: Timestamp) -> MemberStatus {
+        MemberStatus {
+            run_id: Some(run.into()),
+            container_id: Some(container.into()),
+            held_until: micro(until),
+            message: Some("held".into()),
+            ..record(slot, MemberState::Held)
+        }
+    }
+
+    fn lost(slot: i32, until: Timestamp) -> MemberStatus {
+        MemberStatus {
+            held_until: micro(until),
+            message: Some("pod deleted".into()),
+            ..record(slot, MemberState::Lost)
+        }
+    }
+
+    // Observations of one slot.
+
+    fn missing() -> SlotObservation {
+        SlotObservation::default()
+    }
+
+    /// A running container whose Redis answers the operator.
+    fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: Some(container.into()),
+                ready: enabled,
+                terminating: false,
+            },
+            pod_ip: None,
+            redis: Some(RedisInfo {
+                run_id: run.into(),
+                version: "7.0.15".into(),
+                client_enabled: enabled,
+            }),
+            redis_error: None,
+        }
+    }
+
+    /// A running container whose Redis does not answer (SIGSTOP, overload, network).
+    fn unreachable(container: &str) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: Some(container.into()),
+                ready: false,
+                terminating: false,
+            },
+            pod_ip: None,
+            redis: None,
+            redis_error: Some("connection refused".into()),
+        }
+    }
+
+    /// A node that stopped reporting: the kubelet's last word was "running", nothing answers.
+    fn node_lost(container: &str) -> SlotObservation {
+        SlotObservation {
+            redis_error: Some("timed out".into()),
+            ..unreachable(container)
+        }
+    }
+
+    fn terminating(obs: SlotObservation) -> SlotObservation {
+        let PodState::Running { container_id, .. } = obs.pod else {
+            panic!("only a running pod can be terminating here")
+        };
+        SlotObservation {
+            pod: PodState::Running {
+                container_id,
+                ready: false,
+                terminating: true,
+            },
+            ..obs
+        }
+    }
+
+    fn not_running(reason: &str) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::NotRunning {
+                reason: reason.into(),
+            },
+            ..missing()
+        }
+    }
+
+    fn finished(reason: &str) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Finished {
+                reason: reason.into(),
+            },
+            ..missing()
+        }
+    }
+
+    fn input(instances: i32, members: &[MemberStatus], now: Timestamp) -> PlanInput<'_> {
+        PlanInput {
+            cluster: "locks",
+            instances,
+            members,
+            now,
+            hold: HOLD,
+        }
+    }
+
+    fn observed(slots: impl IntoIterator<Item = (i32, SlotObservation)>) -> BTreeMap<i32, SlotObservation> {
+        slots.into_iter().collect()
+    }
+
+    fn reasons(p: &Plan) -> Vec<(i32, &'static str)> {
+        p.events.iter().map(|e| (e.slot, e.reason)).collect()
+    }
+
+    /// One slot (slot 0 of a one-instance cluster): persisted record and observation in, the
+    /// record and actions that must come out.
+    struct Case {
+        name: &'static str,
+        prev: Option<MemberStatus>,
+        obs: SlotObservation,
+        now: Timestamp,
+        /// The whole expected record; its `message` is ignored when `msg` is set.
+        want: MemberStatus,
+        /// A part the message must contain, when the exact text is not the point.
+        msg: Option<String>,
+        create: bool,
+        delete: bool,
+        release: Option<&'static str>,
+        /// (reason, warning) in order.
+        events: &'static [(&'static str, bool)],
+        next: Option<Duration>,
+    }
+
+    impl Case {
+        fn new(
+            name: &'static str,
+            prev: Option<MemberStatus>,
+            obs: SlotObservation,
+            want: MemberStatus,
+        ) -> Case {
+            Case {
+                name,
+                prev,
+                obs,
+                now: at(NOW),
+                want,
+                msg: None,
+                create: false,
+                delete: false,
+                release: None,
+                events: &[],
+                next: None,
+            }
+        }
+        fn at(self, now: Timestamp) -> Case {
+            Case { now, ..self }
+        }
+        fn msg(self, part: impl Into<String>) -> Case {
+            Case {
+                msg: Some(part.into()),
+                ..self
+            }
+        }
+        fn create(self) -> Case {
+            Case { create: true, ..self }
+        }
+        fn delete(self) -> Case {
+            Case { delete: true, ..self }
+        }
+        fn release(self, run: &'static str) -> Case {
+            Case {
+                release: Some(run),
+                ..self
+            }
+        }
+        fn events(self, events: &'static [(&'static str, bool)]) -> Case {
+            Case { events, ..self }
+        }
+        fn next(self, d: Duration) -> Case {
+            Case {
+                next: Some(d),
+                ..self
+            }
+        }
+    }
+
+    const LOST: &[(&str, bool)] = &[("InstanceLost", true), ("HoldStarted", false)];
+    const EXTENDED: &[(&str, bool)] = &[("HoldExtended", true)];
+
+    fn check(c: &Case) {
+        let name = c.name;
+        let members: Vec<MemberStatus> = c.prev.iter().cloned().collect();
+        let obs = observed([(0, c.obs.clone())]);
+        let p = plan(&input(1, &members, c.now), &obs);
+
+        assert_eq!(p.members.len(), 1, "{name}: one record");
+        let got = &p.members[0];
+        match &c.msg {
+            Some(part) => {
+                let text = got.message.as_deref().unwrap_or_default();
+                assert!(
+                    text.contains(part.as_str()),
+                    "{name}: message {text:?} lacks {part:?}"
+                );
+                let got = MemberStatus {
+                    message: None,
+                    ..got.clone()
+                };
+                let want = MemberStatus {
+                    message: None,
+                    ..c.want.clone()
+                };
+                assert_eq!(got, want, "{name}: record");
+            }
+            None => assert_eq!(got, &c.want, "{name}: record"),
+        }
+        assert_eq!(
+            p.create_pods,
+            if c.create { vec![0] } else { vec![] },
+            "{name}: create"
+        );
+        assert_eq!(
+            p.delete_pods,
+            if c.delete { vec![0] } else { vec![] },
+            "{name}: delete"
+        );
+        assert_eq!(
+            p.releases,
+            c.release
+                .map(|r| (0, r.to_owned()))
+                .into_iter()
+                .collect::<Vec<_>>(),
+            "{name}: releases"
+        );
+        let events: Vec<_> = p.events.iter().map(|e| (e.reason, e.warning)).collect();
+        assert_eq!(events, c.events, "{name}: events");
+        for e in &p.events {
+            assert_eq!(e.slot, 0, "{name}: event slot");
+            assert!(
+                e.message.contains("locks-0"),
+                "{name}: event names the pod: {}",
+                e.message
+            );
+            if matches!(e.reason, "HoldStarted" | "HoldExtended") {
+                let until = c
+                    .want
+                    .held_until
+                    .as_ref()
+                    .expect("a hold event comes with a hold")
+                    .0;
+                assert!(
+                    e.message.contains(&until.to_string()),
+                    "{name}: {} lacks {until}",
+                    e.message
+                );
+            }
+        }
+        assert_eq!(p.next_hold_end, c.next, "{name}: next_hold_end");
+
+        // Pure: the same input plans the same.
+        assert_eq!(plan(&input(1, &members, c.now), &obs), p, "{name}: deterministic");
+        // Planning again from what was just written, with nothing changed, changes no state,
+        // run id, hold or `since`, and tells nothing new.
+        let again = plan(&input(1, &p.members, c.now), &obs);
+        let strip = |m: &MemberStatus| MemberStatus {
+            message: None,
+            ..m.clone()
+        };
+        assert_eq!(strip(&again.members[0]), strip(got), "{name}: stable on re-plan");
+        assert!(
+            again.events.is_empty(),
+            "{name}: re-plan tells nothing new: {:?}",
+            again.events
+        );
+    }
+
+    fn run(cases: Vec<Case>) {
+        for c in &cases {
+            check(c);
+        }
+    }
+
+    #[test]
+    fn starting_members() {
+        let since_now = micro(at(NOW));
+        run(vec![
+            // 1: new slot, no pod: `Starting` on record, then the pod; no hold.
+            Case::new(
+                "no record, no pod",
+                None,
+                missing(),
+                MemberStatus {
+                    since: since_now.clone(),
+                    ..starting(0)
+                },
+            )
+            .create()
+            .events(&[("InstanceCreated", false)]),
+            Case::new(
+                "starting, pod not there yet",
+                Some(starting(0)),
+                missing(),
+                starting(0),
+            )
+            .create(),
+            Case::new(
+                "starting, pod pending",
+                Some(starting(0)),
+                not_running("pending (not started)"),
+                starting(0),
+            ),
+            Case::new(
+                "starting, process not answering yet",
+                Some(starting(0)),
+                unreachable("c1"),
+                starting(0),
+            ),
+            // 2: the first process of a slot never served: released at once.
+            Case::new(
+                "starting, fenced process up",
+                Some(starting(0)),
+                running("R", false, "c1"),
+                MemberStatus {
+                    since: since_now.clone(),
+                    ..ready(0, "R", "c1")
+                },
+            )
+            .release("R"),
+            // 3
+            Case::new(
+                "starting, process already enabled",
+                Some(starting(0)),
+                running("R", true, "c1"),
+                MemberStatus {
+                    since: since_now.clone(),
+                    ..ready(0, "R", "c1")
+                },
+            ),
+            Case::new(
+                "starting, pod failed",
+                Some(starting(0)),
+                finished("Failed (Evicted)"),
+                starting(0),
+            )
+            .delete(),
+        ]);
+    }
+
+    #[test]
+    fn ready_members() {
+        let u = hold_from_now();
+        let lost_now = MemberStatus {
+            since: micro(at(NOW)),
+            ..lost(0, u)
+        };
+        let held_now = |run: Option<&str>, container: &str| MemberStatus {
+            state: MemberState::Held,
+            run_id: run.map(str::to_owned),
+            container_id: Some(container.into()),
+            ..lost_now.clone()
+        };
+        let r = || Some(ready(0, "R", "c1"));
+        run(vec![
+            // 4
+            Case::new("ready, pod deleted", r(), missing(), lost_now.clone())
+                .msg(format!("pod deleted; held until {u}"))
+                .create()
+                .events(LOST)
+                .next(HOLD),
+            // 5
+            Case::new(
+                "ready, new run id in a new container",
+                r(),
+                running("Q", false, "c2"),
+                held_now(Some("Q"), "c2"),
+            )
+            .msg(format!("new process (restarted); held until {u}"))
+            .events(LOST)
+            .next(HOLD),
+            Case::new(
+                "ready, new run id, container id not changed",
+                r(),
+                running("Q", false, "c1"),
+                held_now(Some("Q"), "c1"),
+            )
+            .msg("new process (restarted)")
+            .events(LOST)
+            .next(HOLD),
+            Case::new(
+                "ready, new run id already enabled: still a new process",
+                r(),
+                running("Q", true, "c2"),
+                held_now(Some("Q"), "c2"),
+            )
+            .msg("new process (restarted)")
+            .events(LOST)
+            .next(HOLD),
+            // 6
+            Case::new(
+                "ready, new container, redis unreachable",
+                r(),
+                unreachable("c2"),
+                held_now(None, "c2"),
+            )
+            .msg("new process (restarted)")
+            .events(LOST)
+            .next(HOLD),
+            // 7
+            Case::new(
+                "ready, crash-looping",
+                r(),
+                not_running("CrashLoopBackOff"),
+                lost_now.clone(),
+            )
+            .msg("container not running (CrashLoopBackOff)")
+            .events(LOST)
+            .next(HOLD),
+            Case::new(
+                "ready, killed",
+                r(),
+                not_running("exit code 137"),
+                lost_now.clone(),
+            )
+            .msg("container not running (exit code 137)")
+            .events(LOST)
+            .next(HOLD),
+            // 8: the failed pod goes, so the next reconcile sees it missing and replaces it.
+            Case::new(
+                "ready, pod evicted",
+                r(),
+                finished("Failed (Evicted)"),
+                lost_now.clone(),
+            )
+            .msg("pod Failed (Evicted)")
+            .delete()
+            .events(LOST)
+            .next(HOLD),
+            Case::new(
+                "ready, pod succeeded",
+                r(),
+                finished("succeeded"),
+                lost_now.clone(),
+            )
+            .msg("pod succeeded")
+            .delete()
+            .events(LOST)
+            .next(HOLD),
+            // 9: a stopped process keeps its keys; no hold while its container runs.
+            Case::new(
+                "ready, same container, redis unreachable",
+                r(),
+                unreachable("c1"),
+                ready(0, "R", "c1"),
+            )
+            .msg("not answering the operator (connection refused)"),
+            // 10: the process may still serve until it is gone.
+            Case::new(
+                "ready, pod terminating, process still answering",
+                r(),
+                terminating(running("R", true, "c1")),
+                ready(0, "R", "c1"),
+            ),
+            Case::new(
+                "ready, pod terminating, process not answering",
+                r(),
+                terminating(unreachable("c1")),
+                ready(0, "R", "c1"),
+            )
+            .msg("not answering the operator"),
+            // 19: node lost, pod still reported running: no replacement, nothing released.
+            Case::new(
+                "ready, node not reporting",
+                r(),
+                node_lost("c1"),
+                ready(0, "R", "c1"),
+            )
+            .msg("not answering the operator (timed out)"),
+            // A crash between the status write and the release left it fenced: release again.
+            Case::new(
+                "ready, same process still fenced",
+                r(),
+                running("R", false, "c1"),
+                ready(0, "R", "c1"),
+            )
+            .release("R"),
+            Case::new(
+                "ready, same process serving",
+                r(),
+                running("R", true, "c1"),
+                ready(0, "R", "c1"),
+            ),
+            Case::new(
+                "ready without a known container: filled in",
+                Some(MemberStatus {
+                    container_id: None,
+                    ..ready(0, "R", "c1")
+                }),
+                running("R", true, "c1"),
+                ready(0, "R", "c1"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn held_members() {
+        let later = at(NOW + 10);
+        let h = |until| Some(held(0, "Q", "c2", until));
+        let released = MemberStatus {
+            since: micro(at(NOW)),
+            ..ready(0, "Q", "c2")
+        };
+        let extended = |run: Option<&str>, container: &str, until| MemberStatus {
+            run_id: run.map(str::to_owned),
+            container_id: Some(container.into()),
+            ..held(0, "Q", "c2", until)
+        };
+        let lost_extended = |until| MemberStatus {
+            since: micro(at(NOW)),
+            ..lost(0, until)
+        };
+        run(vec![
+            // 11
+            Case::new(
+                "held, before its end",
+                h(later),
+                running("Q", false, "c2"),
+                held(0, "Q", "c2", later),
+            )
+            .next(secs(10)),
+            Case::new(
+                "held, enabled by someone else before its end: not adopted as ready",
+                h(later),
+                running("Q", true, "c2"),
+                held(0, "Q", "c2", later),
+            )
+            .next(secs(10)),
+            Case::new(
+                "held, before its end, process not answering",
+                h(later),
+                unreachable("c2"),
+                held(0, "Q", "c2", later),
+            )
+            .next(secs(10)),
+            Case::new(
+                "held, one microsecond before its end: not released",
+                h(later),
+                running("Q", false, "c2"),
+                held(0, "Q", "c2", later),
+            )
+            .at(later
+                .checked_sub(k8s_openapi::jiff::SignedDuration::from_micros(1))
+                .unwrap())
+            .next(Duration::from_micros(1)),
+            // 12
+            Case::new(
+                "held, exactly at its end",
+                h(at(NOW)),
+                running("Q", false, "c2"),
+                released.clone(),
+            )
+            .release("Q"),
+            Case::new(
+                "held, after its end",
+                h(at(NOW - 5)),
+                running("Q", false, "c2"),
+                released.clone(),
+            )
+            .release("Q"),
+            Case::new(
+                "held, after its end, already enabled",
+                h(at(NOW - 5)),
+                running("Q", true, "c2"),
+                released.clone(),
+            ),
+            Case::new(
+                "held, after its end, process not answering: not released",
+                h(at(NOW - 5)),
+                unreachable("c2"),
+                held(0, "Q", "c2", at(NOW - 5)),
+            ),
+            Case::new(
+                "held, after its end, pod terminating: not released",
+                h(at(NOW - 5)),
+                terminating(unreachable("c2")),
+                held(0, "Q", "c2", at(NOW - 5)),
+            ),
+            // 13: a further restart during the hold counts the hold again from now.
+            Case::new(
+                "held, restarted again",
+                h(later),
+                running("Q2", false, "c3"),
+                extended(Some("Q2"), "c3", hold_from_now()),
+            )
+            .msg(format!(
+                "restarted again during its hold; held until {}",
+                hold_from_now()
+            ))
+            .events(EXTENDED)
+            .next(HOLD),
+            Case::new(
+                "held, restarted again, new container not answering",
+                h(later),
+                unreachable("c3"),
+                extended(None, "c3", hold_from_now()),
+            )
+            .msg("restarted again during its hold")
+            .events(EXTENDED)
+            .next(HOLD),
+            Case::new(
+                "held, restarted again: never earlier than the running hold",
+                h(at(NOW + 100)),
+                running("Q2", false, "c3"),
+                extended(Some("Q2"), "c3", at(NOW + 100)),
+            )
+            .msg("restarted again during its hold")
+            .events(EXTENDED)
+            .next(secs(100)),
+            Case::new(
+                "held, restarted right after its end: held again, not released",
+                h(at(NOW - 5)),
+                running("Q2", false, "c3"),
+                extended(Some("Q2"), "c3", hold_from_now()),
+            )
+            .msg("restarted again during its hold")
+            .events(EXTENDED)
+            .next(HOLD),
+            // 14
+            Case::new(
+                "held, pod deleted",
+                h(later),
+                missing(),
+                lost_extended(hold_from_now()),
+            )
+            .msg(format!(
+                "replacement lost during its hold; held until {}",
+                hold_from_now()
+            ))
+            .create()
+            .events(EXTENDED)
+            .next(HOLD),
+            Case::new(
+                "held, container crashed",
+                h(later),
+                not_running("Error"),
+                lost_extended(hold_from_now()),
+            )
+            .msg("replacement lost during its hold")
+            .events(EXTENDED)
+            .next(HOLD),
+            Case::new(
+                "held, pod evicted",
+                h(later),
+                finished("Failed (Evicted)"),
+                lost_extended(hold_from_now()),
+            )
+            .msg("replacement lost during its hold")
+            .delete()
+            .events(EXTENDED)
+            .next(HOLD),
+            Case::new(
+                "held, process lost after a long hold: never earlier than the running hold",
+                h(at(NOW + 100)),
+                missing(),
+                lost_extended(at(NOW + 100)),
+            )
+            .msg("replacement lost during its hold")
+            .create()
+            .events(EXTENDED)
+            .next(secs(100)),
+            // A held process whose run id was not known yet: learnt, hold unchanged.
+            Case::new(
+                "held without run id, same container answers",
+                Some(MemberStatus {
+                    run_id: None,
+                    ..held(0, "Q", "c2", later)
+                }),
+                running("Q", false, "c2"),
+                held(0, "Q", "c2", later),
+            )
+            .next(secs(10)),
+            Case::new(
+                "held without run id, same container answers after the end",
+                Some(MemberStatus {
+                    run_id: None,
+                    ..held(0, "Q", "c2", at(NOW - 5))
+                }),
+                running("Q", false, "c2"),
+                released.clone(),
+            )
+            .release("Q"),
+        ]);
+    }
+
+    #[test]
+    fn lost_members() {
+        let later = at(NOW + 10);
+        let l = |until| Some(lost(0, until));
+        run(vec![
+            // 15: the replacement is fenced since its start; the hold keeps its end.
+            Case::new(
+                "lost, replacement up before the end",
+                l(later),
+                running("Q", false, "c2"),
+                MemberStatus {
+                    state: MemberState::Held,
+                    run_id: Some("Q".into()),
+                    container_id: Some("c2".into()),
+                    since: micro(at(NOW)),
+                    ..lost(0, later)
+                },
+            )
+            .next(secs(10)),
+            Case::new(
+                "lost, replacement up but not answering before the end",
+                l(later),
+                unreachable("c2"),
+                MemberStatus {
+                    state: MemberState::Held,
+                    container_id: Some("c2".into()),
+                    since: micro(at(NOW)),
+                    ..lost(0, later)
+                },
+            )
+            .next(secs(10)),
+            // 16
+            Case::new(
+                "lost, replacement up after the end",
+                l(at(NOW - 1)),
+                running("Q", false, "c2"),
+                MemberStatus {
+                    since: micro(at(NOW)),
+                    ..ready(0, "Q", "c2")
+                },
+            )
+            .release("Q"),
+            Case::new(
+                "lost, replacement up after the end, already enabled",
+                l(at(NOW - 1)),
+                running("Q", true, "c2"),
+                MemberStatus {
+                    since: micro(at(NOW)),
+                    ..ready(0, "Q", "c2")
+                },
+            ),
+            Case::new("lost, no pod", l(later), missing(), lost(0, later))
+                .create()
+                .next(secs(10)),
+            Case::new(
+                "lost, no pod after the end",
+                l(at(NOW - 1)),
+                missing(),
+                lost(0, at(NOW - 1)),
+            )
+            .create(),
+            Case::new(
+                "lost, pod pending",
+                l(later),
+                not_running("ContainerCreating"),
+                lost(0, later),
+            )
+            .next(secs(10)),
+            Case::new(
+                "lost, pod evicted",
+                l(later),
+                finished("Failed (Evicted)"),
+                lost(0, later),
+            )
+            .delete()
+            .next(secs(10)),
+        ]);
+    }
+
+    /// 18: a pod without a record is unknown, and unknown means unsafe.
+    #[test]
+    fn unknown_processes() {
+        let u = hold_from_now();
+        let fresh = |state| MemberStatus {
+            held_until: micro(u),
+            since: micro(at(NOW)),
+            ..record(0, state)
+        };
+        const STARTED: &[(&str, bool)] = &[("HoldStarted", false)];
+        run(vec![
+            Case::new(
+                "no record, fenced process",
+                None,
+                running("Q", false, "c1"),
+                MemberStatus {
+                    run_id: Some("Q".into()),
+                    container_id: Some("c1".into()),
+                    ..fresh(MemberState::Held)
+                },
+            )
+            .msg(format!(
+                "unknown process (no record of this slot); held until {u}"
+            ))
+            .events(STARTED)
+            .next(HOLD),
+            Case::new(
+                "no record, process not answering",
+                None,
+                unreachable("c1"),
+                MemberStatus {
+                    container_id: Some("c1".into()),
+                    ..fresh(MemberState::Held)
+                },
+            )
+            .msg("unknown process")
+            .events(STARTED)
+            .next(HOLD),
+            Case::new(
+                "no record, pod pending",
+                None,
+                not_running("pending (not started)"),
+                fresh(MemberState::Lost),
+            )
+            .msg("unknown process")
+            .events(STARTED)
+            .next(HOLD),
+            Case::new(
+                "no record, pod failed",
+                None,
+                finished("Failed (Evicted)"),
+                fresh(MemberState::Lost),
+            )
+            .msg("unknown process")
+            .delete()
+            .events(STARTED)
+            .next(HOLD),
+            // Someone released it; fencing it now would not undo what it served.
+            Case::new(
+                "no record, process already serving",
+                None,
+                running("Q", true, "c1"),
+                MemberStatus {
+                    since: micro(at(NOW)),
+                    message: Some("adopted a process that already serves clients".into()),
+                    ..ready(0, "Q", "c1")
+                },
+            ),
+        ]);
+    }
+
+    /// 1
+    #[test]
+    fn new_cluster_starts_every_slot() {
+        let p = plan(&input(3, &[], at(NOW)), &BTreeMap::new());
+        let want: Vec<_> = (0..3)
+            .map(|s| MemberStatus {
+                since: micro(at(NOW)),
+                ..starting(s)
+            })
+            .collect();
+        assert_eq!(p.members, want);
+        assert_eq!(p.create_pods, vec![0, 1, 2]);
+        assert!(p.delete_pods.is_empty() && p.releases.is_empty());
+        assert_eq!(
+            reasons(&p),
+            vec![
+                (0, "InstanceCreated"),
+                (1, "InstanceCreated"),
+                (2, "InstanceCreated")
+            ]
+        );
+        assert_eq!(p.events[2].message, "creating locks-2");
+        assert_eq!(p.next_hold_end, None);
+    }
+
+    /// 17: the hold on record is the hold; an operator coming back mid-hold neither shortens
+    /// nor restarts it, and the plan depends on nothing but its inputs.
+    #[test]
+    fn operator_restart_mid_hold_keeps_the_hold() {
+        let until = held_until(at(T0), HOLD);
+        let members = vec![
+            MemberStatus {
+                message: Some(format!("new process (restarted); held until {until}")),
+                ..held(0, "Q", "c2", until)
+            },
+            lost(1, until),
+            ready(2, "R", "c1"),
+        ];
+        let obs = observed([
+            (0, running("Q", false, "c2")),
+            (1, missing()),
+            (2, running("R", true, "c1")),
+        ]);
+        let now = at(T0 + 10);
+        let p = plan(&input(3, &members, now), &obs);
+        assert_eq!(
+            p.members, members,
+            "identical records: same since, same heldUntil"
+        );
+        assert_eq!(p.create_pods, vec![1]);
+        assert!(p.delete_pods.is_empty() && p.releases.is_empty() && p.events.is_empty());
+        assert_eq!(p.next_hold_end, Some(Duration::from_millis(21_300)));
+        assert_eq!(plan(&input(3, &members, now), &obs), p, "idempotent");
+        // Down for longer, still inside the hold: the same records.
+        let p = plan(&input(3, &members, at(T0 + 31)), &obs);
+        assert_eq!(p.members, members);
+        assert_eq!(p.next_hold_end, Some(Duration::from_millis(300)));
+        // At the recorded end, not before.
+        let p = plan(&input(3, &members, until), &obs);
+        assert_eq!(p.members[0].state, MemberState::Ready);
+        assert_eq!(p.releases, vec![(0, "Q".to_owned())]);
+        assert_eq!(p.members[1], members[1]);
+        assert_eq!(p.next_hold_end, None);
+    }
+
+    /// 20
+    #[test]
+    fn scale_down_holds_removed_slots_until_their_hold_ends() {
+        let members: Vec<_> = (0..5)
+            .map(|s| ready(s, &format!("R{s}"), &format!("c{s}")))
+            .collect();
+        let serving = |s: i32| (s, running(&format!("R{s}"), true, &format!("c{s}")));
+
+        // Pods still there: deleted, records untouched (their processes may still serve).
+        let all_pods = observed((0..5).map(serving));
+        let p = plan(&input(3, &members, at(NOW)), &all_pods);
+        assert_eq!(p.members, members);
+        assert_eq!(p.delete_pods, vec![3, 4]);
+        assert!(p.create_pods.is_empty() && p.releases.is_empty() && p.events.is_empty());
+        assert_eq!(p.next_hold_end, None);
+
+        // Terminating, still answering: still untouched, still deleted.
+        let mut going = all_pods.clone();
+        going.insert(3, terminating(running("R3", true, "c3")));
+        going.insert(4, terminating(unreachable("c4")));
+        let p = plan(&input(3, &members, at(NOW)), &going);
+        assert_eq!(p.members, members);
+        assert_eq!(p.delete_pods, vec![3, 4]);
+
+        // Pods gone: held from now.
+        let remaining_pods = observed((0..3).map(serving));
+        let p = plan(&input(3, &members, at(NOW)), &remaining_pods);
+        let u = hold_from_now();
+        assert_eq!(&p.members[..3], &members[..3]);
+        for (m, slot) in p.members[3..].iter().zip(3..) {
+            let want = MemberStatus {
+                since: micro(at(NOW)),
+                ..lost(slot, u)
+            };
+            assert_eq!(m.clone().tap_message(None), want.tap_message(None));
+            let text = m.message.as_deref().unwrap();
+            assert!(text.contains("removed by scale-down"), "{text}");
+            assert!(text.contains(&u.to_string()), "{text}");
+        }
+        assert!(p.create_pods.is_empty() && p.delete_pods.is_empty() && p.releases.is_empty());
+        assert!(p.events.is_empty());
+        assert_eq!(p.next_hold_end, Some(HOLD));
+
+        // Later, inside the hold: the records stand as written.
+        let retired = p.members.clone();
+        let p = plan(&input(3, &retired, at(NOW + 10)), &remaining_pods);
+        assert_eq!(p.members, retired);
+        assert_eq!(p.next_hold_end, Some(Duration::from_millis(21_300)));
+
+        // Scaling back up within the hold: the slots are lost and held, not new.
+        let p = plan(&input(5, &retired, at(NOW + 10)), &remaining_pods);
+        assert_eq!(p.members, retired);
+        assert_eq!(p.create_pods, vec![3, 4]);
+        assert!(p.events.is_empty(), "no InstanceCreated: {:?}", p.events);
+        let mut back = remaining_pods.clone();
+        back.insert(3, running("N3", false, "d3"));
+        let p = plan(&input(5, &retired, at(NOW + 20)), &back);
+        assert_eq!(p.members[3].state, MemberState::Held);
+        assert_eq!(p.members[3].held_until, micro(u));
+        assert!(p.releases.is_empty());
+        let p = plan(&input(5, &p.members, u), &back);
+        assert_eq!(p.members[3].state, MemberState::Ready);
+        assert_eq!(p.releases, vec![(3, "N3".to_owned())]);
+
+        // Once the hold has run out, the records go.
+        let p = plan(&input(3, &retired, u), &remaining_pods);
+        assert_eq!(p.members, members[..3]);
+        assert_eq!(p.next_hold_end, None);
+        // And a later scale-up starts them fresh.
+        let p = plan(&input(5, &p.members, u), &remaining_pods);
+        assert_eq!(p.members[3].state, MemberState::Starting);
+        assert_eq!(p.create_pods, vec![3, 4]);
+    }
+
+    /// Slots at or above N, one at a time.
+    #[test]
+    fn retired_slots() {
+        let later = at(NOW + 10);
+        /// (name, record, observation, kept record, pod deleted)
+        type RetireCase = (
+            &'static str,
+            Option<MemberStatus>,
+            SlotObservation,
+            Option<MemberStatus>,
+            bool,
+        );
+        let cases: Vec<RetireCase> = vec![
+            (
+                // Unknown history: it may have served, so the slot is held once it is gone.
+                "no record, pod left over",
+                None,
+                running("X", true, "c1"),
+                Some(MemberStatus {
+                    name: "locks-1".into(),
+                    slot: 1,
+                    endpoint: None,
+                    state: MemberState::Lost,
+                    run_id: None,
+                    container_id: None,
+                    held_until: None,
+                    since: Some(MicroTime(at(NOW))),
+                    message: None,
+                }),
+                true,
+            ),
+            ("no record, no pod", None, missing(), None, false),
+            (
+                "starting, no pod: never served, dropped",
+                Some(starting(1)),
+                missing(),
+                None,
+                false,
+            ),
+            (
+                "starting, pod still there",
+                Some(starting(1)),
+                not_running("pending"),
+                Some(starting(1)),
+                true,
+            ),
+            (
+                "held, pod gone: the running hold stays",
+                Some(held(1, "Q", "c2", later)),
+                missing(),
+                Some(MemberStatus {
+                    since: micro(at(NOW)),
+                    ..lost(1, later)
+                }),
+                false,
+            ),
+            (
+                "held, hold over, pod gone",
+                Some(held(1, "Q", "c2", at(NOW))),
+                missing(),
+                None,
+                false,
+            ),
+            (
+                "lost, hold running",
+                Some(lost(1, later)),
+                missing(),
+                Some(lost(1, later)),
+                false,
+            ),
+            (
+                "lost, hold over",
+                Some(lost(1, at(NOW - 1))),
+                missing(),
+                None,
+                false,
+            ),
+            (
+                "ready, pod failed: kept until the pod is gone",
+                Some(ready(1, "R", "c1")),
+                finished("Failed (Evicted)"),
+                Some(ready(1, "R", "c1")),
+                true,
+            ),
+        ];
+        for (name, prev, obs, want, delete) in cases {
+            let members: Vec<_> = prev.into_iter().collect();
+            let p = plan(
+                &input(1, &members, at(NOW)),
+                &observed([(0, running("R0", true, "c0")), (1, obs)]),
+            );
+            let got = p.members.iter().find(|m| m.slot == 1).cloned();
+            let strip = |m: Option<MemberStatus>| m.map(|m| m.tap_message(None));
+            assert_eq!(strip(got), strip(want.clone()), "{name}");
+            assert_eq!(p.delete_pods, if delete { vec![1] } else { vec![] }, "{name}");
+            assert!(
+                p.create_pods.is_empty() && p.releases.is_empty() && p.events.is_empty(),
+                "{name}"
+            );
+            let want_next = want
+                .and_then(|m| m.held_until)
+                .filter(|u| u.0 > at(NOW))
+                .map(|u| remaining(at(NOW), u.0));
+            assert_eq!(p.next_hold_end, want_next, "{name}");
+        }
+    }
+
+    /// An evicted pod stays in phase Failed until someone deletes it, and a pod of the same
+    /// name cannot be created meanwhile: without the delete the slot would stay Lost forever.
+    #[test]
+    fn evicted_pod_is_deleted_then_replaced_under_the_same_hold() {
+        let u = hold_from_now();
+        let members = [ready(0, "R", "c1")];
+        let p = plan(
+            &input(1, &members, at(NOW)),
+            &observed([(0, finished("Failed (Evicted)"))]),
+        );
+        assert_eq!(p.members[0].state, MemberState::Lost);
+        assert_eq!(p.members[0].held_until, micro(u));
+        assert_eq!((p.delete_pods.clone(), p.create_pods.clone()), (vec![0], vec![]));
+        // The pod is gone: a replacement is created; the hold keeps its end.
+        let p = plan(&input(1, &p.members, at(NOW + 1)), &observed([]));
+        assert_eq!((p.delete_pods.clone(), p.create_pods.clone()), (vec![], vec![0]));
+        assert_eq!(p.members[0].held_until, micro(u));
+        let p = plan(
+            &input(1, &p.members, at(NOW + 5)),
+            &observed([(0, running("Q", false, "c2"))]),
+        );
+        assert_eq!(p.members[0].state, MemberState::Held);
+        assert_eq!(p.members[0].held_until, micro(u));
+        assert!(p.releases.is_empty());
+        let p = plan(
+            &input(1, &p.members, u),
+            &observed([(0, running("Q", false, "c2"))]),
+        );
+        assert_eq!(p.members[0].state, MemberState::Ready);
+        assert_eq!(p.releases, vec![(0, "Q".to_owned())]);
+    }
+
+    /// 21
+    #[test]
+    fn scale_up_starts_new_slots() {
+        let members: Vec<_> = (0..3).map(|s| ready(s, "R", &format!("c{s}"))).collect();
+        let obs = observed((0..3).map(|s| (s, running("R", true, &format!("c{s}")))));
+        let p = plan(&input(5, &members, at(NOW)), &obs);
+        assert_eq!(&p.members[..3], &members[..]);
+        for s in 3..5 {
+            assert_eq!(
+                p.members[s as usize],
+                MemberStatus {
+                    since: micro(at(NOW)),
+                    ..starting(s)
+                }
+            );
+        }
+        assert_eq!(p.create_pods, vec![3, 4]);
+        assert_eq!(reasons(&p), vec![(3, "InstanceCreated"), (4, "InstanceCreated")]);
+        assert!(p.releases.is_empty() && p.delete_pods.is_empty());
+        assert_eq!(p.next_hold_end, None);
+    }
+
+    /// 22: an unchanged cluster plans exactly its status back: no write, no action.
+    #[test]
+    fn steady_state_changes_nothing() {
+        let members: Vec<_> = (0..5)
+            .map(|s| MemberStatus {
+                endpoint: Some(format!("locks-{s}.default.svc:6379")),
+                ..ready(s, &format!("R{s}"), &format!("c{s}"))
+            })
+            .collect();
+        let obs = observed((0..5).map(|s| (s, running(&format!("R{s}"), true, &format!("c{s}")))));
+        let p = plan(&input(5, &members, at(NOW)), &obs);
+        assert_eq!(
+            p,
+            Plan {
+                members: members.clone(),
+                ..Plan::default()
+            }
+        );
+    }
+
+    /// 23
+    #[test]
+    fn next_hold_end_is_the_earliest_running_hold() {
+        let members = vec![
+            held(0, "A", "a", at(NOW + 50)),
+            lost(1, at(NOW + 20)),
+            // Over, but not released (not answering): no hold to wait for.
+            held(2, "C", "c", at(NOW - 5)),
+            ready(3, "D", "d"),
+            // Retired slot, still held.
+            lost(4, at(NOW + 7)),
+        ];
+        let obs = observed([
+            (0, running("A", false, "a")),
+            (1, missing()),
+            (2, unreachable("c")),
+            (3, running("D", true, "d")),
+        ]);
+        let p = plan(&input(4, &members, at(NOW)), &obs);
+        assert_eq!(p.next_hold_end, Some(secs(7)));
+        let p = plan(&input(4, &members[..4], at(NOW)), &obs);
+        assert_eq!(p.next_hold_end, Some(secs(20)));
+        // A new loss shorter than every running hold wins.
+        let mut obs = obs;
+        obs.insert(3, missing());
+        let p = plan(&input(4, &members[..2], at(NOW + 15)), &obs);
+        assert_eq!(p.next_hold_end, Some(secs(5)));
+        let p = plan(&input(4, &members[..4], at(NOW + 19)), &obs);
+        assert_eq!(p.next_hold_end, Some(secs(1)));
+    }
+
+    /// heldUntil is rounded up to the microsecond status stores, `since` down.
+    #[test]
+    fn hold_end_rounds_up_to_microseconds() {
+        let now = Timestamp::from_nanosecond(i128::from(NOW) * 1_000_000_000 + 500).unwrap();
+        let members = [ready(0, "R", "c1")];
+        let p = plan(&input(1, &members, now), &observed([(0, missing())]));
+        let m = &p.members[0];
+        let until = m.held_until.as_ref().unwrap().0;
+        assert_eq!(
+            until.as_nanosecond(),
+            i128::from(NOW) * 1_000_000_000 + 31_300_000_000 + 1_000
+        );
+        assert!(until.duration_since(now) >= k8s_openapi::jiff::SignedDuration::try_from(HOLD).unwrap());
+        assert_eq!(m.since, micro(at(NOW)));
+        assert_eq!(p.next_hold_end, Some(HOLD + Duration::from_nanos(500)));
+    }
+
+    trait TapMessage {
+        fn tap_message(self, message: Option<String>) -> Self;
+    }
+
+    impl TapMessage for MemberStatus {
+        fn tap_message(self, message: Option<String>) -> Self {
+            MemberStatus { message, ..self }
+        }
+    }
+
+    /// A Held record without `heldUntil` (edited status) is not treated as expired: unknown
+    /// means unsafe, so a full hold from now, persisted.
+    #[test]
+    fn held_without_an_end_gets_a_full_hold_from_now() {
+        let mut m = held(0, "Q", "c1", at(NOW));
+        m.held_until = None;
+        let p = plan(
+            &input(1, &[m], at(NOW)),
+            &observed([(0, running("Q", false, "c1"))]),
+        );
+        let want = held_until(at(NOW), HOLD);
+        assert_eq!(p.members[0].state, MemberState::Held);
+        assert_eq!(p.members[0].held_until.as_ref().map(|t| t.0), Some(want));
+        assert!(p.releases.is_empty());
+        // Next reconcile, the persisted end stands.
+        let p2 = plan(
+            &input(1, &p.members, at(NOW + 5)),
+            &observed([(0, running("Q", false, "c1"))]),
+        );
+        assert_eq!(p2.members[0].held_until.as_ref().map(|t| t.0), Some(want));
+    }
+
+    /// A retired slot whose process had no record is held once the pod is gone.
+    #[test]
+    fn unknown_retired_process_is_held_after_it_is_gone() {
+        let p = plan(
+            &input(0, &[], at(NOW)),
+            &observed([(0, running("X", true, "c1"))]),
+        );
+        assert_eq!(p.delete_pods, vec![0]);
+        let p = plan(&input(0, &p.members, at(NOW + 1)), &observed([(0, missing())]));
+        assert_eq!(p.members[0].state, MemberState::Lost);
+        assert_eq!(
+            p.members[0].held_until.as_ref().map(|t| t.0),
+            Some(held_until(at(NOW + 1), HOLD))
+        );
+        // Scaling up within that hold does not reuse the slot unheld.
+        let p = plan(
+            &input(1, &p.members, at(NOW + 2)),
+            &observed([(0, running("Y", false, "c2"))]),
+        );
+        assert_eq!(p.members[0].state, MemberState::Held);
+        assert!(p.releases.is_empty());
+    }
 }

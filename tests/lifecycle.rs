@@ -1,0 +1,251 @@
+//! Instance lifecycle on the real control plane with real redis-server processes: fenced at
+//! start, released at once when new, held after a loss, released at `heldUntil`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::DeleteParams;
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+/// Short TTLs keep the tests fast: hold = 3s + ceil(3s × 0.01) + 0.5s = 3.53s.
+fn short_spec() -> serde_json::Value {
+    json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms"})
+}
+
+fn assert_released_on_time(until: Timestamp, served: Timestamp) {
+    let late = served.duration_since(until);
+    assert!(
+        late >= SignedDuration::ZERO,
+        "served {} before heldUntil {until}",
+        served
+    );
+    assert!(
+        late <= SignedDuration::from_secs(1),
+        "served {late:?} after heldUntil (limit 1s)"
+    );
+}
+
+#[tokio::test]
+async fn new_cluster_is_available_without_a_hold_and_enforces_its_settings() {
+    let env = Env::start(3).await;
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "30s"}))
+        .await;
+    let started = Instant::now();
+    let c = env.wait_ready(NAME, 3, Duration::from_secs(25)).await;
+    // Faster than the 31.3s hold: new slots never held locks, so they are released at once.
+    assert!(started.elapsed() < Duration::from_secs(25));
+    let s = c.status.unwrap();
+    assert_eq!(
+        (s.instances, s.quorum, s.held_instances),
+        (Some(3), Some(2), Some(0))
+    );
+    for m in &s.members {
+        assert_eq!(m.state, MemberState::Ready, "{m:?}");
+        assert!(m.held_until.is_none() && m.run_id.is_some(), "{m:?}");
+    }
+
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    for slot in 0..3 {
+        let ip = env.pod_ip(NAME, slot).await;
+        assert!(
+            lock(ip, &client, "res", "a", Duration::from_secs(1))
+                .await
+                .unwrap()
+        );
+        let mut c = connect(ip, &admin).await.unwrap();
+        for (key, want) in [
+            ("save", ""),
+            ("appendonly", "no"),
+            ("maxmemory-policy", "noeviction"),
+            ("replicaof", ""),
+        ] {
+            let got: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(key)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(
+                got.get(1).map(String::as_str).unwrap_or(""),
+                want,
+                "slot {slot} {key}: {got:?}"
+            );
+        }
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await.unwrap();
+        assert_eq!(
+            role[0],
+            redis::Value::BulkString(b"master".to_vec()),
+            "no replication"
+        );
+        let default: redis::Value = redis::cmd("ACL")
+            .arg("GETUSER")
+            .arg("default")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(
+            format!("{default:?}").contains("\"off\""),
+            "default user off: {default:?}"
+        );
+        // The client user cannot change what the hold rule depends on.
+        let mut as_client = connect(ip, &client).await.unwrap();
+        let refused: redis::RedisResult<()> = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg("yes")
+            .query_async(&mut as_client)
+            .await;
+        let err = refused.unwrap_err();
+        assert!(err.to_string().contains("no permissions"), "{err:?}");
+    }
+}
+
+#[tokio::test]
+async fn kill_9_holds_the_restarted_process_until_held_until() {
+    let env = Env::start(3).await;
+    env.create_cluster(NAME, short_spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let client = env.client_login(NAME).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    let ip = env.pod_ip(NAME, 0).await;
+
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+    let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let err = lock(ip, &client, "res", "b", Duration::from_secs(1)).await;
+    assert!(
+        err.is_err() || Timestamp::now() >= until,
+        "fenced process accepted a client: {err:?}"
+    );
+
+    let served = first_client_write(ip, &client, Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_released_on_time(until, served);
+    let after = env.wait_ready(NAME, 3, Duration::from_secs(10)).await;
+    let m = after
+        .status
+        .unwrap()
+        .members
+        .into_iter()
+        .find(|m| m.slot == 0)
+        .unwrap();
+    assert_eq!(m.state, MemberState::Ready);
+    assert_ne!(m.run_id, before.run_id, "a new process serves");
+}
+
+#[tokio::test]
+async fn pod_deletion_holds_the_replacement() {
+    let env = Env::start(3).await;
+    env.create_cluster(NAME, short_spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let client = env.client_login(NAME).await;
+    let before = env.member(NAME, 1).await.unwrap();
+
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let (_, until) = wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    // The replacement pod comes up fenced; it gets a new address.
+    let ip = wait_for("replacement pod", Duration::from_secs(20), async || {
+        let pod = env.pods().get_opt(&format!("{NAME}-1")).await?;
+        Ok(pod
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .and_then(|p| p.status?.pod_ip?.parse().ok()))
+    })
+    .await;
+    let served = first_client_write(ip, &client, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_released_on_time(until, served);
+}
+
+#[tokio::test]
+async fn operator_restart_mid_hold_does_not_shorten_the_hold() {
+    let mut env = Env::start(3).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "6s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let client = env.client_login(NAME).await;
+    let before = env.member(NAME, 2).await.unwrap();
+    let ip = env.pod_ip(NAME, 2).await;
+
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-2"), Signal::SIGKILL)
+        .unwrap();
+    let (_, until) = wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
+    env.operator.kill().unwrap();
+    env.operator.wait_exit(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.operator = start_operator(&env.cp, "operator-2.log").await;
+
+    let m = env.member(NAME, 2).await.unwrap();
+    assert_eq!(
+        m.held_until.as_ref().map(|t| t.0),
+        Some(until),
+        "restart kept the hold"
+    );
+    let served = first_client_write(ip, &client, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_released_on_time(until, served);
+}
+
+/// The scenario the hold rule exists for: A holds `res` on all three; one master crashes and
+/// comes back empty at once; B must not get a majority while A's lock is valid.
+#[tokio::test]
+async fn seed_scenario_no_second_majority_while_the_first_lock_is_valid() {
+    let env = Env::start(3).await;
+    env.create_cluster(NAME, short_spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let client = env.client_login(NAME).await;
+    let mut ips = vec![];
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+    let ttl = Duration::from_secs(3);
+    let acquired = Instant::now();
+    for ip in &ips {
+        assert!(
+            lock(*ip, &client, "res", "client-a", ttl).await.unwrap(),
+            "A locks {ip}"
+        );
+    }
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+
+    let mut attempts = 0;
+    while acquired.elapsed() < ttl {
+        let mut granted = 0;
+        for ip in &ips {
+            if let Ok(true) = lock(*ip, &client, "res", "client-b", ttl).await {
+                granted += 1;
+            }
+        }
+        attempts += 1;
+        assert!(
+            granted < 2 || acquired.elapsed() >= ttl,
+            "B got a majority ({granted}/3) {:?} after A locked with TTL {ttl:?}",
+            acquired.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(attempts > 10, "B tried during A's TTL ({attempts} attempts)");
+}

@@ -1,0 +1,212 @@
+//! Shared by the integration tests and benchmarks: a control plane with the operator running,
+//! RedlockCluster helpers, and Redis clients that log in the way lock clients do.
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use envtest::operator::OperatorProcess;
+use envtest::{ControlPlane, ControlPlaneConfig};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use redlock_operator::crd::{MemberStatus, RedlockCluster};
+use serde_json::json;
+
+pub const OPERATOR: &str = env!("CARGO_BIN_EXE_redlock-operator");
+
+/// A control plane with nodes, the CRD, a namespace and a running operator.
+pub struct Env {
+    pub operator: OperatorProcess,
+    pub ns: String,
+    pub cp: ControlPlane,
+}
+
+impl Env {
+    pub async fn start(nodes: usize) -> Self {
+        let cp = ControlPlane::start(ControlPlaneConfig {
+            nodes,
+            ..Default::default()
+        })
+        .await
+        .expect("control plane starts");
+        cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+        let ns = cp.new_namespace("lifecycle").await.unwrap();
+        let operator = start_operator(&cp, "operator.log").await;
+        Self { operator, ns, cp }
+    }
+
+    pub fn clusters(&self) -> Api<RedlockCluster> {
+        Api::namespaced(self.cp.client(), &self.ns)
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.cp.client(), &self.ns)
+    }
+
+    pub async fn create_cluster(&self, name: &str, spec: serde_json::Value) {
+        let c: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap();
+        self.clusters().create(&PostParams::default(), &c).await.unwrap();
+    }
+
+    pub async fn cluster(&self, name: &str) -> RedlockCluster {
+        self.clusters().get(name).await.unwrap()
+    }
+
+    pub async fn member(&self, name: &str, slot: i32) -> Option<MemberStatus> {
+        self.cluster(name)
+            .await
+            .status
+            .and_then(|s| s.members.into_iter().find(|m| m.slot == slot))
+    }
+
+    /// Waits until the cluster reports `Available=True` with `ready` ready instances.
+    pub async fn wait_ready(&self, name: &str, ready: i32, timeout: Duration) -> RedlockCluster {
+        wait_for(&format!("{name} with {ready} ready"), timeout, async || {
+            let c = self.cluster(name).await;
+            let s = c.status.clone().unwrap_or_default();
+            Ok((s.ready_instances == Some(ready)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True"))
+            .then_some(c))
+        })
+        .await
+    }
+
+    pub async fn pod_ip(&self, name: &str, slot: i32) -> IpAddr {
+        wait_for("pod IP", Duration::from_secs(30), async || {
+            let pod = self.pods().get(&format!("{name}-{slot}")).await?;
+            Ok(pod.status.and_then(|s| s.pod_ip).and_then(|ip| ip.parse().ok()))
+        })
+        .await
+    }
+
+    pub async fn secret(&self, name: &str, key: &str) -> String {
+        let s = Api::<Secret>::namespaced(self.cp.client(), &self.ns)
+            .get(name)
+            .await
+            .unwrap();
+        String::from_utf8(s.data.unwrap()[key].0.clone()).unwrap()
+    }
+
+    pub async fn client_login(&self, name: &str) -> Login {
+        Login {
+            user: self.secret(&format!("{name}-client"), "username").await,
+            password: self.secret(&format!("{name}-client"), "password").await,
+        }
+    }
+
+    pub async fn admin_login(&self, name: &str) -> Login {
+        Login {
+            user: self.secret(&format!("{name}-admin"), "username").await,
+            password: self.secret(&format!("{name}-admin"), "password").await,
+        }
+    }
+}
+
+pub async fn start_operator(cp: &ControlPlane, log: &str) -> OperatorProcess {
+    let mut op =
+        OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &cp.dir().join(log), &[]).unwrap();
+    op.wait_ready(Duration::from_secs(60)).await.unwrap();
+    op
+}
+
+#[derive(Clone)]
+pub struct Login {
+    pub user: String,
+    pub password: String,
+}
+
+/// A fresh connection logged in as `login` (errors include WRONGPASS for a fenced user).
+pub async fn connect(ip: IpAddr, login: &Login) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(ip.to_string(), 6379))?
+            .set_redis_settings(
+                redis::RedisConnectionInfo::default()
+                    .set_username(&login.user)
+                    .set_password(&login.password)
+                    .set_skip_set_lib_name(),
+            );
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(300)))
+        .set_response_timeout(Some(Duration::from_millis(300)));
+    redis::Client::open(info)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// `SET key value NX PX ttl` as a Redlock client does; Ok(true) when the lock was taken here.
+pub async fn lock(
+    ip: IpAddr,
+    login: &Login,
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> redis::RedisResult<bool> {
+    let mut c = connect(ip, login).await?;
+    let r: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query_async(&mut c)
+        .await?;
+    Ok(r.is_some())
+}
+
+/// Tries `SET` as the client every few ms until it works; returns when it first did.
+pub async fn first_client_write(ip: IpAddr, login: &Login, timeout: Duration) -> Result<Timestamp> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(mut c) = connect(ip, login).await {
+            let r: redis::RedisResult<()> = redis::cmd("SET").arg("probe").arg("1").query_async(&mut c).await;
+            if r.is_ok() {
+                return Ok(Timestamp::now());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("client could not write to {ip} within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Result<Option<T>>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(e) => eprintln!("{what}: {e:#}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The member's `heldUntil`, once it is Held or Lost with a run id different from `old_run`.
+pub async fn wait_held(env: &Env, name: &str, slot: i32, old_run: &str) -> (MemberStatus, Timestamp) {
+    wait_for("member held", Duration::from_secs(20), async || {
+        let m = env.member(name, slot).await.context("member")?;
+        let held = matches!(
+            m.state,
+            redlock_operator::crd::MemberState::Held | redlock_operator::crd::MemberState::Lost
+        ) && m.run_id.as_deref() != Some(old_run);
+        Ok(held.then(|| {
+            let until = m.held_until.as_ref().expect("held member has heldUntil").0;
+            (m, until)
+        }))
+    })
+    .await
+}

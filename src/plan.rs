@@ -290,16 +290,15 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
         MemberState::Held | MemberState::Lost => {
             // A hold without an end on record (an edited status, a removed process of unknown
             // history): unknown means unsafe, so a full hold from now.
-            let until = Some(
-                prev.held_until
-                    .as_ref()
-                    .map_or_else(|| held_until(input.now, input.hold), |t| t.0),
-            );
-            next.held_until = until.map(MicroTime);
+            let until = prev
+                .held_until
+                .as_ref()
+                .map_or_else(|| held_until(input.now, input.hold), |t| t.0);
+            next.held_until = Some(MicroTime(until));
             match &process {
                 Some(p) if is_other_process(prev, p) => {
                     // A further crash during the hold: the hold runs again from this observation.
-                    let extended = held_until(input.now, input.hold).max(until.unwrap_or(input.now));
+                    let extended = held_until(input.now, input.hold).max(until);
                     next = member(input, slot, MemberState::Held);
                     next.run_id = p.run_id.map(str::to_owned);
                     next.container_id = p.container_id.map(str::to_owned);
@@ -326,7 +325,7 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
                     if next.container_id.is_none() {
                         next.container_id = p.container_id.map(str::to_owned);
                     }
-                    let expired = until.is_none_or(|u| u <= input.now);
+                    let expired = until <= input.now;
                     if expired && let Some(run_id) = p.run_id {
                         next = member(input, slot, MemberState::Ready);
                         next.run_id = Some(run_id.to_owned());
@@ -340,7 +339,7 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
                     step.create_pod = pod_missing;
                     if prev.state == MemberState::Held {
                         // The fenced replacement died too: count the hold again from now.
-                        let extended = held_until(input.now, input.hold).max(until.unwrap_or(input.now));
+                        let extended = held_until(input.now, input.hold).max(until);
                         next = member(input, slot, MemberState::Lost);
                         next.held_until = Some(MicroTime(extended));
                         next.message =

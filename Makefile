@@ -1,6 +1,8 @@
 # redlock-operator — developer entry points. `make test` is what CI runs (via .ci/run).
 CARGO ?= cargo
 DEV := target/dev
+# Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
+BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 .PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench-env
 
@@ -35,7 +37,7 @@ dev-binaries: controlplane
 
 ## demo: local control plane (3 nodes) + CRD + operator + examples/redlockcluster.yaml; Ctrl-C stops it
 demo: dev-binaries
-	target/debug/devenv
+	$(BIN)/devenv
 
 ## dev-up: the same in the background; kubeconfig in target/dev/kubeconfig. dev-down stops it.
 dev-up: dev-binaries
@@ -43,7 +45,7 @@ dev-up: dev-binaries
 	  echo "dev environment already up (pid $$(cat $(DEV)/devenv.pid)); KUBECONFIG=$(DEV)/kubeconfig"; \
 	else \
 	  rm -f $(DEV)/ready; \
-	  nohup target/debug/devenv --ready-file $(DEV)/ready > $(DEV)/devenv.log 2>&1 & echo $$! > $(DEV)/devenv.pid; \
+	  nohup $(BIN)/devenv --ready-file $(DEV)/ready > $(DEV)/devenv.log 2>&1 & echo $$! > $(DEV)/devenv.pid; \
 	  for i in $$(seq 1 600); do \
 	    [ -f $(DEV)/ready ] && break; \
 	    kill -0 $$(cat $(DEV)/devenv.pid) 2>/dev/null || { cat $(DEV)/devenv.log; rm -f $(DEV)/devenv.pid; exit 1; }; \

@@ -80,7 +80,8 @@ async fn main() -> Result<()> {
         "crd/redlockclusters.redlock.dev",
         "--timeout=30s",
     ]))?;
-    let operator_bin = root.join("target/debug/redlock-operator");
+    // Built by the same `cargo build` into the same target directory as this binary.
+    let operator_bin = std::env::current_exe()?.with_file_name("redlock-operator");
     let mut operator = OperatorProcess::start(
         &operator_bin,
         cp.kubeconfig(),

@@ -4,7 +4,7 @@ DEV := target/dev
 # Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
-.PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench-env
+.PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench bench-env
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
 test: fmt-check clippy controlplane
@@ -68,3 +68,7 @@ dev-down:
 ## bench-env: control-plane build/start times and pod-start latency, printed as numbers
 bench-env: dev-binaries
 	$(CARGO) bench -p envtest --bench env
+
+## bench: hold detection latency and release lateness over 24 kills (BENCH_KILLS=n to change)
+bench: controlplane
+	$(CARGO) bench --bench lifecycle

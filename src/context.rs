@@ -1,6 +1,7 @@
 //! The one shared context every reconcile receives.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -20,6 +21,9 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
+    /// Set once every cache above has its first full list. kube's controller only waits for
+    /// its own store; planning from an empty pod cache would read every member as lost.
+    pub caches_synced: Arc<AtomicBool>,
     pub backoff: Backoff,
     /// How often every member's Redis is probed when nothing else happens.
     pub probe_period: Duration,

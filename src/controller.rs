@@ -71,6 +71,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
 
     let cluster_cache = controller.store();
     let caches = (pods.clone(), secrets.clone(), config_maps.clone());
+    let caches_synced = ready.clone();
     tokio::spawn(async move {
         wait_synced(&cluster_cache).await;
         wait_synced(&caches.0).await;
@@ -94,6 +95,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         pods,
         secrets,
         config_maps,
+        caches_synced,
         backoff: Backoff::default(),
         probe_period: Duration::from_millis(args.probe_period_ms),
         probe_timeout: Duration::from_millis(args.probe_timeout_ms),

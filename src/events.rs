@@ -1,18 +1,34 @@
 //! Kubernetes Events on the RedlockCluster (what `kubectl describe rlc` shows). Publishing is
 //! best effort: a failed event never fails a reconcile.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use crate::crd::RedlockCluster;
+use crate::resources::names::slot_name;
 
-pub async fn publish(
+/// Publishes an event about one slot. The slot's Pod is the event's `related` object: the
+/// recorder aggregates repeats by reason and objects, so without it the events of different
+/// slots would be folded into one series showing the first slot's note.
+pub async fn publish_for_slot(
     recorder: &Recorder,
     cluster: &RedlockCluster,
+    slot: i32,
     reason: &str,
     note: String,
     warning: bool,
 ) {
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(slot_name(
+            &cluster.metadata.name.clone().unwrap_or_default(),
+            slot,
+        )),
+        namespace: cluster.metadata.namespace.clone(),
+        ..Default::default()
+    };
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -22,7 +38,7 @@ pub async fn publish(
         reason: reason.into(),
         note: Some(note),
         action: reason.into(),
-        secondary: None,
+        secondary: Some(pod),
     };
     if let Err(e) = recorder.publish(&event, &cluster.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "cannot publish event");

@@ -25,6 +25,10 @@ use crate::resources::{config, pod};
 use crate::{apply, events, hold, observe, status};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
+        // An unsynced pod cache looks like "every pod deleted": never plan from it.
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
     let _timer = ctx.metrics.reconcile_started();
     let ns = cached
         .namespace()
@@ -79,7 +83,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     }
     for e in &plan.events {
         tracing::info!(cluster = %name, %ns, slot = e.slot, reason = e.reason, "{}", e.message);
-        events::publish(&ctx.recorder, &cluster, e.reason, e.message.clone(), e.warning).await;
+        events::publish_for_slot(
+            &ctx.recorder,
+            &cluster,
+            e.slot,
+            e.reason,
+            e.message.clone(),
+            e.warning,
+        )
+        .await;
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -99,7 +111,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
                 released = true;
                 let msg = format!("{name}-{slot}: released process {run_id} to lock clients");
                 tracing::info!(cluster = %name, %ns, slot, "{msg}");
-                events::publish(&ctx.recorder, &cluster, "InstanceReleased", msg, false).await;
+                events::publish_for_slot(&ctx.recorder, &cluster, *slot, "InstanceReleased", msg, false)
+                    .await;
             }
             // Not an error of the reconcile: the next observation decides (a lost process
             // becomes a hold; an unreachable one is retried).

@@ -200,6 +200,21 @@ async fn operator_restart_mid_hold_does_not_shorten_the_hold() {
         Some(until),
         "restart kept the hold"
     );
+    // The restarted operator must not mistake its still-empty caches for lost members.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = env.cluster(NAME).await.status.unwrap();
+    assert_eq!(
+        status.held_instances,
+        Some(1),
+        "only the killed member is held: {:?}",
+        status.members
+    );
+    let m = status.members.iter().find(|m| m.slot == 2).unwrap();
+    assert_eq!(
+        m.held_until.as_ref().map(|t| t.0),
+        Some(until),
+        "hold unchanged after restart"
+    );
     let served = first_client_write(ip, &client, Duration::from_secs(20))
         .await
         .unwrap();

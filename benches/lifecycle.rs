@@ -1,0 +1,87 @@
+//! `make bench`: detection latency (kill -9 → member shown Held/Lost in status) and release
+//! lateness (heldUntil → first successful client SET), over repeated kills on the real control
+//! plane. Prints numbers; asserts nothing.
+//!
+//! Sampling: status is polled every 5 ms and the client retries every 10 ms, so both numbers
+//! include up to that much measurement granularity (plus one API round trip for detection).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use serde_json::json;
+use support::*;
+
+fn summary(name: &str, mut v: Vec<f64>, goal: &str) {
+    v.sort_by(f64::total_cmp);
+    let pct = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{name}: n={} median {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({goal})",
+        v.len(),
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        v[v.len() - 1]
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let kills: usize = std::env::var("BENCH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let env = Env::start(3).await;
+    // hold = 1s + ceil(1s × 0.01) + 0s = 1.01s
+    env.create_cluster(
+        "bench",
+        json!({"instances": 3, "maxLockTTL": "1s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready("bench", 3, Duration::from_secs(60)).await;
+    let client = env.client_login("bench").await;
+    let mut detection = vec![];
+    let mut lateness = vec![];
+    for i in 0..kills {
+        let slot = (i % 3) as i32;
+        let before = env.member("bench", slot).await.unwrap();
+        let ip = env.pod_ip("bench", slot).await;
+        let killed_at = Instant::now();
+        env.cp
+            .kubelet()
+            .signal_pod(&env.ns, &format!("bench-{slot}"), Signal::SIGKILL)
+            .unwrap();
+        let until = loop {
+            let m = env.member("bench", slot).await.unwrap();
+            if matches!(m.state, MemberState::Held | MemberState::Lost) && m.run_id != before.run_id {
+                detection.push(killed_at.elapsed().as_secs_f64() * 1000.0);
+                break m.held_until.unwrap().0;
+            }
+            assert!(
+                killed_at.elapsed() < Duration::from_secs(20),
+                "kill {i} not detected"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let served = first_client_write(ip, &client, Duration::from_secs(20))
+            .await
+            .unwrap();
+        let late = served.duration_since(until).as_secs_f64() * 1000.0;
+        assert!(late >= 0.0, "served before heldUntil");
+        lateness.push(late);
+        env.wait_ready("bench", 3, Duration::from_secs(20)).await;
+    }
+    summary(
+        "detection latency (kill -9 → Held/Lost in status)",
+        detection,
+        "goal p99 ≤ 1000 ms",
+    );
+    summary(
+        "release lateness (heldUntil → first client SET)",
+        lateness,
+        "goal p99 ≤ 250 ms",
+    );
+}

@@ -41,6 +41,9 @@ pub struct Plan {
     pub events: Vec<MemberEvent>,
     /// When the earliest running hold ends: reconcile again exactly then.
     pub next_hold_end: Option<Duration>,
+    /// A slot could be released now but its process does not answer yet (just started, or
+    /// restarted by the kubelet after the hold ended): look again soon, not a probe period later.
+    pub awaiting_process: bool,
 }
 
 /// The planner's inputs besides the observations.
@@ -69,6 +72,14 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         } else {
             retire_member(input, slot, prev, obs)
         };
+        if let Some(m) = &step.member
+            && slot < input.instances
+            && step.release.is_none()
+            && releasable_once_answering(m, input.now)
+            && obs.redis.is_none()
+        {
+            plan.awaiting_process = true;
+        }
         if let Some(m) = step.member {
             if matches!(m.state, MemberState::Held | MemberState::Lost)
                 && let Some(until) = &m.held_until
@@ -91,6 +102,15 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         plan.events.extend(step.events);
     }
     plan
+}
+
+/// Whether `m` would be released as soon as its process answers the operator.
+fn releasable_once_answering(m: &MemberStatus, now: Timestamp) -> bool {
+    match m.state {
+        MemberState::Starting => true,
+        MemberState::Held | MemberState::Lost => m.held_until.as_ref().is_some_and(|u| u.0 <= now),
+        MemberState::Ready => false,
+    }
 }
 
 #[derive(Default)]
@@ -1737,5 +1757,29 @@ mod tests {
         );
         assert_eq!(p.members[0].state, MemberState::Held);
         assert!(p.releases.is_empty());
+    }
+
+    /// A releasable slot whose process does not answer yet asks for a quick look again.
+    #[test]
+    fn awaiting_process_only_when_release_waits_on_the_process() {
+        let expired = held(0, "Q", "c1", at(NOW - 1));
+        let p = plan(
+            &input(1, std::slice::from_ref(&expired), at(NOW)),
+            &observed([(0, missing())]),
+        );
+        assert!(p.awaiting_process, "hold over, process not up yet");
+        let running_hold = held(0, "Q", "c1", at(NOW + 10));
+        let p = plan(&input(1, &[running_hold], at(NOW)), &observed([(0, missing())]));
+        assert!(
+            !p.awaiting_process,
+            "hold still running: the hold end schedules the next look"
+        );
+        let p = plan(
+            &input(1, &[expired], at(NOW)),
+            &observed([(0, running("Q", false, "c1"))]),
+        );
+        assert!(!p.awaiting_process && p.releases.len() == 1, "released now");
+        let p = plan(&input(1, &[], at(NOW)), &observed([]));
+        assert!(p.awaiting_process, "a new slot is released as soon as it answers");
     }
 }

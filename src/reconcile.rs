@@ -126,6 +126,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     if let Some(hold_end) = plan.next_hold_end {
         after = after.min(hold_end);
     }
+    if plan.awaiting_process {
+        after = after.min(Duration::from_millis(100));
+    }
     if released {
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));

@@ -1762,12 +1762,14 @@ mod tests {
     /// A releasable slot whose process does not answer yet asks for a quick look again.
     #[test]
     fn awaiting_process_only_when_release_waits_on_the_process() {
-        let expired = held(0, "Q", "c1", at(NOW - 1));
+        let mut lost = held(0, "Q", "c1", at(NOW - 1));
+        (lost.state, lost.run_id, lost.container_id) = (MemberState::Lost, None, None);
         let p = plan(
-            &input(1, std::slice::from_ref(&expired), at(NOW)),
-            &observed([(0, missing())]),
+            &input(1, &[lost], at(NOW)),
+            &observed([(0, not_running("ContainerCreating"))]),
         );
-        assert!(p.awaiting_process, "hold over, process not up yet");
+        assert!(p.awaiting_process, "hold over, replacement not running yet");
+        let expired = held(0, "Q", "c1", at(NOW - 1));
         let running_hold = held(0, "Q", "c1", at(NOW + 10));
         let p = plan(&input(1, &[running_hold], at(NOW)), &observed([(0, missing())]));
         assert!(

@@ -8,7 +8,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
 test: fmt-check clippy controlplane
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --lib --bins --tests
 
 fmt:
 	$(CARGO) fmt --all

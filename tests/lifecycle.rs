@@ -264,3 +264,92 @@ async fn seed_scenario_no_second_majority_while_the_first_lock_is_valid() {
     }
     assert!(attempts > 10, "B tried during A's TTL ({attempts} attempts)");
 }
+
+/// Scale up adds slots (released at once), scale down removes the highest slots and keeps
+/// their hold on record; deleting the RedlockCluster removes every child.
+#[tokio::test]
+async fn scale_up_down_and_delete() {
+    let env = Env::start(5).await;
+    env.create_cluster(NAME, short_spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+
+    env.clusters()
+        .patch(
+            NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"instances": 5}})),
+        )
+        .await
+        .unwrap();
+    let grown = env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
+    let s = grown.status.unwrap();
+    assert_eq!(
+        (s.instances, s.quorum, s.held_instances),
+        (Some(5), Some(3), Some(0))
+    );
+    assert!(
+        s.members.iter().all(|m| m.held_until.is_none()),
+        "new slots are not held"
+    );
+
+    env.clusters()
+        .patch(
+            NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"instances": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_for("slots 3 and 4 removed", Duration::from_secs(30), async || {
+        let left: Vec<String> = env
+            .pods()
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        Ok((left.len() == 3 && !left.iter().any(|n| n.ends_with("-3") || n.ends_with("-4"))).then_some(()))
+    })
+    .await;
+    let shrunk = env
+        .wait_ready(NAME, 3, Duration::from_secs(20))
+        .await
+        .status
+        .unwrap();
+    assert_eq!((shrunk.instances, shrunk.quorum), (Some(3), Some(2)));
+    // A removed slot stays on record as Lost until its hold has run out, then goes.
+    let removed = wait_for("slot 4 on record as Lost", Duration::from_secs(10), async || {
+        Ok(env.member(NAME, 4).await.filter(|m| m.state == MemberState::Lost))
+    })
+    .await;
+    let until = removed.held_until.expect("a removed slot keeps its hold").0;
+    assert!(until > Timestamp::now(), "hold still running when first seen");
+    wait_for(
+        "slot 4 record dropped after its hold",
+        Duration::from_secs(15),
+        async || Ok(env.member(NAME, 4).await.is_none().then_some(())),
+    )
+    .await;
+    assert!(Timestamp::now() >= until, "record dropped only after the hold");
+
+    env.clusters()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "children garbage-collected",
+        Duration::from_secs(60),
+        async || {
+            let pods = env.pods().list(&Default::default()).await?.items.len();
+            let secrets =
+                kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.cp.client(), &env.ns)
+                    .list(&kube::api::ListParams::default().labels("app.kubernetes.io/instance=locks"))
+                    .await?
+                    .items
+                    .len();
+            Ok((pods == 0 && secrets == 0).then_some(()))
+        },
+    )
+    .await;
+}

@@ -33,7 +33,7 @@ controlplane:
 	tests/controlplane/build.sh
 
 dev-binaries: controlplane
-	$(CARGO) build --bin redlock-operator --bin devenv
+	$(CARGO) build --workspace --bins
 
 ## demo: local control plane (3 nodes) + CRD + operator + examples/redlockcluster.yaml; Ctrl-C stops it
 demo: dev-binaries

@@ -163,6 +163,60 @@ fn is_other_process(prev: &MemberStatus, now: &Process<'_>) -> bool {
     run_differs || container_differs
 }
 
+/// A fresh record in `state` about the process `p`.
+fn about(input: &PlanInput<'_>, slot: i32, state: MemberState, p: &Process<'_>) -> MemberStatus {
+    let mut m = member(input, slot, state);
+    m.run_id = p.run_id.map(str::to_owned);
+    m.container_id = p.container_id.map(str::to_owned);
+    m
+}
+
+/// Records what was not yet known about the process a record is about.
+fn fill_identity(m: &mut MemberStatus, p: &Process<'_>) {
+    if m.run_id.is_none() {
+        m.run_id = p.run_id.map(str::to_owned);
+    }
+    if m.container_id.is_none() {
+        m.container_id = p.container_id.map(str::to_owned);
+    }
+}
+
+/// `Ready` for process `run_id`, with a release unless it already serves clients.
+fn ready_and_release(
+    input: &PlanInput<'_>,
+    slot: i32,
+    p: &Process<'_>,
+    run_id: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    if p.client_enabled != Some(true) {
+        step.release = Some(run_id.to_owned());
+    }
+    about(input, slot, MemberState::Ready, p)
+}
+
+/// A further crash during a hold: the hold runs again from this observation (never ending
+/// earlier than it did). `what` goes into the record, `event_what` into the event.
+fn extend_hold(
+    input: &PlanInput<'_>,
+    mut next: MemberStatus,
+    until: Timestamp,
+    what: &str,
+    event_what: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    let extended = held_until(input.now, input.hold).max(until);
+    next.held_until = Some(MicroTime(extended));
+    next.message = Some(format!("{what}; held until {extended}"));
+    step.events.push(event(
+        next.slot,
+        "HoldExtended",
+        format!("{}: {event_what}; fenced until {extended}", next.name),
+        true,
+    ));
+    next
+}
+
 fn event(slot: i32, reason: &'static str, message: String, warning: bool) -> MemberEvent {
     MemberEvent {
         slot,
@@ -181,12 +235,7 @@ fn start_hold(
 ) -> MemberStatus {
     let until = held_until(input.now, input.hold);
     let mut m = match running_process(obs) {
-        Some(p) => {
-            let mut m = member(input, slot, MemberState::Held);
-            m.run_id = p.run_id.map(str::to_owned);
-            m.container_id = p.container_id.map(str::to_owned);
-            m
-        }
+        Some(p) => about(input, slot, MemberState::Held, &p),
         None => member(input, slot, MemberState::Lost),
     };
     m.held_until = Some(MicroTime(until));
@@ -226,9 +275,7 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
             // A process already serving clients: someone released it; adopting it is all
             // that can be done (fencing it now would not undo what it served).
             (_, Some(p)) if p.client_enabled == Some(true) => {
-                let mut m = member(input, slot, MemberState::Ready);
-                m.run_id = p.run_id.map(str::to_owned);
-                m.container_id = p.container_id.map(str::to_owned);
+                let mut m = about(input, slot, MemberState::Ready, p);
                 m.message = Some("adopted a process that already serves clients".into());
                 m
             }
@@ -253,12 +300,7 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
                 && let Some(run_id) = p.run_id
             {
                 // Never released before: nothing it could have granted, no hold.
-                next = member(input, slot, MemberState::Ready);
-                next.run_id = Some(run_id.to_owned());
-                next.container_id = p.container_id.map(str::to_owned);
-                if p.client_enabled != Some(true) {
-                    step.release = Some(run_id.to_owned());
-                }
+                next = ready_and_release(input, slot, p, run_id, &mut step);
             }
         }
         MemberState::Ready => {
@@ -281,12 +323,7 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
             } else if let Some(p) = &process {
                 // Same process. Fill in what was unknown; release again if a crash between the
                 // status write and the release left it fenced.
-                if next.run_id.is_none() {
-                    next.run_id = p.run_id.map(str::to_owned);
-                }
-                if next.container_id.is_none() {
-                    next.container_id = p.container_id.map(str::to_owned);
-                }
+                fill_identity(&mut next, p);
                 if p.client_enabled == Some(false)
                     && let Some(run_id) = p.run_id
                 {
@@ -317,62 +354,40 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
             next.held_until = Some(MicroTime(until));
             match &process {
                 Some(p) if is_other_process(prev, p) => {
-                    // A further crash during the hold: the hold runs again from this observation.
-                    let extended = held_until(input.now, input.hold).max(until);
-                    next = member(input, slot, MemberState::Held);
-                    next.run_id = p.run_id.map(str::to_owned);
-                    next.container_id = p.container_id.map(str::to_owned);
-                    next.held_until = Some(MicroTime(extended));
-                    next.message = Some(format!("restarted again during its hold; held until {extended}"));
-                    step.events.push(event(
-                        slot,
-                        "HoldExtended",
-                        format!(
-                            "{}: restarted during its hold; fenced until {extended}",
-                            prev.name
-                        ),
-                        true,
-                    ));
+                    next = extend_hold(
+                        input,
+                        about(input, slot, MemberState::Held, p),
+                        until,
+                        "restarted again during its hold",
+                        "restarted during its hold",
+                        &mut step,
+                    );
                 }
                 Some(p) => {
                     if prev.state == MemberState::Lost {
                         next.state = MemberState::Held;
                         next.since = Some(MicroTime(floor_micros(input.now)));
                     }
-                    if next.run_id.is_none() {
-                        next.run_id = p.run_id.map(str::to_owned);
-                    }
-                    if next.container_id.is_none() {
-                        next.container_id = p.container_id.map(str::to_owned);
-                    }
-                    let expired = until <= input.now;
-                    if expired && let Some(run_id) = p.run_id {
-                        next = member(input, slot, MemberState::Ready);
-                        next.run_id = Some(run_id.to_owned());
-                        next.container_id = p.container_id.map(str::to_owned);
-                        if p.client_enabled != Some(true) {
-                            step.release = Some(run_id.to_owned());
-                        }
+                    fill_identity(&mut next, p);
+                    if until <= input.now
+                        && let Some(run_id) = p.run_id
+                    {
+                        next = ready_and_release(input, slot, p, run_id, &mut step);
                     }
                 }
                 None => {
                     step.create_pod = pod_missing;
                     if prev.state == MemberState::Held {
                         // The fenced replacement died too: count the hold again from now.
-                        let extended = held_until(input.now, input.hold).max(until);
-                        next = member(input, slot, MemberState::Lost);
-                        next.held_until = Some(MicroTime(extended));
-                        next.message =
-                            Some(format!("replacement lost during its hold; held until {extended}"));
-                        step.events.push(event(
-                            slot,
-                            "HoldExtended",
-                            format!(
-                                "{}: replacement lost during its hold; fenced until {extended}",
-                                prev.name
-                            ),
-                            true,
-                        ));
+                        let lost = "replacement lost during its hold";
+                        next = extend_hold(
+                            input,
+                            member(input, slot, MemberState::Lost),
+                            until,
+                            lost,
+                            lost,
+                            &mut step,
+                        );
                     }
                 }
             }

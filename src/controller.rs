@@ -45,21 +45,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
 
     // Only objects labelled as ours are watched: the operator never caches foreign Secrets.
     let managed = watcher::Config::default().labels(&managed_selector());
-    let (pods, pod_writer) = reflector::store();
-    let pod_events = watcher(scoped::<Pod>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects();
-    let (secrets, secret_writer) = reflector::store();
-    let secret_events = watcher(scoped::<Secret>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(secret_writer)
-        .touched_objects();
-    let (config_maps, config_map_writer) = reflector::store();
-    let config_map_events = watcher(scoped::<ConfigMap>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(config_map_writer)
-        .touched_objects();
+    let (pods, pod_events) = cached_watch(scoped::<Pod>(&client, ns), managed.clone());
+    let (secrets, secret_events) = cached_watch(scoped::<Secret>(&client, ns), managed.clone());
+    let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(&client, ns), managed.clone());
 
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(pod_events)
@@ -118,6 +106,31 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             source: std::io::Error::other(join),
         }),
     }
+}
+
+/// One watch that both fills a cache the reconciler reads and triggers the controller.
+fn cached_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
 }
 
 /// Waits until `store` has its first full list.

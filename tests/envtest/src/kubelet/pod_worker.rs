@@ -227,6 +227,25 @@ fn container_id(pid: u32) -> String {
     format!("process://{pid}")
 }
 
+/// The terminated state of `proc` after it exited with `status`, as a kubelet reports it:
+/// a signal death is exit code 128 + signal.
+fn terminated(proc: &Proc, status: ExitStatus) -> ContainerStateTerminated {
+    let (exit_code, signal) = match (status.code(), status.signal()) {
+        (Some(code), _) => (code, None),
+        (None, Some(sig)) => (128 + sig, Some(sig)),
+        (None, None) => (255, None),
+    };
+    ContainerStateTerminated {
+        exit_code,
+        signal,
+        reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.into()),
+        started_at: Some(Time(proc.started_at)),
+        finished_at: Some(Time(Timestamp::now())),
+        container_id: Some(container_id(proc.pid)),
+        message: None,
+    }
+}
+
 /// Volumes set up and an address assigned: containers may start.
 struct Sandbox {
     volumes: BTreeMap<String, VolumeDir>,
@@ -724,21 +743,9 @@ impl Worker {
         ) else {
             return;
         };
-        let (exit_code, signal) = match (status.code(), status.signal()) {
-            (Some(code), _) => (code, None),
-            (None, Some(sig)) => (128 + sig, Some(sig)),
-            (None, None) => (255, None),
-        };
-        info!(pod = %key, container = %ctr.spec.name, exit_code, ?signal, "container exited");
-        let term = ContainerStateTerminated {
-            exit_code,
-            signal,
-            reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.into()),
-            started_at: Some(Time(proc.started_at)),
-            finished_at: Some(Time(Timestamp::now())),
-            container_id: Some(container_id(proc.pid)),
-            message: None,
-        };
+        let term = terminated(&proc, status);
+        let exit_code = term.exit_code;
+        info!(pod = %key, container = %ctr.spec.name, exit_code, signal = ?term.signal, "container exited");
         ctr.started = false;
         ctr.ready = false;
         ctr.probes.clear();
@@ -917,20 +924,7 @@ impl Worker {
                 continue;
             };
             if let Some(status) = procs.exited(proc.id) {
-                let (exit_code, signal) = match (status.code(), status.signal()) {
-                    (Some(code), _) => (code, None),
-                    (None, Some(sig)) => (128 + sig, Some(sig)),
-                    (None, None) => (255, None),
-                };
-                let term = ContainerStateTerminated {
-                    exit_code,
-                    signal,
-                    reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.into()),
-                    started_at: Some(Time(proc.started_at)),
-                    finished_at: Some(Time(Timestamp::now())),
-                    container_id: Some(container_id(proc.pid)),
-                    message: None,
-                };
+                let term = terminated(proc, status);
                 procs.kill(proc.id);
                 ctr.run = Run::Terminated(term);
                 ctr.ready = false;

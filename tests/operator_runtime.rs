@@ -1,17 +1,18 @@
 //! The operator runtime against a real kube-apiserver: refusing to start without the CRD,
 //! status written once per change, health endpoints, graceful shutdown, API-server validation.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+mod support;
 
-use anyhow::{Result, bail};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::bail;
 use envtest::operator::OperatorProcess;
 use envtest::{ControlPlane, ControlPlaneConfig};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use redlock_operator::crd::RedlockCluster;
 use serde_json::json;
-
-const OPERATOR: &str = env!("CARGO_BIN_EXE_redlock-operator");
+use support::{OPERATOR, wait_for};
 
 async fn control_plane() -> ControlPlane {
     ControlPlane::start(ControlPlaneConfig {
@@ -30,22 +31,6 @@ fn cluster(name: &str, instances: i32) -> RedlockCluster {
         "spec": {"instances": instances, "maxLockTTL": "30s"},
     }))
     .unwrap()
-}
-
-async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Result<Option<T>>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return v,
-            Ok(None) => {}
-            Err(e) => eprintln!("{what}: {e}"),
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]

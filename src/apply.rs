@@ -70,7 +70,11 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<bool> {
     }
 }
 
-pub async fn delete_pod(api: &Api<Pod>, name: &str) -> Result<bool> {
+/// Deletes a child; one already gone is fine.
+pub async fn delete<K>(api: &Api<K>, name: &str) -> Result<bool>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),

@@ -47,6 +47,15 @@ pub struct RunArgs {
     #[arg(long, env = "PROBE_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=30_000))]
     pub probe_timeout_ms: u64,
 
+    /// How often the TTL audit samples keys on every serving member (milliseconds).
+    #[arg(long, env = "TTL_AUDIT_PERIOD_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub ttl_audit_period_ms: u64,
+
+    /// Keys the TTL audit reads per member per period (SCAN + PTTL); bounds its cost on large
+    /// keyspaces, which are then swept over several periods.
+    #[arg(long, env = "TTL_AUDIT_KEYS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    pub ttl_audit_keys: u64,
+
     /// Log filter in RUST_LOG syntax.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,

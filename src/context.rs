@@ -1,16 +1,18 @@
 //! The one shared context every reconcile receives.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
+use crate::ttl_audit::ClusterAudit;
 
 pub struct Context {
     pub client: Client,
@@ -21,6 +23,7 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
+    pub services: Store<Service>,
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.
     pub caches_synced: Arc<AtomicBool>,
@@ -29,4 +32,10 @@ pub struct Context {
     pub probe_period: Duration,
     /// Connect and reply timeout of admin connections.
     pub probe_timeout: Duration,
+    /// TTL audit state per cluster (`namespace/name`); in memory only: after a restart the
+    /// audit simply sweeps again.
+    pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,
+    pub ttl_audit_period: Duration,
+    /// Keys read per member per audit period.
+    pub ttl_audit_keys: u64,
 }

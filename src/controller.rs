@@ -48,23 +48,30 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let (pods, pod_events) = cached_watch(scoped::<Pod>(&client, ns), managed.clone());
     let (secrets, secret_events) = cached_watch(scoped::<Secret>(&client, ns), managed.clone());
     let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(&client, ns), managed.clone());
+    let (services, service_events) = cached_watch(scoped::<Service>(&client, ns), managed.clone());
 
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(pod_events)
         .owns_stream(secret_events)
         .owns_stream(config_map_events)
-        .owns(scoped::<Service>(&client, ns), managed.clone())
+        .owns_stream(service_events)
         .owns(scoped::<PodDisruptionBudget>(&client, ns), managed)
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
 
     let cluster_cache = controller.store();
-    let caches = (pods.clone(), secrets.clone(), config_maps.clone());
+    let caches = (
+        pods.clone(),
+        secrets.clone(),
+        config_maps.clone(),
+        services.clone(),
+    );
     let caches_synced = ready.clone();
     tokio::spawn(async move {
         wait_synced(&cluster_cache).await;
         wait_synced(&caches.0).await;
         wait_synced(&caches.1).await;
         wait_synced(&caches.2).await;
+        wait_synced(&caches.3).await;
         ready.store(true, Ordering::Release);
         tracing::info!("caches synced; ready");
     });
@@ -83,10 +90,14 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         pods,
         secrets,
         config_maps,
+        services,
         caches_synced,
         backoff: Backoff::default(),
         probe_period: Duration::from_millis(args.probe_period_ms),
         probe_timeout: Duration::from_millis(args.probe_timeout_ms),
+        ttl_audits: Default::default(),
+        ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
+        ttl_audit_keys: args.ttl_audit_keys,
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
     controller

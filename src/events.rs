@@ -29,6 +29,28 @@ pub async fn publish_for_slot(
         namespace: cluster.metadata.namespace.clone(),
         ..Default::default()
     };
+    publish(recorder, cluster, reason, note, warning, Some(pod)).await;
+}
+
+/// Publishes an event about the cluster as a whole (spec, TTL policy).
+pub async fn publish_for_cluster(
+    recorder: &Recorder,
+    cluster: &RedlockCluster,
+    reason: &str,
+    note: String,
+    warning: bool,
+) {
+    publish(recorder, cluster, reason, note, warning, None).await;
+}
+
+async fn publish(
+    recorder: &Recorder,
+    cluster: &RedlockCluster,
+    reason: &str,
+    note: String,
+    warning: bool,
+    related: Option<ObjectReference>,
+) {
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -38,7 +60,7 @@ pub async fn publish_for_slot(
         reason: reason.into(),
         note: Some(note),
         action: reason.into(),
-        secondary: Some(pod),
+        secondary: related,
     };
     if let Err(e) = recorder.publish(&event, &cluster.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "cannot publish event");

@@ -20,3 +20,5 @@ pub mod redis_admin;
 pub mod resources;
 pub mod status;
 pub mod telemetry;
+pub mod ttl_audit;
+pub mod validate;

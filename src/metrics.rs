@@ -1,14 +1,67 @@
-//! Prometheus metrics of the operator itself (per-cluster metrics come with the lifecycle).
+//! Prometheus metrics: the operator's own (reconciles, errors, durations) and per cluster
+//! (members by state, seconds left on each hold, losses, releases, actual hold lengths, TTL
+//! audit findings).
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
+
+use k8s_openapi::jiff::Timestamp;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::crd::{MemberState, MemberStatus};
 use crate::error::Error;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    namespace: String,
+    cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    namespace: String,
+    cluster: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    namespace: String,
+    cluster: String,
+    member: String,
+}
+
+const STATES: [(MemberState, &str); 4] = [
+    (MemberState::Starting, "starting"),
+    (MemberState::Held, "held"),
+    (MemberState::Ready, "ready"),
+    (MemberState::Lost, "lost"),
+];
+
+/// Per-cluster series, so they can be removed with the cluster.
+struct ClusterSeries {
+    members: Family<StateLabels, Gauge>,
+    hold_remaining: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    losses: Family<ClusterLabels, Counter>,
+    releases: Family<ClusterLabels, Counter>,
+    hold_length: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+    ttl_violations: Family<ClusterLabels, Gauge>,
+    /// Member names with a hold-remaining series, per (namespace, cluster).
+    known_members: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
+}
+
+fn hold_length_histogram() -> Histogram {
+    // 250 ms .. ~36 h: holds are maxLockTTL plus drift and margin.
+    Histogram::new(exponential_buckets(0.25, 2.0, 20))
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
@@ -21,6 +74,7 @@ pub struct Metrics {
     reconciles: Counter,
     errors: Family<ErrorLabels, Counter>,
     duration: Histogram,
+    clusters: ClusterSeries,
 }
 
 impl Default for Metrics {
@@ -45,11 +99,51 @@ impl Default for Metrics {
             "Duration of one reconcile",
             duration.clone(),
         );
+        let clusters = ClusterSeries {
+            members: Family::default(),
+            hold_remaining: Family::default(),
+            losses: Family::default(),
+            releases: Family::default(),
+            hold_length: Family::new_with_constructor(hold_length_histogram),
+            ttl_violations: Family::default(),
+            known_members: Mutex::default(),
+        };
+        registry.register(
+            "members",
+            "Members of each RedlockCluster by state (starting, held, ready, lost)",
+            clusters.members.clone(),
+        );
+        registry.register(
+            "hold_remaining_seconds",
+            "Seconds left on each member's hold (0 when not held)",
+            clusters.hold_remaining.clone(),
+        );
+        registry.register(
+            "instance_losses",
+            "Released instances observed to lose their keys (crash, restart, deletion, eviction)",
+            clusters.losses.clone(),
+        );
+        registry.register(
+            "instance_releases",
+            "Instances released to lock clients",
+            clusters.releases.clone(),
+        );
+        registry.register(
+            "hold_length_seconds",
+            "Actual length of completed holds, from the loss to the release",
+            clusters.hold_length.clone(),
+        );
+        registry.register(
+            "ttl_policy_violations",
+            "Keys found by the TTL audit without expiry or with a TTL above maxLockTTL",
+            clusters.ttl_violations.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
+            clusters,
         }
     }
 }
@@ -73,12 +167,119 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets the member gauges of one cluster from the status just computed.
+    pub fn observe_members(
+        &self,
+        ns: &str,
+        cluster: &str,
+        members: &[MemberStatus],
+        instances: i32,
+        now: Timestamp,
+    ) {
+        let c = &self.clusters;
+        for (state, label) in STATES {
+            let n = members
+                .iter()
+                .filter(|m| m.slot < instances && m.state == state)
+                .count();
+            c.members
+                .get_or_create(&StateLabels {
+                    namespace: ns.into(),
+                    cluster: cluster.into(),
+                    state: label,
+                })
+                .set(n as i64);
+        }
+        let mut known = c.known_members.lock().expect("metrics lock is never poisoned");
+        let names = known.entry((ns.into(), cluster.into())).or_default();
+        let current: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
+        for gone in names.difference(&current) {
+            c.hold_remaining.remove(&member_labels(ns, cluster, gone));
+        }
+        for m in members {
+            let left = m
+                .held_until
+                .as_ref()
+                .filter(|_| matches!(m.state, MemberState::Held | MemberState::Lost))
+                .map(|t| t.0.duration_since(now).as_secs_f64().max(0.0))
+                .unwrap_or(0.0);
+            c.hold_remaining
+                .get_or_create(&member_labels(ns, cluster, &m.name))
+                .set(left);
+        }
+        *names = current;
+    }
+
+    pub fn instance_lost(&self, ns: &str, cluster: &str) {
+        self.clusters
+            .losses
+            .get_or_create(&cluster_labels(ns, cluster))
+            .inc();
+    }
+
+    /// Counts a release; `hold_seconds` is the hold it ended, if it ended one.
+    pub fn released(&self, ns: &str, cluster: &str, hold_seconds: Option<f64>) {
+        let labels = cluster_labels(ns, cluster);
+        self.clusters.releases.get_or_create(&labels).inc();
+        if let Some(s) = hold_seconds {
+            self.clusters.hold_length.get_or_create(&labels).observe(s);
+        }
+    }
+
+    pub fn ttl_violations(&self, ns: &str, cluster: &str, keys: u64) {
+        self.clusters
+            .ttl_violations
+            .get_or_create(&cluster_labels(ns, cluster))
+            .set(keys as i64);
+    }
+
+    /// Drops every series of a deleted cluster.
+    pub fn forget_cluster(&self, ns: &str, cluster: &str) {
+        let c = &self.clusters;
+        for (_, label) in STATES {
+            c.members.remove(&StateLabels {
+                namespace: ns.into(),
+                cluster: cluster.into(),
+                state: label,
+            });
+        }
+        let names = c
+            .known_members
+            .lock()
+            .expect("metrics lock is never poisoned")
+            .remove(&(ns.into(), cluster.into()))
+            .unwrap_or_default();
+        for name in names {
+            c.hold_remaining.remove(&member_labels(ns, cluster, &name));
+        }
+        let labels = cluster_labels(ns, cluster);
+        c.losses.remove(&labels);
+        c.releases.remove(&labels);
+        c.hold_length.remove(&labels);
+        c.ttl_violations.remove(&labels);
+    }
+
     /// The OpenMetrics text exposition of every registered metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+fn cluster_labels(ns: &str, cluster: &str) -> ClusterLabels {
+    ClusterLabels {
+        namespace: ns.into(),
+        cluster: cluster.into(),
+    }
+}
+
+fn member_labels(ns: &str, cluster: &str, member: &str) -> MemberLabels {
+    MemberLabels {
+        namespace: ns.into(),
+        cluster: cluster.into(),
+        member: member.into(),
     }
 }
 
@@ -114,5 +315,51 @@ mod tests {
             text.contains("redlock_reconcile_duration_seconds_count 2"),
             "{text}"
         );
+    }
+
+    fn member(slot: i32, state: MemberState, held_until: Option<i64>) -> MemberStatus {
+        MemberStatus {
+            held_until: held_until.map(|s| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::from_second(s).unwrap())
+            }),
+            ..MemberStatus::new(format!("locks-{slot}"), slot, state)
+        }
+    }
+
+    #[test]
+    fn per_cluster_series_follow_the_members_and_go_with_the_cluster() {
+        let m = Metrics::default();
+        let now = Timestamp::from_second(100).unwrap();
+        let members = [
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Held, Some(130)),
+            member(2, MemberState::Lost, Some(110)),
+            member(3, MemberState::Held, Some(500)), // retired slot: not counted
+        ];
+        m.observe_members("ns", "locks", &members, 3, now);
+        m.instance_lost("ns", "locks");
+        m.released("ns", "locks", Some(31.5));
+        m.released("ns", "locks", None);
+        m.ttl_violations("ns", "locks", 2);
+        let text = m.render();
+        for line in [
+            r#"redlock_members{namespace="ns",cluster="locks",state="ready"} 1"#,
+            r#"redlock_members{namespace="ns",cluster="locks",state="held"} 1"#,
+            r#"redlock_members{namespace="ns",cluster="locks",state="lost"} 1"#,
+            r#"redlock_members{namespace="ns",cluster="locks",state="starting"} 0"#,
+            r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-1"} 30.0"#,
+            r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-0"} 0.0"#,
+            r#"redlock_instance_losses_total{namespace="ns",cluster="locks"} 1"#,
+            r#"redlock_instance_releases_total{namespace="ns",cluster="locks"} 2"#,
+            r#"redlock_hold_length_seconds_count{namespace="ns",cluster="locks"} 1"#,
+            r#"redlock_ttl_policy_violations{namespace="ns",cluster="locks"} 2"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        // A member that goes away loses its series.
+        m.observe_members("ns", "locks", &members[..1], 1, now);
+        assert!(!m.render().contains(r#"member="locks-1""#));
+        m.forget_cluster("ns", "locks");
+        assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());
     }
 }

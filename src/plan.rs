@@ -124,15 +124,8 @@ struct Step {
 
 fn member(input: &PlanInput<'_>, slot: i32, state: MemberState) -> MemberStatus {
     MemberStatus {
-        name: slot_name(input.cluster, slot),
-        slot,
-        endpoint: None,
-        state,
-        run_id: None,
-        container_id: None,
-        held_until: None,
         since: Some(MicroTime(floor_micros(input.now))),
-        message: None,
+        ..MemberStatus::new(slot_name(input.cluster, slot), slot, state)
     }
 }
 
@@ -484,15 +477,8 @@ mod tests {
 
     fn record(slot: i32, state: MemberState) -> MemberStatus {
         MemberStatus {
-            name: format!("locks-{slot}"),
-            slot,
-            endpoint: None,
-            state,
-            run_id: None,
-            container_id: None,
-            held_until: None,
             since: micro(at(T0)),
-            message: None,
+            ..MemberStatus::new(format!("locks-{slot}"), slot, state)
         }
     }
 

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -14,15 +15,17 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::crd::{RedlockCluster, RedlockClusterStatus};
+use crate::crd::{MemberState, RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::observe::SlotObservation;
 use crate::plan::{PlanInput, plan};
 use crate::redis_admin::AdminAccess;
-use crate::resources::names::{ADMIN_USER, FIELD_MANAGER, REDIS_PORT, admin_secret_name, client_secret_name};
+use crate::resources::names::{
+    ADMIN_USER, FIELD_MANAGER, LABEL_INSTANCE, REDIS_PORT, admin_secret_name, client_secret_name, slot_name,
+};
 use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
-use crate::resources::{config, pod};
-use crate::{apply, events, hold, observe, status};
+use crate::resources::{config, endpoints, pod, service};
+use crate::{apply, events, hold, observe, status, ttl_audit, validate};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
@@ -38,16 +41,25 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // operator wrote a moment ago, and planning from an older status could mistake its own
     // new pods for unknown ones.
     let Some(cluster) = api.get_opt(&cached.name_any()).await? else {
+        forget(&ctx, &ns, &cached.name_any());
         return Ok(Action::await_change());
     };
+    let name = cluster.name_any();
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
+        forget(&ctx, &ns, &name);
         return Ok(Action::await_change());
     }
-    let name = cluster.name_any();
 
+    // A spec the schema could not refuse: report it and change nothing that runs. Holds and
+    // releases below still go on; they keep the existing members safe and serving.
+    let rejections = validate::validate(&cluster.spec);
+    let accepted = rejections.is_empty();
     let credentials = credentials(&ctx, &cluster, &ns).await?;
-    apply_config(&ctx, &cluster, &ns, &credentials).await?;
+    if accepted {
+        apply_config(&ctx, &cluster, &ns, &credentials).await?;
+        apply_services(&ctx, &cluster, &ns).await?;
+    }
 
     let access = AdminAccess {
         admin_user: ADMIN_USER.into(),
@@ -58,6 +70,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     };
     let mut observed = observe::pods_by_slot(&cluster, &ctx.pods.state());
     probe_all(&access, &mut observed).await;
+
+    let (ttl_report, next_audit) = audit_ttls(&ctx, &cluster, &access, &observed).await;
 
     let now = Timestamp::now();
     let previous = cluster
@@ -76,12 +90,32 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         &observed,
     );
 
+    let mut plan = plan;
+    if !accepted {
+        plan.create_pods.clear();
+        plan.delete_pods.clear();
+    }
+
     // Write-ahead: holds and releases are on record before anything acts on them.
-    let desired = status::compute(&cluster, plan.members.clone(), &observed, now);
+    let findings = status::Findings {
+        rejections,
+        ttl: ttl_report,
+        max_lock_ttl: cluster.spec.max_lock_ttl.to_string(),
+    };
+    let desired = status::compute(&cluster, plan.members.clone(), &observed, &findings, now);
     if cluster.status.as_ref() != Some(&desired) {
         write_status(&api, &cluster, &desired).await?;
     }
+    ctx.metrics
+        .observe_members(&ns, &name, &desired.members, cluster.spec.instances, now);
+    if let Some(r) = &findings.ttl {
+        ctx.metrics.ttl_violations(&ns, &name, r.violations);
+    }
+    publish_condition_changes(&ctx, &cluster, &desired).await;
     for e in &plan.events {
+        if e.reason == "InstanceLost" {
+            ctx.metrics.instance_lost(&ns, &name);
+        }
         tracing::info!(cluster = %name, %ns, slot = e.slot, reason = e.reason, "{}", e.message);
         events::publish_for_slot(
             &ctx.recorder,
@@ -94,12 +128,20 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .await;
     }
 
+    if accepted {
+        let serving = status::serving_slots(&desired.members, &observed, cluster.spec.instances);
+        let desired_cm = endpoints::endpoints_config_map(&cluster, &serving);
+        let cached_cm = ctx.config_maps.get(&ObjectRef::from_obj(&desired_cm));
+        let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+        apply::apply_if_changed(&cm_api, cached_cm.as_deref(), desired_cm).await?;
+    }
+
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for slot in &plan.create_pods {
         apply::create_pod(&pods, &pod::pod(&cluster, *slot)).await?;
     }
     for slot in &plan.delete_pods {
-        apply::delete_pod(&pods, &crate::resources::names::slot_name(&name, *slot)).await?;
+        apply::delete(&pods, &slot_name(&name, *slot)).await?;
     }
     let mut released = false;
     for (slot, run_id) in &plan.releases {
@@ -109,6 +151,12 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         match access.release(ip, run_id).await {
             Ok(()) => {
                 released = true;
+                let hold_seconds = previous
+                    .iter()
+                    .find(|m| m.slot == *slot && m.state == MemberState::Held)
+                    .and_then(|m| m.held_until.as_ref())
+                    .map(|until| hold_length(until.0, hold::hold_for(&cluster.spec), now));
+                ctx.metrics.released(&ns, &name, hold_seconds);
                 let msg = format!("{name}-{slot}: released process {run_id} to lock clients");
                 tracing::info!(cluster = %name, %ns, slot, "{msg}");
                 events::publish_for_slot(&ctx.recorder, &cluster, *slot, "InstanceReleased", msg, false)
@@ -133,7 +181,135 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));
     }
+    after = after.min(next_audit);
     Ok(Action::requeue(after))
+}
+
+/// How long a hold that ends now lasted: from its (last) start, `heldUntil - hold`.
+fn hold_length(held_until: Timestamp, hold: Duration, now: Timestamp) -> f64 {
+    let started = held_until.as_microsecond() as f64 / 1e6 - hold.as_secs_f64();
+    (now.as_microsecond() as f64 / 1e6 - started).max(0.0)
+}
+
+/// Drops what is kept in memory about a cluster that is gone.
+fn forget(ctx: &Context, ns: &str, name: &str) {
+    ctx.metrics.forget_cluster(ns, name);
+    ctx.ttl_audits
+        .lock()
+        .expect("audit lock is never poisoned")
+        .remove(&format!("{ns}/{name}"));
+}
+
+/// Events for conditions the user must act on, once per change (never once per reconcile:
+/// repeating them would be an API write every period).
+async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desired: &RedlockClusterStatus) {
+    let old = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let find = |list: &[Condition], t: &str| list.iter().find(|c| c.type_ == t).cloned();
+    for (type_, bad_reason, good_reason) in [
+        (status::SPEC_ACCEPTED, "SpecRejected", "SpecAccepted"),
+        (status::TTL_POLICY, "TTLPolicyViolated", "TTLPolicyRestored"),
+    ] {
+        let Some(new) = find(&desired.conditions, type_) else {
+            continue;
+        };
+        let before = find(old, type_);
+        let (reason, warning) = match (before.as_ref().map(|c| c.status.as_str()), new.status.as_str()) {
+            // A changed message of a rejected spec is a new problem: tell again.
+            (Some("False"), "False")
+                if type_ == status::SPEC_ACCEPTED
+                    && before.as_ref().map(|c| &c.message) != Some(&new.message) =>
+            {
+                (bad_reason, true)
+            }
+            (Some("False"), "False") => continue,
+            (_, "False") => (bad_reason, true),
+            (Some("False"), "True") => (good_reason, false),
+            _ => continue,
+        };
+        tracing::info!(cluster = %cluster.name_any(), reason, "{}", new.message);
+        events::publish_for_cluster(&ctx.recorder, cluster, reason, new.message.clone(), warning).await;
+    }
+}
+
+/// One TTL audit period, when due: continues each serving member's `SCAN` for a bounded
+/// number of keys. Returns the cluster's report and when the next period starts.
+async fn audit_ttls(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    access: &AdminAccess,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> (Option<ttl_audit::Report>, Duration) {
+    let key = format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    );
+    let serving: Vec<(i32, String, std::net::IpAddr)> = observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let info = o.redis.as_ref().filter(|i| i.client_enabled)?;
+            Some((*slot, info.run_id.clone(), o.pod_ip?))
+        })
+        .filter(|(slot, _, _)| *slot < cluster.spec.instances)
+        .collect();
+    let now = std::time::Instant::now();
+    let cursors = {
+        let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+        let audit = audits
+            .entry(key.clone())
+            .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
+        if !audit.take_due(now, ctx.ttl_audit_period) {
+            let next = audit.next_due.saturating_duration_since(now);
+            return (ttl_audit::report(&audit.members), next);
+        }
+        let ids: Vec<(i32, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
+        audit.retain(&ids)
+    };
+    let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
+        let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
+        Some(async move { (slot, access.sample_ttls(*ip, cursor, ctx.ttl_audit_keys).await) })
+    });
+    let results = futures::future::join_all(samples).await;
+    let max_ms = Duration::from(cluster.spec.max_lock_ttl).as_millis() as u64;
+    let name = cluster.name_any();
+    let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+    let audit = audits
+        .entry(key)
+        .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
+    for (slot, result) in results {
+        match (result, audit.members.get_mut(&slot)) {
+            (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
+            (Err(e), _) => tracing::debug!(cluster = %name, slot, error = %e, "TTL audit sample failed"),
+            _ => {}
+        }
+    }
+    (ttl_audit::report(&audit.members), ctx.ttl_audit_period)
+}
+
+/// Per-slot Services for slots 0..N and the headless Service; Services of removed slots go.
+async fn apply_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<()> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let name = cluster.name_any();
+    let desired = (0..cluster.spec.instances)
+        .map(|slot| service::slot_service(cluster, slot))
+        .chain([service::headless_service(cluster)]);
+    for svc in desired {
+        let cached = ctx.services.get(&ObjectRef::from_obj(&svc));
+        apply::apply_if_changed(&api, cached.as_deref(), svc).await?;
+    }
+    let retired = ctx.services.state().into_iter().filter(|s| {
+        s.namespace().as_deref() == Some(ns)
+            && s.labels().get(LABEL_INSTANCE) == Some(&name)
+            && service::service_slot(s).is_some_and(|slot| slot >= cluster.spec.instances)
+    });
+    for svc in retired {
+        apply::delete(&api, &svc.name_any()).await?;
+    }
+    Ok(())
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

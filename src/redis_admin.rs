@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::observe::RedisInfo;
+use crate::ttl_audit::SampledKey;
 
 /// Credentials and timeouts for admin connections.
 #[derive(Clone)]
@@ -120,6 +121,47 @@ impl AdminAccess {
             .await
             .map_err(|e| ReleaseError::Command(ip, e.to_string()))?;
         Ok(())
+    }
+
+    /// Continues a `SCAN` from `cursor` for about `budget` keys and reads each key's `PTTL`
+    /// (read-only commands). Returns the batch and the cursor to continue from (0: the
+    /// keyspace has been swept).
+    pub async fn sample_ttls(
+        &self,
+        ip: IpAddr,
+        mut cursor: u64,
+        budget: u64,
+    ) -> Result<(Vec<SampledKey>, u64), String> {
+        let mut conn = self.connect(ip).await?;
+        let mut sampled = Vec::new();
+        loop {
+            let count = (budget - sampled.len() as u64).clamp(1, 250);
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(count)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("PTTL").arg(k);
+            }
+            let ttls: Vec<i64> = if keys.is_empty() {
+                Vec::new()
+            } else {
+                pipe.query_async(&mut conn).await.map_err(|e| e.to_string())?
+            };
+            sampled.extend(
+                keys.into_iter()
+                    .zip(ttls)
+                    .map(|(key, pttl_ms)| SampledKey { key, pttl_ms }),
+            );
+            cursor = next;
+            if cursor == 0 || sampled.len() as u64 >= budget {
+                return Ok((sampled, cursor));
+            }
+        }
     }
 }
 

@@ -8,9 +8,25 @@ use std::collections::BTreeMap;
 use crate::conditions::{self, Desired};
 use crate::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
 use crate::observe::{PodState, SlotObservation};
+use crate::resources::endpoints::server_address;
+use crate::ttl_audit;
+use crate::validate::Rejection;
 
 pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+pub const SPEC_ACCEPTED: &str = "SpecAccepted";
+pub const TTL_POLICY: &str = "TTLPolicy";
+
+/// What the reconcile found besides member states: spec problems and the TTL audit.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    pub rejections: Vec<Rejection>,
+    /// `None` until the audit has swept a member once.
+    pub ttl: Option<ttl_audit::Report>,
+    /// `spec.maxLockTTL` as written back in messages.
+    pub max_lock_ttl: String,
+}
 
 /// Instances a client must lock: a strict majority of all N, whatever is up right now.
 pub fn quorum(instances: i32) -> i32 {
@@ -21,23 +37,22 @@ pub fn quorum(instances: i32) -> i32 {
 /// follow from them and from the pods' readiness.
 pub fn compute(
     cluster: &RedlockCluster,
-    members: Vec<MemberStatus>,
+    mut members: Vec<MemberStatus>,
     observed: &BTreeMap<i32, SlotObservation>,
+    findings: &Findings,
     now: Timestamp,
 ) -> RedlockClusterStatus {
     let old = cluster.status.clone().unwrap_or_default();
     let instances = cluster.spec.instances;
     let quorum = quorum(instances);
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    for m in &mut members {
+        m.endpoint = (m.slot < instances).then(|| server_address(&name, &ns, m.slot));
+    }
+    let serving = serving_slots(&members, observed, instances);
     let active = || members.iter().filter(|m| m.slot < instances);
-    let ready = active()
-        .filter(|m| m.state == MemberState::Ready)
-        .filter(|m| {
-            matches!(
-                observed.get(&m.slot).map(|o| &o.pod),
-                Some(PodState::Running { ready: true, .. })
-            )
-        })
-        .count() as i32;
+    let ready = serving.len() as i32;
     let held = active()
         .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
         .count() as i32;
@@ -84,6 +99,15 @@ pub fn compute(
         }
     };
 
+    let degraded = degraded(&members, &serving, instances, quorum);
+    let mut desired = vec![
+        available,
+        progressing,
+        degraded,
+        spec_accepted(&findings.rejections),
+    ];
+    desired.extend(ttl_policy(findings));
+
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,
         instances: Some(instances),
@@ -91,13 +115,127 @@ pub fn compute(
         held_instances: Some(held),
         quorum: Some(quorum),
         members,
-        conditions: conditions::merge(
-            &old.conditions,
-            &[available, progressing],
-            cluster.metadata.generation,
-            now,
+        conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
+    }
+}
+
+/// Slots whose member is released and whose pod is Ready: what clients can lock right now.
+pub fn serving_slots(
+    members: &[MemberStatus],
+    observed: &BTreeMap<i32, SlotObservation>,
+    instances: i32,
+) -> Vec<i32> {
+    members
+        .iter()
+        .filter(|m| m.slot < instances && m.state == MemberState::Ready)
+        .filter(|m| {
+            matches!(
+                observed.get(&m.slot).map(|o| &o.pod),
+                Some(PodState::Running { ready: true, .. })
+            )
+        })
+        .map(|m| m.slot)
+        .collect()
+}
+
+/// `Degraded`: some slot does not serve. The message says which and how many more failures
+/// the cluster survives; it changes only when a member's state does (no ticking values).
+fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i32) -> Desired {
+    let ready = serving.len() as i32;
+    let down: Vec<String> = (0..instances)
+        .filter(|slot| !serving.contains(slot))
+        .map(|slot| match members.iter().find(|m| m.slot == slot) {
+            Some(m) => match (m.state, &m.held_until) {
+                (MemberState::Held | MemberState::Lost, Some(until)) => {
+                    format!("{} {:?} until {}", m.name, m.state, until.0)
+                }
+                (MemberState::Ready, _) => format!("{} not ready", m.name),
+                (state, _) => format!("{} {state:?}", m.name),
+            },
+            None => format!("slot {slot} not created"),
+        })
+        .collect();
+    if down.is_empty() {
+        return Desired {
+            type_: DEGRADED,
+            status: false,
+            reason: "AllInstancesServing",
+            message: format!(
+                "all {instances} instances serve clients; {} can fail without losing quorum",
+                instances - quorum
+            ),
+        };
+    }
+    let (reason, tolerance) = if ready < quorum {
+        (
+            "QuorumLost",
+            "locks cannot be acquired until a quorum serves".to_owned(),
+        )
+    } else {
+        (
+            "InstancesNotServing",
+            format!("{} more can fail without losing quorum", ready - quorum),
+        )
+    };
+    Desired {
+        type_: DEGRADED,
+        status: true,
+        reason,
+        message: format!(
+            "{ready} of {instances} instances serve clients ({}); {tolerance}",
+            down.join(", ")
         ),
     }
+}
+
+fn spec_accepted(rejections: &[Rejection]) -> Desired {
+    if rejections.is_empty() {
+        return Desired {
+            type_: SPEC_ACCEPTED,
+            status: true,
+            reason: "SpecValid",
+            message: "the spec is valid".into(),
+        };
+    }
+    let problems: Vec<String> = rejections.iter().map(ToString::to_string).collect();
+    Desired {
+        type_: SPEC_ACCEPTED,
+        status: false,
+        reason: "SpecRejected",
+        message: format!(
+            "{}. Running instances are kept as they are, and none is created or removed, until the spec is fixed",
+            problems.join("; ")
+        ),
+    }
+}
+
+/// `TTLPolicy`: absent until the audit has swept a member.
+fn ttl_policy(findings: &Findings) -> Option<Desired> {
+    let report = findings.ttl.as_ref()?;
+    let ttl = &findings.max_lock_ttl;
+    Some(if report.violations == 0 {
+        Desired {
+            type_: TTL_POLICY,
+            status: true,
+            reason: "WithinMaxLockTTL",
+            message: format!("no sampled key lacks an expiry or has a TTL above maxLockTTL {ttl}"),
+        }
+    } else {
+        let example = report
+            .example
+            .as_ref()
+            .map(|e| format!(", e.g. {:?} on {} ({})", e.key, e.member, e.finding))
+            .unwrap_or_default();
+        Desired {
+            type_: TTL_POLICY,
+            status: false,
+            reason: "KeysExceedMaxLockTTL",
+            message: format!(
+                "{} key(s) on {} member(s) have no expiry or a TTL above maxLockTTL {ttl}{example}. A lock held longer than maxLockTTL can be granted twice after an instance restarts: raise maxLockTTL or fix the client",
+                report.violations, report.members_with_violations
+            ),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -127,15 +265,9 @@ mod tests {
 
     fn member(slot: i32, state: MemberState, held_until: Option<i64>) -> MemberStatus {
         MemberStatus {
-            name: format!("locks-{slot}"),
-            slot,
-            endpoint: None,
-            state,
-            run_id: None,
-            container_id: None,
             held_until: held_until.map(|s| MicroTime(at(s))),
             since: Some(MicroTime(at(1))),
-            message: None,
+            ..MemberStatus::new(format!("locks-{slot}"), slot, state)
         }
     }
 
@@ -159,7 +291,13 @@ mod tests {
 
     #[test]
     fn nothing_ready_is_progressing_and_unavailable() {
-        let s = compute(&cluster(5, 1), vec![], &BTreeMap::new(), at(100));
+        let s = compute(
+            &cluster(5, 1),
+            vec![],
+            &BTreeMap::new(),
+            &Findings::default(),
+            at(100),
+        );
         assert_eq!(s.observed_generation, Some(1));
         assert_eq!(
             (s.instances, s.ready_instances, s.quorum, s.held_instances),
@@ -178,7 +316,7 @@ mod tests {
             member(2, MemberState::Held, Some(200)),
         ];
         let observed = BTreeMap::from([(0, running(true)), (1, running(false)), (2, running(false))]);
-        let s = compute(&cluster(3, 1), members, &observed, at(100));
+        let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
         assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(1)));
         assert_eq!(condition(&s, AVAILABLE).status, "False");
         let p = condition(&s, PROGRESSING);
@@ -190,7 +328,7 @@ mod tests {
     fn all_ready_is_available_and_done() {
         let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
         let observed = (0..3).map(|i| (i, running(true))).collect();
-        let s = compute(&cluster(3, 1), members, &observed, at(100));
+        let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
         assert_eq!(condition(&s, AVAILABLE).status, "True");
         assert_eq!(condition(&s, PROGRESSING).status, "False");
     }
@@ -205,6 +343,7 @@ mod tests {
             &cluster(1, 1),
             members,
             &BTreeMap::from([(0, running(true))]),
+            &Findings::default(),
             at(100),
         );
         assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(0)));
@@ -212,12 +351,154 @@ mod tests {
     }
 
     #[test]
+    fn members_carry_their_stable_endpoint() {
+        let mut c = cluster(2, 1);
+        c.metadata.namespace = Some("team".into());
+        let members = vec![
+            member(0, MemberState::Ready, None),
+            member(5, MemberState::Lost, Some(500)),
+        ];
+        let s = compute(&c, members, &BTreeMap::new(), &Findings::default(), at(100));
+        assert_eq!(s.members[0].endpoint.as_deref(), Some("locks-0.team.svc:6379"));
+        assert_eq!(s.members[1].endpoint, None, "a retired slot has no address");
+    }
+
+    #[test]
+    fn degraded_says_which_members_are_down_and_what_is_left() {
+        let observed: BTreeMap<_, _> = (0..5).map(|i| (i, running(i != 4))).collect();
+        let members = vec![
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Ready, None),
+            member(2, MemberState::Ready, None),
+            member(3, MemberState::Held, Some(200)),
+            member(4, MemberState::Ready, None),
+        ];
+        let s = compute(&cluster(5, 1), members, &observed, &Findings::default(), at(100));
+        let d = condition(&s, DEGRADED);
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "InstancesNotServing")
+        );
+        assert!(
+            d.message
+                .starts_with("3 of 5 instances serve clients (locks-3 Held until"),
+            "{}",
+            d.message
+        );
+        assert!(d.message.contains("locks-4 not ready"), "{}", d.message);
+        assert!(
+            d.message.ends_with("0 more can fail without losing quorum"),
+            "{}",
+            d.message
+        );
+
+        let s = compute(
+            &cluster(3, 1),
+            vec![member(0, MemberState::Ready, None)],
+            &observed,
+            &Findings::default(),
+            at(100),
+        );
+        let d = condition(&s, DEGRADED);
+        assert_eq!(d.reason, "QuorumLost");
+        assert!(d.message.contains("slot 1 not created"), "{}", d.message);
+
+        let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
+        let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
+        let d = condition(&s, DEGRADED);
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("False", "AllInstancesServing")
+        );
+        assert_eq!(
+            d.message,
+            "all 3 instances serve clients; 1 can fail without losing quorum"
+        );
+    }
+
+    #[test]
+    fn a_rejected_spec_is_a_false_condition_naming_the_field() {
+        let findings = Findings {
+            rejections: vec![Rejection {
+                field: "spec.redisConfig.save".into(),
+                message: "remove it".into(),
+            }],
+            ..Default::default()
+        };
+        let s = compute(&cluster(3, 2), vec![], &BTreeMap::new(), &findings, at(100));
+        let c = condition(&s, SPEC_ACCEPTED);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SpecRejected"));
+        assert!(
+            c.message.starts_with("spec.redisConfig.save: remove it."),
+            "{}",
+            c.message
+        );
+        assert_eq!(c.observed_generation, Some(2));
+        let s = compute(
+            &cluster(3, 2),
+            vec![],
+            &BTreeMap::new(),
+            &Findings::default(),
+            at(100),
+        );
+        assert_eq!(condition(&s, SPEC_ACCEPTED).status, "True");
+    }
+
+    #[test]
+    fn ttl_policy_appears_with_the_first_sweep_and_names_an_example() {
+        let s = compute(
+            &cluster(3, 1),
+            vec![],
+            &BTreeMap::new(),
+            &Findings::default(),
+            at(100),
+        );
+        assert!(s.conditions.iter().all(|c| c.type_ != TTL_POLICY));
+        let mut findings = Findings {
+            ttl: Some(ttl_audit::Report {
+                checked: 10,
+                violations: 0,
+                members_with_violations: 0,
+                example: None,
+            }),
+            max_lock_ttl: "30s".into(),
+            ..Default::default()
+        };
+        let s = compute(&cluster(3, 1), vec![], &BTreeMap::new(), &findings, at(100));
+        assert_eq!(condition(&s, TTL_POLICY).status, "True");
+        findings.ttl = Some(ttl_audit::Report {
+            checked: 10,
+            violations: 2,
+            members_with_violations: 1,
+            example: Some(ttl_audit::Example {
+                member: "locks-1".into(),
+                key: "orders".into(),
+                finding: ttl_audit::Finding::NoExpiry,
+            }),
+        });
+        let s = compute(&cluster(3, 1), vec![], &BTreeMap::new(), &findings, at(100));
+        let c = condition(&s, TTL_POLICY);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "KeysExceedMaxLockTTL")
+        );
+        assert!(
+            c.message.starts_with("2 key(s) on 1 member(s) have no expiry or a TTL above maxLockTTL 30s, e.g. \"orders\" on locks-1 (no expiry)"),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
     fn steady_state_recomputes_the_identical_status() {
         let mut c = cluster(3, 4);
         let members: Vec<_> = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
         let observed: BTreeMap<_, _> = (0..3).map(|i| (i, running(true))).collect();
-        let first = compute(&c, members.clone(), &observed, at(100));
+        let first = compute(&c, members.clone(), &observed, &Findings::default(), at(100));
         c.status = Some(first.clone());
-        assert_eq!(compute(&c, members, &observed, at(500)), first);
+        assert_eq!(
+            compute(&c, members, &observed, &Findings::default(), at(500)),
+            first
+        );
     }
 }

@@ -35,8 +35,11 @@ pub struct RedlockClusterStatus {
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
     pub members: Vec<MemberStatus>,
 
-    /// Standard conditions: `Available` (at least a quorum serves clients), `Progressing`,
-    /// `Degraded`.
+    /// Standard conditions: `Available` (at least a quorum serves clients), `Progressing`
+    /// (instances starting or held), `Degraded` (some instance does not serve; the message
+    /// says which and how many more may fail), `SpecAccepted` (False names the field of a spec
+    /// the operator refuses to act on), `TTLPolicy` (False when the TTL audit found keys
+    /// without expiry or with a TTL above maxLockTTL).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -80,6 +83,23 @@ pub struct MemberStatus {
     /// Human-readable detail about the state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+impl MemberStatus {
+    /// A record of `name` (slot `slot`) in `state`, with nothing else known yet.
+    pub fn new(name: String, slot: i32, state: MemberState) -> Self {
+        Self {
+            name,
+            slot,
+            endpoint: None,
+            state,
+            run_id: None,
+            container_id: None,
+            held_until: None,
+            since: None,
+            message: None,
+        }
+    }
 }
 
 /// Lifecycle state of a member.

@@ -59,6 +59,11 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
 
 /// Bytes of a memory quantity (`512Mi`, `1G`, `1e9`, `1048576`); `None` if unparseable.
 pub fn quantity_bytes(q: &Quantity) -> Option<u64> {
+    quantity_value(q).map(|n| n as u64)
+}
+
+/// The value of a quantity (`512Mi`, `1G`, `500m`, `1e9`); `None` if unparseable or negative.
+pub fn quantity_value(q: &Quantity) -> Option<f64> {
     let s = q.0.trim();
     let split = s
         .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
@@ -78,7 +83,7 @@ pub fn quantity_bytes(q: &Quantity) -> Option<u64> {
         _ => return None,
     };
     let n: f64 = number.parse().ok()?;
-    (n >= 0.0).then_some((n * factor) as u64)
+    (n >= 0.0 && n.is_finite()).then_some(n * factor)
 }
 
 pub fn config_map(cluster: &RedlockCluster) -> ConfigMap {

@@ -42,6 +42,10 @@ pub fn config_map_name(cluster: &str) -> String {
     format!("{cluster}-config")
 }
 
+pub fn endpoints_config_map_name(cluster: &str) -> String {
+    format!("{cluster}-endpoints")
+}
+
 /// Label selector matching every object this operator manages.
 pub fn managed_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY}")

@@ -9,6 +9,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use sha2::{Digest, Sha256};
 
+use super::endpoints;
 use super::names::{
     ADMIN_USER, CLIENT_USER, acl_secret_name, admin_secret_name, client_secret_name, cluster_labels,
 };
@@ -118,9 +119,19 @@ pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secr
 
 pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
     let name = client_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
-    let mut data = BTreeMap::from([("username".to_owned(), client_user(cluster).to_owned())]);
-    if cluster.spec.auth.enabled {
-        data.insert("password".into(), credentials.client_password.clone());
+    let username = client_user(cluster);
+    let password = cluster
+        .spec
+        .auth
+        .enabled
+        .then_some(credentials.client_password.as_str());
+    let urls = endpoints::client_urls(cluster, username, password);
+    let mut data = BTreeMap::from([
+        ("username".to_owned(), username.to_owned()),
+        ("urls".to_owned(), endpoints::lines(&urls)),
+    ]);
+    if let Some(password) = password {
+        data.insert("password".into(), password.to_owned());
     }
     secret(cluster, name, data)
 }

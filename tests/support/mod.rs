@@ -26,6 +26,11 @@ pub struct Env {
 
 impl Env {
     pub async fn start(nodes: usize) -> Self {
+        Self::start_with(nodes, &[]).await
+    }
+
+    /// Like `start`, with extra `redlock-operator run` flags.
+    pub async fn start_with(nodes: usize, operator_args: &[&str]) -> Self {
         let cp = ControlPlane::start(ControlPlaneConfig {
             nodes,
             ..Default::default()
@@ -34,7 +39,7 @@ impl Env {
         .expect("control plane starts");
         cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
         let ns = cp.new_namespace("lifecycle").await.unwrap();
-        let operator = start_operator(&cp, "operator.log").await;
+        let operator = start_operator_with(&cp, "operator.log", operator_args).await;
         Self { operator, ns, cp }
     }
 
@@ -96,6 +101,31 @@ impl Env {
         String::from_utf8(s.data.unwrap()[key].0.clone()).unwrap()
     }
 
+    /// A key of a ConfigMap in the test namespace.
+    pub async fn config_map(&self, name: &str, key: &str) -> String {
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(self.cp.client(), &self.ns)
+            .get(name)
+            .await
+            .unwrap()
+            .data
+            .unwrap()[key]
+            .clone()
+    }
+
+    /// `kubectl <args>` in the test namespace; panics with stderr when it fails. Async: the
+    /// process kubelet runs on this test's runtime and must keep running meanwhile.
+    pub async fn kubectl(&self, args: &[&str]) -> String {
+        let mut cmd = self.cp.kubectl();
+        cmd.arg("-n").arg(&self.ns).args(args);
+        let out = tokio::process::Command::from(cmd).output().await.unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     pub async fn client_login(&self, name: &str) -> Login {
         Login {
             user: self.secret(&format!("{name}-client"), "username").await,
@@ -112,8 +142,12 @@ impl Env {
 }
 
 pub async fn start_operator(cp: &ControlPlane, log: &str) -> OperatorProcess {
+    start_operator_with(cp, log, &[]).await
+}
+
+pub async fn start_operator_with(cp: &ControlPlane, log: &str, args: &[&str]) -> OperatorProcess {
     let mut op =
-        OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &cp.dir().join(log), &[]).unwrap();
+        OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &cp.dir().join(log), args).unwrap();
     op.wait_ready(Duration::from_secs(60)).await.unwrap();
     op
 }

@@ -1,0 +1,145 @@
+//! What lock clients are configured from (DESIGN §4): the `<name>-endpoints` ConfigMap and the
+//! addresses in the `<name>-client` Secret. Clients must be given **all N** stable addresses
+//! and compute the quorum from N, never from the servers that happen to be up, so `servers`
+//! and `urls` always list every slot, held or not.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+use super::names::{REDIS_PORT, cluster_labels, endpoints_config_map_name, slot_name};
+use crate::crd::RedlockCluster;
+use crate::status::quorum;
+
+/// Stable `host:port` of a slot: its Service's cluster DNS name. `<svc>.<ns>.svc` resolves
+/// from every namespace with the default pod DNS search path, whatever the cluster domain.
+pub fn server_address(cluster: &str, namespace: &str, slot: i32) -> String {
+    format!("{}.{namespace}.svc:{REDIS_PORT}", slot_name(cluster, slot))
+}
+
+/// Every slot's address, in slot order.
+pub fn servers(cluster: &RedlockCluster) -> Vec<String> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    (0..cluster.spec.instances)
+        .map(|slot| server_address(&name, &ns, slot))
+        .collect()
+}
+
+/// One `redis://` URL per slot, in slot order, with the client's credentials when auth is on.
+pub fn client_urls(cluster: &RedlockCluster, username: &str, password: Option<&str>) -> Vec<String> {
+    let userinfo = match password {
+        Some(password) => format!("{username}:{password}@"),
+        None => String::new(),
+    };
+    servers(cluster)
+        .into_iter()
+        .map(|server| format!("redis://{userinfo}{server}"))
+        .collect()
+}
+
+/// The `<name>-endpoints` ConfigMap. `ready_slots` are the slots serving clients now; it is
+/// the only key that changes while the spec does not.
+pub fn endpoints_config_map(cluster: &RedlockCluster, ready_slots: &[i32]) -> ConfigMap {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let servers = servers(cluster);
+    let ready: Vec<&str> = ready_slots
+        .iter()
+        .filter_map(|slot| servers.get(usize::try_from(*slot).ok()?))
+        .map(String::as_str)
+        .collect();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(endpoints_config_map_name(&name)),
+            namespace: cluster.metadata.namespace.clone(),
+            labels: Some(cluster_labels(&name)),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("servers".to_owned(), lines(&servers)),
+            ("quorum".to_owned(), quorum(cluster.spec.instances).to_string()),
+            ("maxLockTTL".to_owned(), cluster.spec.max_lock_ttl.to_string()),
+            // Most clients take the TTL in milliseconds; spare them parsing a duration.
+            (
+                "maxLockTTLMillis".to_owned(),
+                Duration::from(cluster.spec.max_lock_ttl).as_millis().to_string(),
+            ),
+            ("ready".to_owned(), lines(&ready)),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// Newline-terminated lines: easy to read with `read`, `splitlines()` and `strings.Fields`.
+pub fn lines<S: AsRef<str>>(items: &[S]) -> String {
+    items.iter().map(|s| format!("{}\n", s.as_ref())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::RedlockClusterSpec;
+
+    fn cluster(instances: i32, ttl: &str) -> RedlockCluster {
+        let spec: RedlockClusterSpec = serde_json::from_value(serde_json::json!({
+            "instances": instances, "maxLockTTL": ttl,
+        }))
+        .unwrap();
+        let mut c = RedlockCluster::new("locks", spec);
+        c.metadata.namespace = Some("team".into());
+        c
+    }
+
+    fn data(cm: &ConfigMap, key: &str) -> String {
+        cm.data.as_ref().unwrap()[key].clone()
+    }
+
+    #[test]
+    fn lists_every_slot_whatever_serves() {
+        let cm = endpoints_config_map(&cluster(5, "30s"), &[0, 3]);
+        assert_eq!(cm.metadata.name.as_deref(), Some("locks-endpoints"));
+        assert_eq!(
+            data(&cm, "servers"),
+            "locks-0.team.svc:6379\nlocks-1.team.svc:6379\nlocks-2.team.svc:6379\n\
+             locks-3.team.svc:6379\nlocks-4.team.svc:6379\n"
+        );
+        assert_eq!(data(&cm, "quorum"), "3");
+        assert_eq!(data(&cm, "maxLockTTL"), "30s");
+        assert_eq!(data(&cm, "maxLockTTLMillis"), "30000");
+        assert_eq!(
+            data(&cm, "ready"),
+            "locks-0.team.svc:6379\nlocks-3.team.svc:6379\n"
+        );
+    }
+
+    #[test]
+    fn nothing_ready_is_an_empty_list_and_retired_slots_are_ignored() {
+        let cm = endpoints_config_map(&cluster(3, "1m30s"), &[]);
+        assert_eq!(data(&cm, "ready"), "");
+        assert_eq!(data(&cm, "quorum"), "2");
+        assert_eq!(data(&cm, "maxLockTTL"), "90s");
+        assert_eq!(data(&cm, "maxLockTTLMillis"), "90000");
+        let cm = endpoints_config_map(&cluster(3, "30s"), &[1, 7]);
+        assert_eq!(data(&cm, "ready"), "locks-1.team.svc:6379\n");
+    }
+
+    #[test]
+    fn urls_carry_credentials_only_when_there_are_some() {
+        let c = cluster(2, "30s");
+        assert_eq!(
+            client_urls(&c, "redlock-client", Some("s3cret")),
+            vec![
+                "redis://redlock-client:s3cret@locks-0.team.svc:6379",
+                "redis://redlock-client:s3cret@locks-1.team.svc:6379",
+            ]
+        );
+        assert_eq!(
+            client_urls(&c, "default", None),
+            vec!["redis://locks-0.team.svc:6379", "redis://locks-1.team.svc:6379"]
+        );
+    }
+}

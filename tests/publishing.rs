@@ -1,0 +1,446 @@
+//! What users and their Redlock clients see (issue #5), on the real control plane: the
+//! endpoints ConfigMap, client Secret and Services listing all N members (also while some are
+//! held), `kubectl get/wait/describe`, per-cluster metrics, the TTL audit, specs the operator
+//! refuses, and zero API writes in steady state.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use envtest::resolver::Resolver;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+/// `kubectl get rlc` columns after NAME: INSTANCES READY HELD QUORUM AVAILABLE (AGE dropped).
+async fn get_columns(env: &Env) -> Vec<String> {
+    let out = env.kubectl(&["get", "rlc", NAME, "--no-headers"]).await;
+    let cols: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
+    assert_eq!(cols.len(), 7, "{out}");
+    assert_eq!(cols[0], NAME);
+    cols[1..6].to_vec()
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().collect()
+}
+
+async fn condition(env: &Env, type_: &str) -> Option<(String, String, String)> {
+    env.cluster(NAME)
+        .await
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+#[tokio::test]
+async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth() {
+    let env = Env::start(3).await;
+    let ns = env.ns.clone();
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "6s", "holdMargin": "0s"}),
+    )
+    .await;
+
+    // `kubectl wait` is how users block on a cluster.
+    env.kubectl(&[
+        "wait",
+        "--for=condition=Available",
+        &format!("rlc/{NAME}"),
+        "--timeout=60s",
+    ])
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    assert_eq!(get_columns(&env).await, ["3", "3", "0", "2", "True"]);
+
+    let servers: Vec<String> = (0..3).map(|i| format!("{NAME}-{i}.{ns}.svc:6379")).collect();
+    let endpoints = format!("{NAME}-endpoints");
+    assert_eq!(lines(&env.config_map(&endpoints, "servers").await), servers);
+    assert_eq!(env.config_map(&endpoints, "quorum").await, "2");
+    assert_eq!(env.config_map(&endpoints, "maxLockTTL").await, "6s");
+    assert_eq!(env.config_map(&endpoints, "maxLockTTLMillis").await, "6000");
+    wait_for("ready list complete", Duration::from_secs(10), async || {
+        Ok((lines(&env.config_map(&endpoints, "ready").await) == servers).then_some(()))
+    })
+    .await;
+
+    let login = env.client_login(NAME).await;
+    let urls = env.secret(&format!("{NAME}-client"), "urls").await;
+    let expected_urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://{}:{}@{s}", login.user, login.password))
+        .collect();
+    assert_eq!(lines(&urls), expected_urls);
+
+    // Every published address leads, through the Service, to its own slot's pod.
+    let resolver = Resolver::new(env.cp.client());
+    for (slot, server) in servers.iter().enumerate() {
+        let addrs = resolver.resolve(server).await.unwrap();
+        assert_eq!(addrs.len(), 1, "{server}: {addrs:?}");
+        assert_eq!(addrs[0].ip(), env.pod_ip(NAME, slot as i32).await);
+        assert!(
+            lock(addrs[0].ip(), &login, "k", "v", Duration::from_secs(1))
+                .await
+                .unwrap()
+        );
+    }
+    let services: Api<Service> = Api::namespaced(env.cp.client(), &ns);
+    let headless = services.get(NAME).await.unwrap();
+    assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    assert_eq!(
+        resolver
+            .resolve(&format!("{NAME}.{ns}.svc:6379"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Crash slot 1: it is held. Clients still get all three addresses; only `ready` shrinks,
+    // and the held member's address leads nowhere.
+    let run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .unwrap();
+    let (_, until) = wait_held(&env, NAME, 1, &run).await;
+    wait_for(
+        "kubectl get during the hold",
+        Duration::from_secs(5),
+        async || Ok((get_columns(&env).await == ["3", "2", "1", "2", "True"]).then_some(())),
+    )
+    .await;
+    assert_eq!(lines(&env.config_map(&endpoints, "servers").await), servers);
+    assert_eq!(
+        lines(&env.secret(&format!("{NAME}-client"), "urls").await),
+        expected_urls
+    );
+    wait_for(
+        "ready list without the held member",
+        Duration::from_secs(5),
+        async || {
+            let ready = env.config_map(&endpoints, "ready").await;
+            Ok((lines(&ready) == [servers[0].as_str(), servers[2].as_str()]).then_some(()))
+        },
+    )
+    .await;
+    assert!(resolver.resolve(&servers[1]).await.unwrap().is_empty());
+    let (status, reason, message) = condition(&env, "Degraded").await.unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "InstancesNotServing")
+    );
+    assert!(message.contains(&format!("{NAME}-1 Held until")), "{message}");
+    let member = env.member(NAME, 1).await.unwrap();
+    assert_eq!(member.endpoint.as_deref(), Some(servers[1].as_str()));
+    assert!(
+        until
+            .duration_since(k8s_openapi::jiff::Timestamp::now())
+            .as_secs_f64()
+            > 1.0
+    );
+
+    // After the hold: all ready again, everywhere.
+    env.wait_ready(NAME, 3, Duration::from_secs(20)).await;
+    wait_for("kubectl get after the hold", Duration::from_secs(5), async || {
+        Ok((get_columns(&env).await == ["3", "3", "0", "2", "True"]).then_some(()))
+    })
+    .await;
+    wait_for("ready list after the hold", Duration::from_secs(5), async || {
+        Ok((lines(&env.config_map(&endpoints, "ready").await) == servers).then_some(()))
+    })
+    .await;
+    assert_eq!(condition(&env, "Degraded").await.unwrap().0, "False");
+
+    // `kubectl describe` shows the story as events.
+    let describe = env.kubectl(&["describe", "rlc", NAME]).await;
+    for reason in [
+        "InstanceCreated",
+        "InstanceLost",
+        "HoldStarted",
+        "InstanceReleased",
+    ] {
+        assert!(describe.contains(reason), "{reason} missing from\n{describe}");
+    }
+
+    // Per-cluster metrics.
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let labels = format!("namespace=\"{ns}\",cluster=\"{NAME}\"");
+    for line in [
+        format!("redlock_members{{{labels},state=\"ready\"}} 3"),
+        format!("redlock_members{{{labels},state=\"held\"}} 0"),
+        format!("redlock_instance_losses_total{{{labels}}} 1"),
+        format!("redlock_instance_releases_total{{{labels}}} 4"),
+        format!("redlock_hold_length_seconds_count{{{labels}}} 1"),
+        format!("redlock_hold_remaining_seconds{{{labels},member=\"{NAME}-1\"}} 0.0"),
+    ] {
+        assert!(metrics.contains(&line), "missing {line} in\n{metrics}");
+    }
+}
+
+/// A 3-instance cluster, Ready, whose first TTL audit (every `period_ms`) has reported.
+async fn audited_cluster(period_ms: u64, max_lock_ttl: &str) -> Env {
+    let env = Env::start_with(3, &[&format!("--ttl-audit-period-ms={period_ms}")]).await;
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": max_lock_ttl}))
+        .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    wait_for("first TTL audit", Duration::from_secs(10), async || {
+        Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "True"))
+    })
+    .await;
+    env
+}
+
+#[tokio::test]
+async fn ttl_audit_flags_keys_that_outlive_max_lock_ttl_and_clears() {
+    let env = audited_cluster(500, "5s").await;
+
+    let login = env.client_login(NAME).await;
+    let ip = env.pod_ip(NAME, 2).await;
+    let mut c = connect(ip, &login).await.unwrap();
+    let (): () = redis::cmd("SET")
+        .arg("too-long")
+        .arg("x")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (): () = redis::cmd("SET")
+        .arg("forever")
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (): () = redis::cmd("SET")
+        .arg("fine")
+        .arg("x")
+        .arg("PX")
+        .arg(4_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let flagged_at = std::time::Instant::now();
+
+    let (_, reason, message) = wait_for("TTLPolicy False", Duration::from_secs(5), async || {
+        Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "False"))
+    })
+    .await;
+    println!("flagged after {:?}", flagged_at.elapsed());
+    assert_eq!(reason, "KeysExceedMaxLockTTL");
+    assert!(
+        message.starts_with(&format!("2 key(s) on 1 member(s) have no expiry or a TTL above maxLockTTL 5s, e.g. \"forever\" on {NAME}-2 (no expiry)")),
+        "{message}"
+    );
+    let describe = env.kubectl(&["describe", "rlc", NAME]).await;
+    assert!(describe.contains("TTLPolicyViolated"), "{describe}");
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let line = format!(
+        "redlock_ttl_policy_violations{{namespace=\"{}\",cluster=\"{NAME}\"}} 2",
+        env.ns
+    );
+    assert!(metrics.contains(&line), "missing {line} in\n{metrics}");
+
+    let (): () = redis::cmd("DEL")
+        .arg("too-long")
+        .arg("forever")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    wait_for("TTLPolicy True again", Duration::from_secs(5), async || {
+        Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "True"))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_spec_the_schema_cannot_refuse_is_reported_and_nothing_running_is_touched() {
+    let env = Env::start(5).await;
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "30s"}))
+        .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let uids = pod_uids(&env).await;
+
+    // Valid to the schema, impossible for Kubernetes: the request exceeds the limit. Also ask
+    // for more instances in the same edit: they must not be created from this spec.
+    env.clusters()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"instances": 5, "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}})),
+        )
+        .await
+        .unwrap();
+    let (_, reason, message) = wait_for("SpecAccepted False", Duration::from_secs(10), async || {
+        Ok(condition(&env, "SpecAccepted").await.filter(|c| c.0 == "False"))
+    })
+    .await;
+    assert_eq!(reason, "SpecRejected");
+    assert!(
+        message.starts_with("spec.resources.requests.memory: the request 1Gi exceeds the limit 512Mi"),
+        "{message}"
+    );
+    let describe = env.kubectl(&["describe", "rlc", NAME]).await;
+    assert!(describe.contains("SpecRejected"), "{describe}");
+
+    // A few probe periods later: the same three pods run, nothing was added, still Available.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(pod_uids(&env).await, uids);
+    assert_eq!(condition(&env, "Available").await.unwrap().0, "True");
+    assert_eq!(
+        lines(&env.config_map(&format!("{NAME}-endpoints"), "servers").await).len(),
+        3
+    );
+
+    // Fixed: accepted again, and the two new slots are created.
+    env.clusters()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
+    assert_eq!(condition(&env, "SpecAccepted").await.unwrap().0, "True");
+    assert_eq!(
+        lines(&env.config_map(&format!("{NAME}-endpoints"), "servers").await).len(),
+        5
+    );
+}
+
+async fn pod_uids(env: &Env) -> BTreeMap<String, String> {
+    env.pods()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap(), p.metadata.uid.unwrap()))
+        .collect()
+}
+
+/// Write requests the API server counted for the objects an operator could write, by
+/// (verb, resource, subresource). From `apiserver_request_total`, so even a write that changes
+/// nothing (a no-op apply) is counted.
+async fn api_writes(env: &Env) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = env.cp.client().request_text(req).await.unwrap();
+    let resources = [
+        "redlockclusters",
+        "pods",
+        "services",
+        "configmaps",
+        "secrets",
+        "events",
+        "poddisruptionbudgets",
+    ];
+    let mut writes = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            line[start..].split('"').next()
+        };
+        let verb = label("verb").unwrap_or_default();
+        let resource = label("resource").unwrap_or_default();
+        if !matches!(
+            verb,
+            "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
+        ) || !resources.contains(&resource)
+        {
+            continue;
+        }
+        let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let key = format!("{verb} {resource}/{}", label("subresource").unwrap_or_default());
+        *writes.entry(key).or_insert(0.0) += value;
+    }
+    writes
+}
+
+/// `resourceVersion` of every object in the namespace the operator touches.
+async fn resource_versions(env: &Env) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for kind in [
+        "redlockclusters",
+        "pods",
+        "services",
+        "configmaps",
+        "secrets",
+        "events",
+    ] {
+        let json = env.kubectl(&["get", kind, "-o", "json"]).await;
+        let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for item in list["items"].as_array().unwrap() {
+            let name = item["metadata"]["name"].as_str().unwrap();
+            let rv = item["metadata"]["resourceVersion"].as_str().unwrap();
+            out.insert(format!("{kind}/{name}"), rv.to_owned());
+        }
+    }
+    out
+}
+
+fn reconciles(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("redlock_reconciles_total "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Issue #5: with nothing changing, the operator writes nothing, while it keeps probing every
+/// member each second and running the TTL audit each second (both read-only).
+#[tokio::test]
+async fn steady_state_costs_zero_api_writes() {
+    let window = Duration::from_secs(
+        std::env::var("STEADY_STATE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    );
+    let env = audited_cluster(1000, "10s").await;
+    // Let the pods' readiness and the endpoints settle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let writes_before = api_writes(&env).await;
+    // The counter sees the operator's writes (else this test could not fail).
+    assert!(
+        writes_before.contains_key("APPLY redlockclusters/status"),
+        "{writes_before:?}"
+    );
+    let versions_before = resource_versions(&env).await;
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let reconciles_before = reconciles(&metrics);
+
+    tokio::time::sleep(window).await;
+
+    let writes_after = api_writes(&env).await;
+    let versions_after = resource_versions(&env).await;
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let reconciled = reconciles(&metrics) - reconciles_before;
+    println!("{reconciled} reconciles in {window:?}; writes before {writes_before:?}");
+    // The operator was busy (a probe reconcile per second), not idle.
+    assert!(
+        reconciled >= window.as_secs_f64() * 0.5,
+        "only {reconciled} reconciles"
+    );
+    let changed: Vec<_> = writes_after
+        .iter()
+        .filter(|(k, v)| writes_before.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}: {} -> {v}", writes_before.get(k).copied().unwrap_or(0.0)))
+        .collect();
+    assert!(changed.is_empty(), "API writes during steady state: {changed:?}");
+    assert_eq!(
+        versions_after, versions_before,
+        "objects changed during steady state"
+    );
+}

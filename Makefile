@@ -69,6 +69,8 @@ dev-down:
 bench-env: dev-binaries
 	$(CARGO) bench -p envtest --bench env
 
-## bench: hold detection latency and release lateness over 24 kills (BENCH_KILLS=n to change)
+## bench: hold detection latency and release lateness over 24 kills (BENCH_KILLS=n to change),
+## then rolling-replacement time for N = 3, 5, 7 against N x hold
 bench: controlplane
 	$(CARGO) bench --bench lifecycle
+	$(CARGO) bench --bench rollout

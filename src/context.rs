@@ -5,8 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
@@ -24,6 +26,10 @@ pub struct Context {
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
     pub services: Store<Service>,
+    pub pod_disruption_budgets: Store<PodDisruptionBudget>,
+    /// Node metadata (labels: zones), for failure-domain reporting. Not a trigger: node
+    /// heartbeats must not cause reconciles.
+    pub nodes: Store<PartialObjectMeta<Node>>,
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.
     pub caches_synced: Arc<AtomicBool>,

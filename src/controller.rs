@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
@@ -49,13 +50,23 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let (secrets, secret_events) = cached_watch(scoped::<Secret>(&client, ns), managed.clone());
     let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(&client, ns), managed.clone());
     let (services, service_events) = cached_watch(scoped::<Service>(&client, ns), managed.clone());
+    let (pdbs, pdb_events) = cached_watch(scoped::<PodDisruptionBudget>(&client, ns), managed.clone());
+    let (nodes, node_writer) = reflector::store();
+    // Metadata only: zone labels are all that is needed, and node status changes constantly.
+    let node_watch = watcher(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(node_writer);
+    tokio::spawn(node_watch.for_each(|_| async {}));
 
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(pod_events)
         .owns_stream(secret_events)
         .owns_stream(config_map_events)
         .owns_stream(service_events)
-        .owns(scoped::<PodDisruptionBudget>(&client, ns), managed)
+        .owns_stream(pdb_events)
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
 
     let cluster_cache = controller.store();
@@ -64,6 +75,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         secrets.clone(),
         config_maps.clone(),
         services.clone(),
+        pdbs.clone(),
+        nodes.clone(),
     );
     let caches_synced = ready.clone();
     tokio::spawn(async move {
@@ -72,6 +85,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         wait_synced(&caches.1).await;
         wait_synced(&caches.2).await;
         wait_synced(&caches.3).await;
+        wait_synced(&caches.4).await;
+        wait_synced(&caches.5).await;
         ready.store(true, Ordering::Release);
         tracing::info!("caches synced; ready");
     });
@@ -91,6 +106,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         secrets,
         config_maps,
         services,
+        pod_disruption_budgets: pdbs,
+        nodes,
         caches_synced,
         backoff: Backoff::default(),
         probe_period: Duration::from_millis(args.probe_period_ms),

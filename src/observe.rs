@@ -9,6 +9,7 @@ use kube::ResourceExt;
 
 use crate::crd::RedlockCluster;
 use crate::resources::names::{LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
+use crate::rollout::SPEC_HASH;
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -46,6 +47,11 @@ pub struct SlotObservation {
     pub pod_ip: Option<IpAddr>,
     pub redis: Option<RedisInfo>,
     pub redis_error: Option<String>,
+    /// The spec hash the pod was built from (`redlock.dev/spec-hash`); `None` for pods from
+    /// before the annotation existed.
+    pub spec_hash: Option<String>,
+    /// Node the pod is bound to.
+    pub node: Option<String>,
 }
 
 /// The cluster's pods by slot: only pods controlled by this cluster object (owner UID),
@@ -111,7 +117,8 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
                     .unwrap_or_else(|| "not started".into()),
             },
             None => PodState::NotRunning {
-                reason: format!("{} (not started)", phase.to_lowercase()),
+                reason: unschedulable(&status)
+                    .unwrap_or_else(|| format!("{} (not started)", phase.to_lowercase())),
             },
         }
     };
@@ -120,7 +127,25 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         pod_ip: status.pod_ip.as_deref().and_then(|ip| ip.parse().ok()),
         redis: None,
         redis_error: None,
+        spec_hash: pod.annotations().get(SPEC_HASH).cloned(),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
     }
+}
+
+/// The scheduler's explanation of a pod it cannot place.
+fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<String> {
+    let c = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(format!(
+        "cannot be placed: {}",
+        c.message
+            .as_deref()
+            .or(c.reason.as_deref())
+            .unwrap_or("unschedulable")
+    ))
 }
 
 #[cfg(test)]
@@ -179,6 +204,16 @@ mod tests {
             slot_observation(&pending).pod,
             PodState::NotRunning {
                 reason: "pending (not started)".into()
+            }
+        );
+        let unschedulable = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."}]}),
+        );
+        assert_eq!(
+            slot_observation(&unschedulable).pod,
+            PodState::NotRunning {
+                reason: "cannot be placed: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.".into()
             }
         );
         let failed = pod(json!({"phase": "Failed", "reason": "Evicted"}));

@@ -289,6 +289,11 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
     match prev.state {
         MemberState::Starting => {
             step.create_pod = pod_missing;
+            // Say why it is not up yet (e.g. the scheduler cannot place it).
+            next.message = match &obs.pod {
+                PodState::NotRunning { reason } => Some(reason.clone()),
+                _ => None,
+            };
             if let Some(p) = &process
                 && let Some(run_id) = p.run_id
             {
@@ -532,7 +537,7 @@ mod tests {
                 version: "7.0.15".into(),
                 client_enabled: enabled,
             }),
-            redis_error: None,
+            ..Default::default()
         }
     }
 
@@ -544,9 +549,8 @@ mod tests {
                 ready: false,
                 terminating: false,
             },
-            pod_ip: None,
-            redis: None,
             redis_error: Some("connection refused".into()),
+            ..Default::default()
         }
     }
 
@@ -800,10 +804,13 @@ mod tests {
             )
             .create(),
             Case::new(
-                "starting, pod pending",
+                "starting, pod pending: the record says why",
                 Some(starting(0)),
-                not_running("pending (not started)"),
-                starting(0),
+                not_running("cannot be placed: 0/3 nodes are available"),
+                MemberStatus {
+                    message: Some("cannot be placed: 0/3 nodes are available".into()),
+                    ..starting(0)
+                },
             ),
             Case::new(
                 "starting, process not answering yet",

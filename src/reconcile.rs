@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -24,8 +25,8 @@ use crate::resources::names::{
     ADMIN_USER, FIELD_MANAGER, LABEL_INSTANCE, REDIS_PORT, admin_secret_name, client_secret_name, slot_name,
 };
 use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
-use crate::resources::{config, endpoints, pod, service};
-use crate::{apply, events, hold, observe, status, ttl_audit, validate};
+use crate::resources::{config, endpoints, pdb, pod, service};
+use crate::{apply, events, failure_domains, hold, observe, rollout, status, ttl_audit, validate};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
@@ -59,6 +60,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     if accepted {
         apply_config(&ctx, &cluster, &ns, &credentials).await?;
         apply_services(&ctx, &cluster, &ns).await?;
+        let desired_pdb = pdb::pod_disruption_budget(&cluster);
+        let cached_pdb = ctx.pod_disruption_budgets.get(&ObjectRef::from_obj(&desired_pdb));
+        let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
+        apply::apply_if_changed(&pdb_api, cached_pdb.as_deref(), desired_pdb).await?;
     }
 
     let access = AdminAccess {
@@ -91,9 +96,36 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     );
 
     let mut plan = plan;
+    rollout::pace_scaling(
+        cluster.spec.instances,
+        &previous,
+        &plan.members,
+        &observed,
+        &mut plan.create_pods,
+        &mut plan.delete_pods,
+    );
+    let rollout = rollout::decide(
+        cluster.spec.instances,
+        &plan.members,
+        &observed,
+        &rollout::spec_hash(&cluster.spec),
+    );
     if !accepted {
         plan.create_pods.clear();
         plan.delete_pods.clear();
+    } else if let Some(slot) = rollout.replace {
+        // The hold starts when the old process is observed gone, as for any other loss.
+        plan.delete_pods.push(slot);
+        plan.events.push(crate::plan::MemberEvent {
+            slot,
+            reason: "RollingReplacement",
+            message: format!(
+                "{name}-{slot}: replacing for a spec change ({} left); the new process is held for {:?}",
+                rollout.outdated.len(),
+                hold::hold_for(&cluster.spec)
+            ),
+            warning: false,
+        });
     }
 
     // Write-ahead: holds and releases are on record before anything acts on them.
@@ -101,6 +133,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         rejections,
         ttl: ttl_report,
         max_lock_ttl: cluster.spec.max_lock_ttl.to_string(),
+        rollout,
+        failure_domains: Some(placement(&ctx, &cluster, &observed)),
     };
     let desired = status::compute(&cluster, plan.members.clone(), &observed, &findings, now);
     if cluster.status.as_ref() != Some(&desired) {
@@ -183,6 +217,29 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     }
     after = after.min(next_audit);
     Ok(Action::requeue(after))
+}
+
+/// Members per node and zone, from the pods' nodes and the nodes' zone labels.
+fn placement(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> crate::crd::FailureDomains {
+    let member_nodes: BTreeMap<i32, String> = observed
+        .iter()
+        .filter_map(|(slot, o)| Some((*slot, o.node.clone()?)))
+        .collect();
+    let node_zones: BTreeMap<String, String> = ctx
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| member_nodes.values().any(|m| Some(m) == n.metadata.name.as_ref()))
+        .filter_map(|n| {
+            let zone = n.labels().get(failure_domains::ZONE_LABEL)?;
+            Some((n.name_any(), zone.clone()))
+        })
+        .collect();
+    failure_domains::compute(cluster.spec.instances, &member_nodes, &node_zones)
 }
 
 /// How long a hold that ends now lasted: from its (last) start, `heldUntil - hold`.

@@ -6,9 +6,11 @@ use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
 use crate::conditions::{self, Desired};
-use crate::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::crd::{FailureDomains, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::failure_domains;
 use crate::observe::{PodState, SlotObservation};
 use crate::resources::endpoints::server_address;
+use crate::rollout::Rollout;
 use crate::ttl_audit;
 use crate::validate::Rejection;
 
@@ -26,6 +28,10 @@ pub struct Findings {
     pub ttl: Option<ttl_audit::Report>,
     /// `spec.maxLockTTL` as written back in messages.
     pub max_lock_ttl: String,
+    /// The rolling replacement's state.
+    pub rollout: Rollout,
+    /// Placement of the members; `None` leaves failure domains unreported.
+    pub failure_domains: Option<FailureDomains>,
 }
 
 /// Instances a client must lock: a strict majority of all N, whatever is up right now.
@@ -67,7 +73,27 @@ pub fn compute(
         },
         message: format!("{ready} of {instances} instances serve clients; a lock needs {quorum}"),
     };
-    let progressing = if ready < instances {
+    let progressing = if !findings.rollout.outdated.is_empty() {
+        let r = &findings.rollout;
+        let names: Vec<String> = r.outdated.iter().map(|s| format!("{name}-{s}")).collect();
+        let mut message = format!(
+            "rolling replacement for a spec change: {} of {instances} members left to replace ({})",
+            r.outdated.len(),
+            names.join(", ")
+        );
+        if let Some(slot) = r.replace {
+            message.push_str(&format!("; replacing {name}-{slot} now"));
+        }
+        if let Some(w) = &r.waiting {
+            message.push_str(&format!("; {w}"));
+        }
+        Desired {
+            type_: PROGRESSING,
+            status: true,
+            reason: "RollingUpdate",
+            message,
+        }
+    } else if ready < instances {
         let reason = if held > 0 {
             "HoldsRunning"
         } else {
@@ -107,6 +133,13 @@ pub fn compute(
         spec_accepted(&findings.rejections),
     ];
     desired.extend(ttl_policy(findings));
+    if let Some(d) = &findings.failure_domains {
+        desired.push(failure_domains::condition(
+            instances,
+            cluster.spec.scheduling.spread,
+            d,
+        ));
+    }
 
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,
@@ -114,6 +147,8 @@ pub fn compute(
         ready_instances: Some(ready),
         held_instances: Some(held),
         quorum: Some(quorum),
+        updated_instances: Some(instances - findings.rollout.outdated.len() as i32),
+        failure_domains: findings.failure_domains.clone(),
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
     }

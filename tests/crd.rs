@@ -34,17 +34,26 @@ fn api_identity() {
     let v = &crd.spec.versions[0];
     assert_eq!(v.name, "v1alpha1");
     assert!(v.subresources.as_ref().unwrap().status.is_some());
+    // `kubectl get rlc`: priority 0; UPDATED only with `-o wide` (priority 1).
     let columns: Vec<_> = v
         .additional_printer_columns
         .as_ref()
         .unwrap()
         .iter()
-        .map(|c| c.name.to_uppercase())
+        .map(|c| (c.name.to_uppercase(), c.priority.unwrap_or(0)))
         .collect();
+    let shown = |p: i32| -> Vec<&str> {
+        columns
+            .iter()
+            .filter(|c| c.1 == p)
+            .map(|c| c.0.as_str())
+            .collect()
+    };
     assert_eq!(
-        columns,
+        shown(0),
         ["INSTANCES", "READY", "HELD", "QUORUM", "AVAILABLE", "AGE"]
     );
+    assert_eq!(shown(1), ["UPDATED"]);
 }
 
 fn rules(node: &Value) -> Vec<String> {

@@ -65,13 +65,20 @@ async fn writes_status_once_per_change_and_shuts_down_cleanly() {
     api.create(&PostParams::default(), &cluster("locks", 5))
         .await
         .unwrap();
+    // Settled: generation 1 observed and every member says why it is not up (no nodes: the
+    // scheduler's reason), which is the last change this cluster goes through.
     let first = wait_for("status of generation 1", Duration::from_secs(20), async || {
         let c = api.get("locks").await?;
-        Ok(c.status
-            .as_ref()
-            .and_then(|s| s.observed_generation)
-            .filter(|g| *g == 1)
-            .map(|_| c))
+        let settled = c.status.as_ref().is_some_and(|s| {
+            s.observed_generation == Some(1)
+                && s.members.len() == 5
+                && s.members.iter().all(|m| {
+                    m.message
+                        .as_deref()
+                        .is_some_and(|msg| msg.starts_with("cannot be placed"))
+                })
+        });
+        Ok(settled.then_some(c))
     })
     .await;
     let status = first.status.clone().unwrap();

@@ -80,6 +80,13 @@ pub const ALLOWED_REDIS_CONFIG: &[&str] = &[
         description = "At least a quorum of instances serves clients",
         json_path = ".status.conditions[?(@.type==\"Available\")].status"
     ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        description = "Instances running the current spec (a rolling replacement is done when it equals Instances)",
+        json_path = ".status.updatedInstances",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

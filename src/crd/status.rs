@@ -30,6 +30,15 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<i32>,
 
+    /// Members running the current spec (pod-affecting fields: image, resources, redisConfig,
+    /// auth, scheduling, podTemplate). Below `instances` while a rolling replacement runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_instances: Option<i32>,
+
+    /// Where the members run and how many node or zone failures leave a quorum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<FailureDomains>,
+
     /// One entry per slot, in slot order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
@@ -43,6 +52,26 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Placement of the members over failure domains.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomains {
+    /// Members per node.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, i32>,
+
+    /// Members per zone (`topology.kubernetes.io/zone` of their nodes).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub zones: std::collections::BTreeMap<String, i32>,
+
+    /// How many nodes, the fullest first, can fail with a quorum left.
+    pub tolerated_node_failures: i32,
+
+    /// How many zones, the fullest first, can fail with a quorum left (when nodes have zones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerated_zone_failures: Option<i32>,
 }
 
 /// State of one slot's Redis instance. The operator persists this before acting on it

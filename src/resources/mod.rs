@@ -3,6 +3,7 @@
 pub mod config;
 pub mod endpoints;
 pub mod names;
+pub mod pdb;
 pub mod pod;
 pub mod secrets;
 pub mod service;

@@ -21,6 +21,7 @@ use super::names::{
 };
 use super::secrets::client_user;
 use crate::crd::{RedlockCluster, Spread};
+use crate::rollout::{SPEC_HASH, spec_hash};
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
@@ -157,7 +158,11 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             name: Some(slot_name(&cluster_name, slot)),
             namespace: cluster.metadata.namespace.clone(),
             labels: Some(labels),
-            annotations: (!template.annotations.is_empty()).then(|| template.annotations.clone()),
+            annotations: Some({
+                let mut a = template.annotations.clone();
+                a.insert(SPEC_HASH.into(), spec_hash(spec));
+                a
+            }),
             owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },

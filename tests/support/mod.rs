@@ -60,8 +60,21 @@ impl Env {
         self.clusters().create(&PostParams::default(), &c).await.unwrap();
     }
 
+    /// The cluster object; retries transient API errors (a dropped connection on a loaded
+    /// machine) for a few seconds before giving up.
     pub async fn cluster(&self, name: &str) -> RedlockCluster {
-        self.clusters().get(name).await.unwrap()
+        let mut attempts = 0;
+        loop {
+            match self.clusters().get(name).await {
+                Ok(c) => return c,
+                Err(e) if attempts < 20 && !matches!(&e, kube::Error::Api(s) if s.is_not_found()) => {
+                    attempts += 1;
+                    eprintln!("get {name}: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("get {name}: {e}"),
+            }
+        }
     }
 
     pub async fn member(&self, name: &str, slot: i32) -> Option<MemberStatus> {

@@ -1,0 +1,48 @@
+//! `make bench-rollout`: total time of a rolling replacement (image change) for N = 3, 5, 7
+//! on the local control plane, against its lower bound N × hold (each replacement must be held
+//! for the full hold, one at a time). Prints numbers; asserts nothing.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use support::*;
+
+#[tokio::main]
+async fn main() {
+    // hold = 2s + ceil(2s × 0.01) + 0s = 2.02s
+    let hold = Duration::from_millis(2020);
+    for n in [3, 5, 7] {
+        let env = Env::start(n as usize).await;
+        env.create_cluster(
+            "locks",
+            json!({"instances": n, "maxLockTTL": "2s", "holdMargin": "0s"}),
+        )
+        .await;
+        env.wait_ready("locks", n, Duration::from_secs(60)).await;
+        let started = Instant::now();
+        env.clusters()
+            .patch(
+                "locks",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"image": "redis:7.2"}})),
+            )
+            .await
+            .unwrap();
+        wait_for("rollout done", Duration::from_secs(300), async || {
+            let s = env.cluster("locks").await.status.unwrap_or_default();
+            Ok((s.updated_instances == Some(n) && s.ready_instances == Some(n)).then_some(()))
+        })
+        .await;
+        let took = started.elapsed().as_secs_f64();
+        let bound = hold.as_secs_f64() * f64::from(n);
+        println!(
+            "rollout N={n}: {took:.1} s total, lower bound N x hold = {bound:.1} s, overhead {:.1} s ({:.2} s per member)",
+            took - bound,
+            (took - bound) / f64::from(n)
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! Rolling replacement and scale pacing: spec changes and scale changes without losing quorum.
+//!
+//! Every replacement of a Redis process loses its keys, so it is a crash under the hold rule.
+//! A pod-affecting spec change therefore replaces one slot at a time: the next only when every
+//! slot serves again (the previous replacement was held and released) and one fewer serving
+//! member still leaves a quorum. The hold itself needs nothing special: the replaced slot's
+//! pod is deleted, its loss is observed once the process is gone, and the planner holds the
+//! fresh, fenced process for the full hold. Everything here is derived from the pods' spec-hash
+//! annotations and the member records, so a rollout survives an operator restart.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::crd::{MemberState, MemberStatus, RedlockClusterSpec};
+use crate::observe::{PodState, SlotObservation};
+use crate::status::quorum;
+
+/// Pod annotation: hash of the spec fields the pod was built from.
+pub const SPEC_HASH: &str = "redlock.dev/spec-hash";
+
+/// Hash of every spec field that shapes an instance's pod or its Redis process (image,
+/// resources, redis.conf, auth, scheduling, pod template). `instances`, `maxLockTTL` and the
+/// hold settings are absent on purpose: changing them needs no replacement.
+pub fn spec_hash(spec: &RedlockClusterSpec) -> String {
+    let shaping = serde_json::json!({
+        "image": spec.image,
+        "resources": spec.resources,
+        "redisConfig": spec.redis_config,
+        "auth": spec.auth,
+        "scheduling": spec.scheduling,
+        "podTemplate": spec.pod_template,
+    });
+    let digest = Sha256::digest(shaping.to_string().as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the rollout does in this reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rollout {
+    /// Slots (< N) whose running pod was built from another spec, in slot order.
+    pub outdated: Vec<i32>,
+    /// The slot to replace now (its pod is deleted).
+    pub replace: Option<i32>,
+    /// Why no replacement starts now although some slot is outdated.
+    pub waiting: Option<String>,
+}
+
+/// Decides the next replacement. `members` are the records just planned.
+pub fn decide(
+    instances: i32,
+    members: &[MemberStatus],
+    observed: &BTreeMap<i32, SlotObservation>,
+    desired_hash: &str,
+) -> Rollout {
+    let outdated: Vec<i32> = observed
+        .iter()
+        .filter(|(slot, o)| **slot < instances && o.spec_hash.as_deref().is_some_and(|h| h != desired_hash))
+        .filter(|(_, o)| {
+            !matches!(
+                o.pod,
+                PodState::Running {
+                    terminating: true,
+                    ..
+                }
+            )
+        })
+        .map(|(slot, _)| *slot)
+        .collect();
+    let Some(&next) = outdated.first() else {
+        return Rollout::default();
+    };
+    let not_serving: Vec<&str> = (0..instances)
+        .filter(|slot| !serves(*slot, members, observed))
+        .map(|slot| {
+            members
+                .iter()
+                .find(|m| m.slot == slot)
+                .map_or("a new slot", |m| m.name.as_str())
+        })
+        .collect();
+    let serving = instances - not_serving.len() as i32;
+    let waiting = if !not_serving.is_empty() {
+        Some(format!(
+            "waiting for {} to serve before replacing the next member",
+            not_serving.join(", ")
+        ))
+    } else if serving - 1 < quorum(instances) {
+        Some(format!(
+            "replacing a member would leave {} of {instances} serving, below the quorum of {}; with {instances} instance(s) a replacement cannot keep locks available. Delete a pod yourself to replace it anyway",
+            serving - 1,
+            quorum(instances)
+        ))
+    } else {
+        None
+    };
+    Rollout {
+        replace: waiting.is_none().then_some(next),
+        outdated,
+        waiting,
+    }
+}
+
+/// Whether `slot` serves lock clients: released and its pod Ready.
+fn serves(slot: i32, members: &[MemberStatus], observed: &BTreeMap<i32, SlotObservation>) -> bool {
+    members
+        .iter()
+        .any(|m| m.slot == slot && m.state == MemberState::Ready)
+        && matches!(
+            observed.get(&slot).map(|o| &o.pod),
+            Some(PodState::Running {
+                ready: true,
+                terminating: false,
+                ..
+            })
+        )
+}
+
+/// Paces scale changes of a serving cluster to one slot at a time: of the new slots' pods,
+/// only the lowest is created, and only once no other new slot is still coming up; of the
+/// removed slots' pods, only the highest is deleted, the next once it is gone. A cluster that
+/// served no client yet (being created) gets all its pods at once. Replacements of lost
+/// members are never paced: they restore a member.
+pub fn pace_scaling(
+    instances: i32,
+    previous: &[MemberStatus],
+    members: &[MemberStatus],
+    observed: &BTreeMap<i32, SlotObservation>,
+    create_pods: &mut Vec<i32>,
+    delete_pods: &mut Vec<i32>,
+) {
+    if !previous.iter().any(|m| m.state == MemberState::Ready) {
+        return;
+    }
+    let is_new = |slot: i32| {
+        members
+            .iter()
+            .any(|m| m.slot == slot && m.state == MemberState::Starting)
+    };
+    let new_slot_coming_up = observed.keys().any(|s| *s < instances && is_new(*s));
+    let allowed = create_pods
+        .iter()
+        .copied()
+        .filter(|s| is_new(*s))
+        .min()
+        .filter(|_| !new_slot_coming_up);
+    create_pods.retain(|slot| !is_new(*slot) || Some(*slot) == allowed);
+
+    let highest_removed = observed.keys().copied().filter(|s| *s >= instances).max();
+    delete_pods.retain(|slot| *slot < instances || Some(*slot) == highest_removed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::MemberStatus;
+
+    const HASH: &str = "new";
+
+    fn ready_pod(hash: &str) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: None,
+                ready: true,
+                terminating: false,
+            },
+            spec_hash: Some(hash.into()),
+            ..Default::default()
+        }
+    }
+
+    fn members(states: &[MemberState]) -> Vec<MemberStatus> {
+        states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| MemberStatus::new(format!("locks-{i}"), i as i32, *s))
+            .collect()
+    }
+
+    #[test]
+    fn the_hash_covers_pod_shaping_fields_only() {
+        let base: RedlockClusterSpec =
+            serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap();
+        let mut other = base.clone();
+        other.instances = 7;
+        other.hold_margin = kube::core::Duration::from(std::time::Duration::from_secs(5));
+        assert_eq!(spec_hash(&base), spec_hash(&other));
+        other.image = "redis:8.0".into();
+        assert_ne!(spec_hash(&base), spec_hash(&other));
+        let mut config = base.clone();
+        config.redis_config.insert("maxclients".into(), "100".into());
+        assert_ne!(spec_hash(&base), spec_hash(&config));
+    }
+
+    #[test]
+    fn replaces_the_lowest_outdated_slot_when_all_serve() {
+        let observed = BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod("old")), (2, ready_pod("old"))]);
+        let r = decide(3, &members(&[MemberState::Ready; 3]), &observed, HASH);
+        assert_eq!((r.outdated, r.replace, r.waiting), (vec![1, 2], Some(1), None));
+        let current = BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod(HASH)), (2, ready_pod(HASH))]);
+        assert_eq!(
+            decide(3, &members(&[MemberState::Ready; 3]), &current, HASH),
+            Rollout::default()
+        );
+    }
+
+    #[test]
+    fn waits_while_a_replacement_is_held() {
+        let mut observed =
+            BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod("old")), (2, ready_pod("old"))]);
+        observed.get_mut(&0).unwrap().pod = PodState::Running {
+            container_id: None,
+            ready: false,
+            terminating: false,
+        };
+        let r = decide(
+            3,
+            &members(&[MemberState::Held, MemberState::Ready, MemberState::Ready]),
+            &observed,
+            HASH,
+        );
+        assert_eq!(r.replace, None);
+        assert_eq!(r.outdated, vec![1, 2]);
+        assert!(r.waiting.unwrap().contains("locks-0"));
+    }
+
+    #[test]
+    fn never_drops_below_quorum() {
+        // N=2: quorum 2, so no member can be replaced without losing the lock service.
+        let observed = BTreeMap::from([(0, ready_pod("old")), (1, ready_pod("old"))]);
+        let r = decide(2, &members(&[MemberState::Ready; 2]), &observed, HASH);
+        assert_eq!(r.replace, None);
+        assert!(r.waiting.unwrap().contains("below the quorum of 2"));
+        // Pods from before spec hashes existed are left alone.
+        let unknown = BTreeMap::from([(
+            0,
+            SlotObservation {
+                spec_hash: None,
+                ..ready_pod("")
+            },
+        )]);
+        assert_eq!(
+            decide(1, &members(&[MemberState::Ready]), &unknown, HASH),
+            Rollout::default()
+        );
+    }
+
+    #[test]
+    fn scale_up_of_a_serving_cluster_adds_one_slot_at_a_time() {
+        let previous = members(&[MemberState::Ready; 3]);
+        let mut planned = members(&[MemberState::Ready; 3]);
+        planned.extend(
+            members(&[MemberState::Ready; 5])
+                .into_iter()
+                .skip(3)
+                .map(|mut m| {
+                    m.state = MemberState::Starting;
+                    m
+                }),
+        );
+        let mut observed: BTreeMap<i32, SlotObservation> = (0..3).map(|i| (i, ready_pod(HASH))).collect();
+        let (mut create, mut delete) = (vec![3, 4], vec![]);
+        pace_scaling(5, &previous, &planned, &observed, &mut create, &mut delete);
+        assert_eq!(create, vec![3]);
+        // Slot 3's pod exists but is not up yet: slot 4 waits.
+        observed.insert(3, SlotObservation::default());
+        let mut create = vec![4];
+        pace_scaling(5, &previous, &planned, &observed, &mut create, &mut delete);
+        assert_eq!(create, Vec::<i32>::new());
+        // A cluster being created gets every pod at once.
+        let mut create = vec![0, 1, 2];
+        pace_scaling(
+            3,
+            &[],
+            &members(&[MemberState::Starting; 3]),
+            &BTreeMap::new(),
+            &mut create,
+            &mut delete,
+        );
+        assert_eq!(create, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn scale_down_removes_the_highest_slot_first() {
+        let previous = members(&[MemberState::Ready; 5]);
+        let observed: BTreeMap<i32, SlotObservation> = (0..5).map(|i| (i, ready_pod(HASH))).collect();
+        let (mut create, mut delete) = (vec![], vec![3, 4]);
+        pace_scaling(3, &previous, &previous, &observed, &mut create, &mut delete);
+        assert_eq!(delete, vec![4]);
+        let gone: BTreeMap<i32, SlotObservation> = (0..4).map(|i| (i, ready_pod(HASH))).collect();
+        let mut delete = vec![3];
+        pace_scaling(3, &previous, &previous, &gone, &mut create, &mut delete);
+        assert_eq!(delete, vec![3]);
+    }
+}

@@ -7,6 +7,7 @@ use std::fmt::Debug;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,8 +34,9 @@ pub fn is_current<K: Resource>(cached: Option<&K>, hash: &str) -> bool {
     cached.is_some_and(|c| c.annotations().get(APPLIED_HASH).map(String::as_str) == Some(hash))
 }
 
-/// Applies `desired` unless the cached copy is already current. Returns whether it wrote.
-pub async fn apply_if_changed<K>(api: &Api<K>, cached: Option<&K>, mut desired: K) -> Result<bool>
+/// Applies `desired` unless the copy in `cache` (the operator's watch of its own objects)
+/// already carries its hash. Returns whether it wrote.
+pub async fn apply_if_changed<K>(api: &Api<K>, cache: &Store<K>, mut desired: K) -> Result<bool>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -43,7 +45,8 @@ where
         + DeserializeOwned,
 {
     let hash = desired_hash(&desired);
-    if is_current(cached, &hash) {
+    let cached = cache.get(&ObjectRef::from_obj(&desired));
+    if is_current(cached.as_deref(), &hash) {
         return Ok(false);
     }
     desired.annotations_mut().insert(APPLIED_HASH.into(), hash);

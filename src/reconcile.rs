@@ -60,10 +60,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     if accepted {
         apply_config(&ctx, &cluster, &ns, &credentials).await?;
         apply_services(&ctx, &cluster, &ns).await?;
-        let desired_pdb = pdb::pod_disruption_budget(&cluster);
-        let cached_pdb = ctx.pod_disruption_budgets.get(&ObjectRef::from_obj(&desired_pdb));
         let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
-        apply::apply_if_changed(&pdb_api, cached_pdb.as_deref(), desired_pdb).await?;
+        let desired_pdb = pdb::pod_disruption_budget(&cluster);
+        apply::apply_if_changed(&pdb_api, &ctx.pod_disruption_budgets, desired_pdb).await?;
     }
 
     let access = AdminAccess {
@@ -165,9 +164,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     if accepted {
         let serving = status::serving_slots(&desired.members, &observed, cluster.spec.instances);
         let desired_cm = endpoints::endpoints_config_map(&cluster, &serving);
-        let cached_cm = ctx.config_maps.get(&ObjectRef::from_obj(&desired_cm));
         let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-        apply::apply_if_changed(&cm_api, cached_cm.as_deref(), desired_cm).await?;
+        apply::apply_if_changed(&cm_api, &ctx.config_maps, desired_cm).await?;
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -355,8 +353,7 @@ async fn apply_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Re
         .map(|slot| service::slot_service(cluster, slot))
         .chain([service::headless_service(cluster)]);
     for svc in desired {
-        let cached = ctx.services.get(&ObjectRef::from_obj(&svc));
-        apply::apply_if_changed(&api, cached.as_deref(), svc).await?;
+        apply::apply_if_changed(&api, &ctx.services, svc).await?;
     }
     let retired = ctx.services.state().into_iter().filter(|s| {
         s.namespace().as_deref() == Some(ns)
@@ -407,13 +404,10 @@ async fn apply_config(
         secrets::client_secret(cluster, credentials),
         secrets::acl_secret(cluster, credentials),
     ] {
-        let cached = ctx.secrets.get(&ObjectRef::from_obj(&desired));
-        apply::apply_if_changed(&secrets_api, cached.as_deref(), desired).await?;
+        apply::apply_if_changed(&secrets_api, &ctx.secrets, desired).await?;
     }
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let desired = config::config_map(cluster);
-    let cached = ctx.config_maps.get(&ObjectRef::from_obj(&desired));
-    apply::apply_if_changed(&cm_api, cached.as_deref(), desired).await?;
+    apply::apply_if_changed(&cm_api, &ctx.config_maps, config::config_map(cluster)).await?;
     Ok(())
 }
 

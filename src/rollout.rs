@@ -10,11 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
-
+use crate::apply::desired_hash;
 use crate::crd::{MemberState, MemberStatus, RedlockClusterSpec};
 use crate::observe::{PodState, SlotObservation};
-use crate::status::quorum;
+use crate::status::{quorum, serving_slots};
 
 /// Pod annotation: hash of the spec fields the pod was built from.
 pub const SPEC_HASH: &str = "redlock.dev/spec-hash";
@@ -31,8 +30,7 @@ pub fn spec_hash(spec: &RedlockClusterSpec) -> String {
         "scheduling": spec.scheduling,
         "podTemplate": spec.pod_template,
     });
-    let digest = Sha256::digest(shaping.to_string().as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    desired_hash(&shaping)
 }
 
 /// What the rollout does in this reconcile.
@@ -70,8 +68,9 @@ pub fn decide(
     let Some(&next) = outdated.first() else {
         return Rollout::default();
     };
+    let serving = serving_slots(members, observed, instances);
     let not_serving: Vec<&str> = (0..instances)
-        .filter(|slot| !serves(*slot, members, observed))
+        .filter(|slot| !serving.contains(slot))
         .map(|slot| {
             members
                 .iter()
@@ -79,7 +78,7 @@ pub fn decide(
                 .map_or("a new slot", |m| m.name.as_str())
         })
         .collect();
-    let serving = instances - not_serving.len() as i32;
+    let serving = serving.len() as i32;
     let waiting = if !not_serving.is_empty() {
         Some(format!(
             "waiting for {} to serve before replacing the next member",
@@ -99,21 +98,6 @@ pub fn decide(
         outdated,
         waiting,
     }
-}
-
-/// Whether `slot` serves lock clients: released and its pod Ready.
-fn serves(slot: i32, members: &[MemberStatus], observed: &BTreeMap<i32, SlotObservation>) -> bool {
-    members
-        .iter()
-        .any(|m| m.slot == slot && m.state == MemberState::Ready)
-        && matches!(
-            observed.get(&slot).map(|o| &o.pod),
-            Some(PodState::Running {
-                ready: true,
-                terminating: false,
-                ..
-            })
-        )
 }
 
 /// Paces scale changes of a serving cluster to one slot at a time: of the new slots' pods,

@@ -327,19 +327,29 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
                 {
                     step.release = Some(run_id.to_owned());
                 }
-                next.message = if obs.redis.is_none() {
-                    Some(format!(
+                next.message = match (&obs.pod, &obs.redis) {
+                    // A terminating pod (also one evicted from a node that stopped reporting)
+                    // may still run a process that serves old clients: the hold cannot start
+                    // and no replacement can be made until the pod is gone.
+                    (
+                        PodState::Running {
+                            terminating: true, ..
+                        },
+                        _,
+                    ) => Some(format!(
+                        "pod terminating{}; its process may still serve, so the hold starts once the pod is gone",
+                        if obs.redis.is_none() {
+                            " and not answering the operator"
+                        } else {
+                            ""
+                        }
+                    )),
+                    (_, None) => Some(format!(
                         "not answering the operator ({}); keys presumed intact while the container runs",
                         obs.redis_error.as_deref().unwrap_or("unreachable")
-                    ))
-                } else {
-                    None
+                    )),
+                    _ => None,
                 };
-            } else {
-                // Terminating, or a pod whose container state is unknown: the process may
-                // still be alive and serving, so the hold cannot start yet.
-                next.message =
-                    Some("pod terminating or not reporting; the hold starts once its process is gone".into());
             }
         }
         MemberState::Held | MemberState::Lost => {
@@ -962,14 +972,15 @@ mod tests {
                 r(),
                 terminating(running("R", true, "c1")),
                 ready(0, "R", "c1"),
-            ),
+            )
+            .msg("pod terminating; its process may still serve, so the hold starts once the pod is gone"),
             Case::new(
                 "ready, pod terminating, process not answering",
                 r(),
                 terminating(unreachable("c1")),
                 ready(0, "R", "c1"),
             )
-            .msg("not answering the operator"),
+            .msg("pod terminating and not answering the operator; its process may still serve"),
             // 19: node lost, pod still reported running: no replacement, nothing released.
             Case::new(
                 "ready, node not reporting",

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -295,4 +296,129 @@ async fn zone_loss_with_spread_zone_keeps_the_lock_service() {
         "{}",
         degraded.message
     );
+}
+
+/// A member on a node that stops reporting is not replaced while its pod exists (its Redis may
+/// still serve old clients: DESIGN §2). Once the node is declared out of service and the
+/// control plane's pod garbage collector removes the pod, the replacement is created, held for
+/// the full hold counted from the loss, and released. The other members keep the lock service.
+#[tokio::test]
+async fn node_loss_replaces_only_after_the_pod_is_gone() {
+    // 3 members on 4 nodes: one spare node for the replacement.
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let hold = Duration::from_millis(3030);
+    let old = env.pods().get(&format!("{NAME}-0")).await.unwrap();
+    let old_uid = old.uid().unwrap();
+    let node = old.spec.unwrap().node_name.unwrap();
+
+    let monitor = Monitor::start(env.clusters(), 3);
+    env.cp.kubelet().lose_node(&node).await.unwrap();
+
+    // The node lifecycle controller marks the node unreachable (grace ~8 s) and, after the
+    // default unreachable toleration (10 s), the taint eviction controller deletes the pod. With
+    // no kubelet to confirm, the pod stays Terminating: the slot must wait.
+    wait_for("lost pod terminating", Duration::from_secs(90), async || {
+        let p = env.pods().get(&format!("{NAME}-0")).await?;
+        Ok(p.metadata.deletion_timestamp.is_some().then_some(()))
+    })
+    .await;
+    // The member says why it waits (once the operator has seen the deletion) ...
+    wait_for("member explains the wait", Duration::from_secs(10), async || {
+        let m = env.member(NAME, 0).await.context("member 0")?;
+        Ok(m.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("the hold starts once the pod is gone")
+            .then_some(()))
+    })
+    .await;
+    // ... and for a while nothing happens to the slot: same pod, no hold, not serving.
+    let waited_from = Instant::now();
+    while waited_from.elapsed() < Duration::from_secs(5) {
+        let p = env.pods().get(&format!("{NAME}-0")).await.unwrap();
+        assert_eq!(
+            p.uid().as_deref(),
+            Some(old_uid.as_str()),
+            "replaced while the pod exists"
+        );
+        let c = env.cluster(NAME).await;
+        let s = c.status.unwrap();
+        let m = s.members.iter().find(|m| m.slot == 0).unwrap();
+        assert!(m.held_until.is_none(), "hold started while the pod exists: {m:?}");
+        assert_eq!(s.ready_instances, Some(2), "{m:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // An administrator confirms the node is down: the pod garbage collector force-deletes
+    // terminating pods on out-of-service nodes (checked every 20 s).
+    env.kubectl(&[
+        "taint",
+        "node",
+        &node,
+        "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+    ])
+    .await;
+    let mut last_seen_old = Instant::now();
+    let mut last_seen_old_at = k8s_openapi::jiff::Timestamp::now();
+    wait_for("lost pod removed", Duration::from_secs(90), async || {
+        let before = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
+        match env.pods().get_opt(&format!("{NAME}-0")).await? {
+            Some(p) if p.uid().as_deref() == Some(old_uid.as_str()) => {
+                (last_seen_old, last_seen_old_at) = before;
+                Ok(None)
+            }
+            _ => Ok(Some(())),
+        }
+    })
+    .await;
+    println!(
+        "old pod removed {:?} after the out-of-service taint was set",
+        last_seen_old.elapsed()
+    );
+
+    // The replacement is held for the full hold counted from no earlier than the pod's removal.
+    let held = wait_for("replacement held", Duration::from_secs(30), async || {
+        let m = env.member(NAME, 0).await.context("member 0")?;
+        Ok(m.held_until
+            .clone()
+            .filter(|_| m.state == MemberState::Held)
+            .map(|u| u.0))
+    })
+    .await;
+    let earliest = last_seen_old_at + hold;
+    let ip = env.pod_ip(NAME, 0).await;
+    let login = env.client_login(NAME).await;
+    let first = first_client_write(ip, &login, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(first >= held, "client served at {first}, hold ends {held}");
+    assert!(
+        held >= earliest,
+        "hold ends {held}, before {earliest} (old pod last seen + hold)"
+    );
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let new = env.pods().get(&format!("{NAME}-0")).await.unwrap();
+    assert_ne!(new.uid().as_deref(), Some(old_uid.as_str()));
+    assert_ne!(new.spec.unwrap().node_name.as_deref(), Some(node.as_str()));
+    let samples = monitor.stop().await;
+    assert_eq!(
+        samples.available_false, 0,
+        "lock service lost with a majority unaffected"
+    );
+    assert!(samples.min_ready >= 2, "min ready {}", samples.min_ready);
+    assert!(held_then_ready(&samples.states[&0]), "{:?}", samples.states[&0]);
+    for slot in [1, 2] {
+        assert_eq!(
+            samples.states[&slot].len(),
+            1,
+            "slot {slot}: {:?}",
+            samples.states[&slot]
+        );
+    }
 }

@@ -361,6 +361,7 @@ pub async fn run(settings: &Settings) -> Result<Report> {
     let settings_json = json!({
         "members": MEMBERS,
         "workers_per_client": settings.workers_per_client,
+        "workers": settings.workers_per_client * ClientKind::ALL.len(),
         "keys": settings.keys,
         "max_lock_ttl_ms": settings.max_lock_ttl_ms,
         "hold_ms": [settings.hold_ms.0, settings.hold_ms.1],

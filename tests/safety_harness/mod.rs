@@ -36,7 +36,8 @@ use workers::{ClientKind, OpShape, Workload};
 const NAME: &str = "locks";
 const MEMBERS: usize = 5;
 
-/// What a run does; `from_env` reads `SAFETY_FAULTS`, `SAFETY_SEED`, `SAFETY_WORKERS`.
+/// What a run does; `from_env` reads `SAFETY_FAULTS`, `SAFETY_SEED`, `SAFETY_WORKERS`,
+/// `SAFETY_OUT`.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub seed: u64,
@@ -54,7 +55,8 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_env(default_faults: usize, default_seed: u64) -> Self {
+    /// `out` is the default output directory under the repository's `target/`.
+    pub fn from_env(default_faults: usize, default_seed: u64, out: &str) -> Self {
         let num = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
         Self {
             seed: num("SAFETY_SEED", default_seed),
@@ -65,7 +67,10 @@ impl Settings {
             hold_ms: (20, 150),
             control_ttl_ms: 10_000,
             control_hold_ms: (1000, 2500),
-            out_dir: envtest::controlplane::repo_root().join("target/safety"),
+            out_dir: std::env::var("SAFETY_OUT").map_or_else(
+                |_| envtest::controlplane::repo_root().join("target").join(out),
+                PathBuf::from,
+            ),
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct Settings {
     pub keys: usize,
     /// `maxLockTTL` of the RedlockCluster; every operator-run lock uses this TTL.
     pub max_lock_ttl_ms: u64,
+    /// Critical sections are a large part of the TTL (and well inside the validity): a
+    /// member restarted empty and unfenced would let a second client in while the first
+    /// still works.
     pub hold_ms: (u64, u64),
     /// The control's TTL and critical sections are long, so that a majority restarting
     /// empty almost surely finds a holder in the middle of its critical section.
@@ -64,7 +67,7 @@ impl Settings {
             workers_per_client: num("SAFETY_WORKERS", 2) as usize,
             keys: 2,
             max_lock_ttl_ms: 3000,
-            hold_ms: (20, 150),
+            hold_ms: (300, 1500),
             control_ttl_ms: 10_000,
             control_hold_ms: (1000, 2500),
             out_dir: std::env::var("SAFETY_OUT").map_or_else(
@@ -181,13 +184,17 @@ async fn warm_up(w: &Workload, n: i64) -> Result<()> {
     Ok(())
 }
 
-/// Before a fault: its gap, then (up to 5 s) until some lock is held, so the fault hits a
-/// holder in its critical section; that is when a lost lock shows.
+/// Before a fault: its gap, then (up to 5 s) until a lock was acquired within the last
+/// 100 ms and is still held, so the fault hits a holder early in its critical section. That
+/// is when losing the lock's keys shows: without a hold, the key can be taken again while
+/// the holder works on (the control run proves it).
 async fn before_fault(w: &Workload, f: &Fault) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(f.gap_ms)).await;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while w.held_now() == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    while !(w.held_now() > 0 && mono_ns().saturating_sub(w.last_acquired()) < 100_000_000)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     if w.failed() {
         bail!("a worker failed; see its error from finish()");

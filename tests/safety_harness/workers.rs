@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -186,6 +186,8 @@ pub struct Workload {
     history: Arc<Mutex<History>>,
     held: Arc<AtomicI64>,
     acquired: Arc<AtomicI64>,
+    /// CLOCK_MONOTONIC ns of the latest acquisition.
+    last_acquired: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<Result<()>>>,
 }
@@ -196,6 +198,7 @@ impl Workload {
             history: Arc::default(),
             held: Arc::default(),
             acquired: Arc::default(),
+            last_acquired: Arc::default(),
             stop: Arc::default(),
             tasks: Vec::new(),
         };
@@ -209,6 +212,7 @@ impl Workload {
                     w.history.clone(),
                     w.held.clone(),
                     w.acquired.clone(),
+                    w.last_acquired.clone(),
                     w.stop.clone(),
                 ))
             })
@@ -223,6 +227,11 @@ impl Workload {
 
     pub fn acquired(&self) -> i64 {
         self.acquired.load(Ordering::Relaxed)
+    }
+
+    /// CLOCK_MONOTONIC ns of the latest acquisition (0 before the first).
+    pub fn last_acquired(&self) -> u64 {
+        self.last_acquired.load(Ordering::Relaxed)
     }
 
     /// Whether a worker has failed (its error comes out of `finish`).
@@ -248,6 +257,7 @@ async fn drive(
     history: Arc<Mutex<History>>,
     held: Arc<AtomicI64>,
     acquired: Arc<AtomicI64>,
+    last_acquired: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> Result<()> {
     while !stop.load(Ordering::Relaxed) {
@@ -266,9 +276,10 @@ async fn drive(
                 .with_context(|| format!("worker {} exited during op {seq}", w.name))?;
             let event = protocol::parse(&line).map_err(anyhow::Error::msg)?;
             match event {
-                Event::AcquireOk { .. } => {
+                Event::AcquireOk { t, .. } => {
                     held.fetch_add(1, Ordering::Relaxed);
                     acquired.fetch_add(1, Ordering::Relaxed);
+                    last_acquired.fetch_max(t, Ordering::Relaxed);
                 }
                 Event::ReleaseInvoke { .. } => {
                     held.fetch_sub(1, Ordering::Relaxed);

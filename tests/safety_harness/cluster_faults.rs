@@ -102,18 +102,18 @@ impl<'a> ClusterTarget<'a> {
                 self.env.cp.kubelet().restore_node(&node).await?;
             }
         }
-        let healed = mono_ns();
+        // Kills and deletions need no undoing: they are healed the moment they happen.
+        let healed = match f.kind {
+            FaultKind::StopCont | FaultKind::OperatorKill | FaultKind::NodeLoss => mono_ns(),
+            _ => injected,
+        };
         self.wait_recovered(&replaced, &before).await;
         Ok(FaultRecord {
             index: f.index,
             kind: f.kind,
             members: f.members.clone(),
             injected,
-            healed: if healed - injected < 1_000_000 {
-                injected
-            } else {
-                healed
-            },
+            healed,
             recovered: mono_ns(),
         })
     }

@@ -154,7 +154,10 @@ impl NaiveSet {
                 self.signal(f.members[0], Signal::SIGCONT)?;
             }
         }
-        let healed = mono_ns();
+        let healed = match f.kind {
+            FaultKind::StopCont | FaultKind::NodeLoss => mono_ns(),
+            _ => injected,
+        };
         for &m in &f.members {
             self.wait_serving(m).await?;
         }

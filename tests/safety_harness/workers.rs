@@ -181,57 +181,46 @@ pub struct OpShape {
     pub pause_ms: (u64, u64),
 }
 
+/// What the workers' loops share with the harness.
+#[derive(Default)]
+struct Shared {
+    history: Mutex<History>,
+    /// Locks held right now (acquired, release not yet invoked).
+    held: AtomicI64,
+    acquired: AtomicI64,
+    /// CLOCK_MONOTONIC ns of the latest acquisition.
+    last_acquired: AtomicU64,
+    stop: AtomicBool,
+}
+
 /// The workers running their loops.
 pub struct Workload {
-    history: Arc<Mutex<History>>,
-    held: Arc<AtomicI64>,
-    acquired: Arc<AtomicI64>,
-    /// CLOCK_MONOTONIC ns of the latest acquisition.
-    last_acquired: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     tasks: Vec<JoinHandle<Result<()>>>,
 }
 
 impl Workload {
     pub fn start(workers: Vec<WorkerProc>, shape: &OpShape, rng: &mut Rng) -> Self {
-        let w = Workload {
-            history: Arc::default(),
-            held: Arc::default(),
-            acquired: Arc::default(),
-            last_acquired: Arc::default(),
-            stop: Arc::default(),
-            tasks: Vec::new(),
-        };
+        let shared = Arc::new(Shared::default());
         let tasks = workers
             .into_iter()
-            .map(|worker| {
-                tokio::spawn(drive(
-                    worker,
-                    shape.clone(),
-                    rng.fork(),
-                    w.history.clone(),
-                    w.held.clone(),
-                    w.acquired.clone(),
-                    w.last_acquired.clone(),
-                    w.stop.clone(),
-                ))
-            })
+            .map(|worker| tokio::spawn(drive(worker, shape.clone(), rng.fork(), shared.clone())))
             .collect();
-        Workload { tasks, ..w }
+        Workload { shared, tasks }
     }
 
     /// Locks held right now (acquired, release not yet invoked).
     pub fn held_now(&self) -> i64 {
-        self.held.load(Ordering::Relaxed)
+        self.shared.held.load(Ordering::Relaxed)
     }
 
     pub fn acquired(&self) -> i64 {
-        self.acquired.load(Ordering::Relaxed)
+        self.shared.acquired.load(Ordering::Relaxed)
     }
 
     /// CLOCK_MONOTONIC ns of the latest acquisition (0 before the first).
     pub fn last_acquired(&self) -> u64 {
-        self.last_acquired.load(Ordering::Relaxed)
+        self.shared.last_acquired.load(Ordering::Relaxed)
     }
 
     /// Whether a worker has failed (its error comes out of `finish`).
@@ -241,29 +230,23 @@ impl Workload {
 
     /// Lets every worker finish its operation in flight, stops them, returns the history.
     pub async fn finish(self) -> Result<Vec<Op>> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
         for t in self.tasks {
             t.await.context("worker task")??;
         }
-        let h = self.history.lock().unwrap();
-        Ok(h.ops())
+        Ok(self.shared.history.lock().unwrap().ops())
     }
 }
 
-async fn drive(
-    mut w: WorkerProc,
-    shape: OpShape,
-    mut rng: Rng,
-    history: Arc<Mutex<History>>,
-    held: Arc<AtomicI64>,
-    acquired: Arc<AtomicI64>,
-    last_acquired: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-) -> Result<()> {
-    while !stop.load(Ordering::Relaxed) {
+async fn drive(mut w: WorkerProc, shape: OpShape, mut rng: Rng, shared: Arc<Shared>) -> Result<()> {
+    while !shared.stop.load(Ordering::Relaxed) {
         let key = &shape.keys[rng.range(0, shape.keys.len() as u64 - 1) as usize];
         let hold = rng.range(shape.hold_ms.0, shape.hold_ms.1);
-        let seq = history.lock().unwrap().issue(w.client.name(), &w.name, key);
+        let seq = shared
+            .history
+            .lock()
+            .unwrap()
+            .issue(w.client.name(), &w.name, key);
         w.stdin
             .write_all(protocol::lock_command(seq, key, shape.ttl_ms, hold).as_bytes())
             .await
@@ -277,22 +260,17 @@ async fn drive(
             let event = protocol::parse(&line).map_err(anyhow::Error::msg)?;
             match event {
                 Event::AcquireOk { t, .. } => {
-                    held.fetch_add(1, Ordering::Relaxed);
-                    acquired.fetch_add(1, Ordering::Relaxed);
-                    last_acquired.fetch_max(t, Ordering::Relaxed);
+                    shared.held.fetch_add(1, Ordering::Relaxed);
+                    shared.acquired.fetch_add(1, Ordering::Relaxed);
+                    shared.last_acquired.fetch_max(t, Ordering::Relaxed);
                 }
                 Event::ReleaseInvoke { .. } => {
-                    held.fetch_sub(1, Ordering::Relaxed);
+                    shared.held.fetch_sub(1, Ordering::Relaxed);
                 }
                 _ => {}
             }
-            if history
-                .lock()
-                .unwrap()
-                .apply(&w.name, &event)
-                .map_err(anyhow::Error::msg)?
-                == Some(seq)
-            {
+            let done = shared.history.lock().unwrap().apply(&w.name, &event);
+            if done.map_err(anyhow::Error::msg)? == Some(seq) {
                 break;
             }
         }

@@ -95,6 +95,22 @@ pub fn baseline_success_rate(ops: &[Op], faults: &[FaultRecord]) -> f64 {
     outside.iter().filter(|o| o.acquired()).count() as f64 / outside.len() as f64
 }
 
+/// Violations counted by the kind of the latest fault injected before each (the moment the
+/// second holder acquired); `none` before the first fault. Shows which faults break a
+/// server set without the hold (in the control: losing a majority).
+pub fn violations_after(violations: &[Violation], faults: &[FaultRecord]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for v in violations {
+        let kind = faults
+            .iter()
+            .filter(|f| f.injected <= v.at)
+            .max_by_key(|f| f.injected)
+            .map_or("none", |f| f.kind.name());
+        *out.entry(kind.to_string()).or_default() += 1;
+    }
+    out
+}
+
 /// One phase (the operator run or the control run) as checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseReport {
@@ -102,8 +118,10 @@ pub struct PhaseReport {
     pub successful_operations: usize,
     pub faults: usize,
     pub violations: Vec<Violation>,
+    pub violations_after_fault_kind: BTreeMap<String, usize>,
     pub counter_mismatches: Vec<CounterMismatch>,
     pub fault_kinds: BTreeMap<FaultKind, KindStats>,
+    pub fault_log: Vec<FaultRecord>,
     pub baseline_success_rate: f64,
     pub duration_s: f64,
 }
@@ -120,9 +138,11 @@ impl PhaseReport {
             operations: ops.len(),
             successful_operations: ops.iter().filter(|o| o.acquired()).count(),
             faults: faults.len(),
+            violations_after_fault_kind: violations_after(&violations, faults),
             violations,
             counter_mismatches,
             fault_kinds: kind_stats(ops, faults),
+            fault_log: faults.to_vec(),
             baseline_success_rate: baseline_success_rate(ops, faults),
             duration_s,
         }
@@ -238,6 +258,17 @@ impl Report {
                 k.longest_unavailability_ms / 1000.0
             ));
         }
+        if !c.violations_after_fault_kind.is_empty() {
+            let by_kind: Vec<String> = c
+                .violations_after_fault_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            s.push_str(&format!(
+                "\nControl violations by the fault injected last before them: {}.\n",
+                by_kind.join(", ")
+            ));
+        }
         if let Some(v) = c.violations.first() {
             s.push_str(&format!(
                 "\nExample control violation: key `{}`, op {} ({}) acquired while op {} ({}) held it; both held for {:.0} ms.\n",
@@ -313,6 +344,33 @@ mod tests {
     }
 
     #[test]
+    fn violations_are_attributed_to_the_latest_fault_before_them() {
+        let v = |at_ms: u64| Violation {
+            key: "k".into(),
+            first: 1,
+            second: 2,
+            first_client: "a".into(),
+            second_client: "b".into(),
+            at: at_ms * MS,
+            overlap_ns: 1,
+        };
+        let faults = vec![
+            fault(FaultKind::KillMajority, 100, 200),
+            fault(FaultKind::StopCont, 300, 400),
+        ];
+        let by = violations_after(&[v(50), v(150), v(250), v(350), v(1000)], &faults);
+        assert_eq!(
+            by,
+            BTreeMap::from([
+                ("none".to_string(), 1),
+                ("kill-majority".to_string(), 2),
+                ("stop-cont".to_string(), 2)
+            ])
+        );
+        assert!(violations_after(&[], &faults).is_empty());
+    }
+
+    #[test]
     fn report_passes_only_with_a_clean_run_and_a_dirty_control() {
         let clean = PhaseReport::new(&[held(1, "k", 0, 3000, Some(10))], &[], vec![], vec![], 1.0);
         let violation = Violation {
@@ -324,8 +382,13 @@ mod tests {
             at: 5,
             overlap_ns: 5,
         };
-        let mut dirty = clean.clone();
-        dirty.violations.push(violation);
+        let dirty = PhaseReport::new(
+            &[held(1, "k", 0, 3000, Some(10))],
+            &[],
+            vec![violation],
+            vec![],
+            1.0,
+        );
         let r = |o: &PhaseReport, c: &PhaseReport| {
             Report::new(1, vec!["a".into()], serde_json::json!({}), o.clone(), c.clone())
         };

@@ -4,7 +4,7 @@ DEV := target/dev
 # Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
-.PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench bench-env
+.PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench bench-env safety
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
 test: fmt-check clippy controlplane
@@ -74,3 +74,12 @@ bench-env: dev-binaries
 bench: controlplane
 	$(CARGO) bench --bench lifecycle
 	$(CARGO) bench --bench rollout
+
+## safety: the full safety suite: rslock, go-redsync and node-redlock against a RedlockCluster
+## under >= 200 seeded faults, then the same faults against unfenced servers (the control).
+## SAFETY_FAULTS=n and SAFETY_SEED=n (replay) change it; results in target/safety/.
+## Fails unless the operator run has 0 violations and the control run at least 1.
+## (`make test` runs the short version, tests/safety.rs.) Debug profile: the harness, not the
+## operator's speed, is what takes the time.
+safety: controlplane
+	$(CARGO) test --bench safety_full

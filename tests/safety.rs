@@ -1,0 +1,31 @@
+//! The safety suite, short: a few faults (one of each kind) with rslock, go-redsync and
+//! node-redlock against a RedlockCluster, then the same faults against unfenced servers.
+//! `make safety` runs the long version (benches/safety_full.rs). Writes target/safety-short/.
+
+mod safety_harness;
+mod support;
+
+use safety_harness::{Settings, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_not() {
+    // One round of every fault kind; SAFETY_FAULTS / SAFETY_SEED override.
+    let settings = Settings::from_env(7, 1, "safety-short");
+    let report = run(&settings).await.expect("safety run");
+    assert_eq!(report.faults, settings.faults);
+    assert!(report.successful_operations > 0);
+    assert_eq!(
+        report.violations, 0,
+        "mutual exclusion violated: {:#?}",
+        report.operator.violations
+    );
+    assert_eq!(
+        report.counter_mismatches, 0,
+        "lost updates: {:?}",
+        report.operator.counter_mismatches
+    );
+    assert!(
+        report.control_violations >= 1,
+        "the control run showed no violation: the checker proved nothing"
+    );
+}

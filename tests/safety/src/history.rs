@@ -1,0 +1,220 @@
+//! Lock operations assembled from the workers' events. The harness issues every sequence
+//! number, so an event for an unknown or finished operation, or out of order, is a broken
+//! worker and an error, never silently dropped.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::protocol::Event;
+
+/// One lock operation: acquire, critical section, release. Times are CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Op {
+    pub seq: u64,
+    pub client: String,
+    pub worker: String,
+    pub key: String,
+    pub acquire_invoke: Option<u64>,
+    pub acquire_ok: Option<u64>,
+    /// The client library's own validity, counted by it from the attempt's start.
+    pub validity_ms: Option<i64>,
+    pub acquire_fail: Option<u64>,
+    pub release_invoke: Option<u64>,
+    pub release_end: Option<u64>,
+    pub release_failed: bool,
+    pub done: bool,
+}
+
+impl Op {
+    pub fn acquired(&self) -> bool {
+        self.acquire_ok.is_some()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct History {
+    ops: BTreeMap<u64, Op>,
+    next_seq: u64,
+}
+
+impl History {
+    /// Issues the next sequence number for an operation of `worker` (a `client`) on `key`.
+    pub fn issue(&mut self, client: &str, worker: &str, key: &str) -> u64 {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.ops.insert(
+            seq,
+            Op {
+                seq,
+                client: client.to_owned(),
+                worker: worker.to_owned(),
+                key: key.to_owned(),
+                acquire_invoke: None,
+                acquire_ok: None,
+                validity_ms: None,
+                acquire_fail: None,
+                release_invoke: None,
+                release_end: None,
+                release_failed: false,
+                done: false,
+            },
+        );
+        seq
+    }
+
+    /// Records `event` from `worker`; returns the operation's seq when it is done.
+    pub fn apply(&mut self, worker: &str, event: &Event) -> Result<Option<u64>, String> {
+        let seq = match event {
+            Event::AcquireInvoke { seq, .. }
+            | Event::AcquireOk { seq, .. }
+            | Event::AcquireFail { seq, .. }
+            | Event::ReleaseInvoke { seq, .. }
+            | Event::ReleaseOk { seq, .. }
+            | Event::ReleaseFail { seq, .. }
+            | Event::Done { seq } => *seq,
+            Event::Ready { .. } => return Ok(None),
+            Event::Error { message } => return Err(format!("worker {worker}: {message}")),
+        };
+        let op = self
+            .ops
+            .get_mut(&seq)
+            .ok_or(format!("worker {worker}: event for unknown seq {seq}: {event:?}"))?;
+        let bad = || format!("worker {worker}: {event:?} out of order for {op:?}");
+        if op.worker != worker || op.done {
+            return Err(bad());
+        }
+        match *event {
+            Event::AcquireInvoke { t, .. } if op.acquire_invoke.is_none() => op.acquire_invoke = Some(t),
+            Event::AcquireOk { t, validity_ms, .. }
+                if op.acquire_invoke.is_some_and(|i| i <= t)
+                    && op.acquire_ok.is_none()
+                    && op.acquire_fail.is_none() =>
+            {
+                op.acquire_ok = Some(t);
+                op.validity_ms = Some(validity_ms);
+            }
+            Event::AcquireFail { t, .. }
+                if op.acquire_invoke.is_some_and(|i| i <= t)
+                    && op.acquire_ok.is_none()
+                    && op.acquire_fail.is_none() =>
+            {
+                op.acquire_fail = Some(t)
+            }
+            Event::ReleaseInvoke { t, .. }
+                if op.acquire_ok.is_some_and(|a| a <= t) && op.release_invoke.is_none() =>
+            {
+                op.release_invoke = Some(t)
+            }
+            Event::ReleaseOk { t, .. } | Event::ReleaseFail { t, .. }
+                if op.release_invoke.is_some_and(|r| r <= t) && op.release_end.is_none() =>
+            {
+                op.release_end = Some(t);
+                op.release_failed = matches!(event, Event::ReleaseFail { .. });
+            }
+            Event::Done { .. }
+                if op.acquire_fail.is_some() || (op.acquire_ok.is_some() && op.release_end.is_some()) =>
+            {
+                op.done = true;
+                return Ok(Some(seq));
+            }
+            _ => return Err(bad()),
+        }
+        Ok(None)
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&Op> {
+        self.ops.get(&seq)
+    }
+
+    /// Every operation that was at least invoked, in seq order.
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops
+            .values()
+            .filter(|o| o.acquire_invoke.is_some())
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::parse;
+
+    fn feed(h: &mut History, worker: &str, lines: &[&str]) -> Result<Vec<u64>, String> {
+        let mut done = vec![];
+        for l in lines {
+            if let Some(s) = h.apply(worker, &parse(l).unwrap())? {
+                done.push(s);
+            }
+        }
+        Ok(done)
+    }
+
+    #[test]
+    fn assembles_a_successful_and_a_failed_operation() {
+        let mut h = History::default();
+        let a = h.issue("rslock", "rslock-0", "k");
+        let b = h.issue("rslock", "rslock-0", "k");
+        let done = feed(
+            &mut h,
+            "rslock-0",
+            &[
+                "acquire_invoke 1 10",
+                "acquire_ok 1 20 2900",
+                "release_invoke 1 30",
+                "release_ok 1 40",
+                "done 1",
+                "acquire_invoke 2 50",
+                "acquire_fail 2 60 no quorum",
+                "done 2",
+            ],
+        )
+        .unwrap();
+        assert_eq!(done, vec![a, b]);
+        let op = h.get(a).unwrap();
+        assert_eq!(
+            (
+                op.acquire_invoke,
+                op.acquire_ok,
+                op.validity_ms,
+                op.release_invoke,
+                op.release_end
+            ),
+            (Some(10), Some(20), Some(2900), Some(30), Some(40))
+        );
+        assert!(h.get(b).unwrap().acquire_fail.is_some() && !h.get(b).unwrap().acquired());
+        assert_eq!(h.ops().len(), 2);
+    }
+
+    #[test]
+    fn rejects_broken_workers() {
+        let cases: &[&[&str]] = &[
+            &["acquire_ok 1 20 100"],                                // no invoke
+            &["acquire_invoke 1 10", "acquire_ok 1 5 100"],          // time runs backwards
+            &["acquire_invoke 1 10", "acquire_invoke 1 11"],         // twice
+            &["acquire_invoke 1 10", "release_invoke 1 20"],         // release without lock
+            &["acquire_invoke 1 10", "acquire_ok 1 20 1", "done 1"], // done before release
+            &["acquire_invoke 1 10", "acquire_fail 1 20 x", "acquire_ok 1 30 1"],
+            &["acquire_invoke 9 10"], // unknown seq
+            &["error cannot connect"],
+        ];
+        for lines in cases {
+            let mut h = History::default();
+            h.issue("go-redsync", "go-0", "k");
+            assert!(feed(&mut h, "go-0", lines).is_err(), "{lines:?}");
+        }
+        // Another worker's seq.
+        let mut h = History::default();
+        h.issue("go-redsync", "go-0", "k");
+        assert!(feed(&mut h, "go-1", &["acquire_invoke 1 10"]).is_err());
+    }
+
+    #[test]
+    fn operations_never_invoked_are_not_reported() {
+        let mut h = History::default();
+        h.issue("node-redlock", "node-0", "k");
+        assert!(h.ops().is_empty());
+    }
+}

@@ -1,0 +1,19 @@
+//! The safety suite's logic, pure apart from one clock read (`clock`), unit-tested here and
+//! driven by the harness in `tests/safety_harness/`:
+//!
+//! - `clock`: the CLOCK_MONOTONIC reading every process of a run shares;
+//! - `protocol`: the line protocol between the harness and the client workers;
+//! - `history`: the lock operations assembled from the workers' events;
+//! - `checker`: mutual exclusion per key and the shared counter;
+//! - `rng` and `schedule`: the seeded, reproducible fault schedule;
+//! - `report`: per-fault-kind statistics, `report.json`, `summary.md`;
+//! - `timeline`: `timeline.svg`.
+
+pub mod checker;
+pub mod clock;
+pub mod history;
+pub mod protocol;
+pub mod report;
+pub mod rng;
+pub mod schedule;
+pub mod timeline;

@@ -1,0 +1,429 @@
+//! What a run found, as numbers: per fault kind the lock success rate and the longest stretch
+//! without any successful acquisition, and the whole report (`report.json`, `summary.md`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::checker::{CounterMismatch, Violation};
+use crate::history::Op;
+use crate::schedule::FaultKind;
+
+/// A fault as it happened. Times are CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FaultRecord {
+    pub index: usize,
+    pub kind: FaultKind,
+    pub members: Vec<usize>,
+    pub injected: u64,
+    /// When the harness undid it (SIGCONT, node restored, operator restarted); = injected for
+    /// faults that heal by themselves.
+    pub healed: u64,
+    /// When every member served again (operator run) or the servers were back (control).
+    pub recovered: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindStats {
+    pub faults: usize,
+    /// Acquisitions invoked between a fault's injection and its recovery.
+    pub attempts: usize,
+    pub successes: usize,
+    pub success_rate: f64,
+    /// Longest time within a fault's window with no acquisition succeeding on any key.
+    pub longest_unavailability_ms: f64,
+}
+
+/// Longest stretch in `[from, to]` with no element of `successes` (sorted acquire_ok times).
+fn longest_gap(successes: &[u64], from: u64, to: u64) -> u64 {
+    let mut last = from;
+    let mut longest = 0;
+    for &t in successes.iter().filter(|t| (from..=to).contains(*t)) {
+        longest = longest.max(t - last);
+        last = t;
+    }
+    longest.max(to.saturating_sub(last))
+}
+
+pub fn kind_stats(ops: &[Op], faults: &[FaultRecord]) -> BTreeMap<FaultKind, KindStats> {
+    let mut successes: Vec<u64> = ops.iter().filter_map(|o| o.acquire_ok).collect();
+    successes.sort();
+    let mut out: BTreeMap<FaultKind, KindStats> = BTreeMap::new();
+    for f in faults {
+        let in_window = |o: &&Op| {
+            o.acquire_invoke
+                .is_some_and(|t| (f.injected..=f.recovered).contains(&t))
+        };
+        let attempts = ops.iter().filter(in_window).count();
+        let ok = ops.iter().filter(in_window).filter(|o| o.acquired()).count();
+        let gap = longest_gap(&successes, f.injected, f.recovered);
+        let s = out.entry(f.kind).or_insert(KindStats {
+            faults: 0,
+            attempts: 0,
+            successes: 0,
+            success_rate: 0.0,
+            longest_unavailability_ms: 0.0,
+        });
+        s.faults += 1;
+        s.attempts += attempts;
+        s.successes += ok;
+        s.longest_unavailability_ms = s.longest_unavailability_ms.max(gap as f64 / 1e6);
+    }
+    for s in out.values_mut() {
+        s.success_rate = if s.attempts == 0 {
+            0.0
+        } else {
+            s.successes as f64 / s.attempts as f64
+        };
+    }
+    out
+}
+
+/// Success rate of acquisitions invoked outside every fault window: what contention alone
+/// leaves (workers compete for few keys), the yardstick for the per-kind rates.
+pub fn baseline_success_rate(ops: &[Op], faults: &[FaultRecord]) -> f64 {
+    let outside: Vec<&Op> = ops
+        .iter()
+        .filter(|o| {
+            o.acquire_invoke
+                .is_some_and(|t| !faults.iter().any(|f| (f.injected..=f.recovered).contains(&t)))
+        })
+        .collect();
+    if outside.is_empty() {
+        return 0.0;
+    }
+    outside.iter().filter(|o| o.acquired()).count() as f64 / outside.len() as f64
+}
+
+/// Violations counted by the kind of the latest fault injected before each (the moment the
+/// second holder acquired); `none` before the first fault. Shows which faults break a
+/// server set without the hold (in the control: losing a majority).
+pub fn violations_after(violations: &[Violation], faults: &[FaultRecord]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for v in violations {
+        let kind = faults
+            .iter()
+            .filter(|f| f.injected <= v.at)
+            .max_by_key(|f| f.injected)
+            .map_or("none", |f| f.kind.name());
+        *out.entry(kind.to_string()).or_default() += 1;
+    }
+    out
+}
+
+/// One phase (the operator run or the control run) as checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    pub operations: usize,
+    pub successful_operations: usize,
+    pub faults: usize,
+    pub violations: Vec<Violation>,
+    pub violations_after_fault_kind: BTreeMap<String, usize>,
+    pub counter_mismatches: Vec<CounterMismatch>,
+    pub fault_kinds: BTreeMap<FaultKind, KindStats>,
+    pub fault_log: Vec<FaultRecord>,
+    pub baseline_success_rate: f64,
+    pub duration_s: f64,
+}
+
+impl PhaseReport {
+    pub fn new(
+        ops: &[Op],
+        faults: &[FaultRecord],
+        violations: Vec<Violation>,
+        counter_mismatches: Vec<CounterMismatch>,
+        duration_s: f64,
+    ) -> Self {
+        Self {
+            operations: ops.len(),
+            successful_operations: ops.iter().filter(|o| o.acquired()).count(),
+            faults: faults.len(),
+            violations_after_fault_kind: violations_after(&violations, faults),
+            violations,
+            counter_mismatches,
+            fault_kinds: kind_stats(ops, faults),
+            fault_log: faults.to_vec(),
+            baseline_success_rate: baseline_success_rate(ops, faults),
+            duration_s,
+        }
+    }
+}
+
+/// `target/safety/report.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub clients: Vec<String>,
+    pub operations: usize,
+    pub successful_operations: usize,
+    pub faults: usize,
+    pub violations: usize,
+    pub counter_mismatches: usize,
+    pub control_violations: usize,
+    pub control_counter_mismatches: usize,
+    pub fault_kinds: BTreeMap<FaultKind, KindStats>,
+    pub settings: serde_json::Value,
+    pub operator: PhaseReport,
+    pub control: PhaseReport,
+}
+
+impl Report {
+    pub fn new(
+        seed: u64,
+        clients: Vec<String>,
+        settings: serde_json::Value,
+        operator: PhaseReport,
+        control: PhaseReport,
+    ) -> Self {
+        Self {
+            seed,
+            clients,
+            operations: operator.operations,
+            successful_operations: operator.successful_operations,
+            faults: operator.faults,
+            violations: operator.violations.len(),
+            counter_mismatches: operator.counter_mismatches.len(),
+            control_violations: control.violations.len(),
+            control_counter_mismatches: control.counter_mismatches.len(),
+            fault_kinds: operator.fault_kinds.clone(),
+            settings,
+            operator,
+            control,
+        }
+    }
+
+    /// The suite passes when the operator run is clean and the control run is not: the
+    /// checker demonstrably sees what the operator prevents.
+    pub fn passed(&self) -> bool {
+        self.violations == 0 && self.counter_mismatches == 0 && self.control_violations >= 1
+    }
+
+    pub fn summary_markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# Safety suite\n\n");
+        s.push_str(&format!(
+            "**{}** — seed {}, clients: {}.\n\n",
+            if self.passed() { "PASSED" } else { "FAILED" },
+            self.seed,
+            self.clients.join(", ")
+        ));
+        s.push_str("| | operator (RedlockCluster) | control (unfenced restarts) |\n|---|---|---|\n");
+        let row = |name: &str, a: String, b: String| format!("| {name} | {a} | {b} |\n");
+        let (o, c) = (&self.operator, &self.control);
+        s.push_str(&row("faults", o.faults.to_string(), c.faults.to_string()));
+        s.push_str(&row(
+            "lock operations",
+            o.operations.to_string(),
+            c.operations.to_string(),
+        ));
+        s.push_str(&row(
+            "acquired",
+            o.successful_operations.to_string(),
+            c.successful_operations.to_string(),
+        ));
+        s.push_str(&row(
+            "**mutual-exclusion violations**",
+            o.violations.len().to_string(),
+            c.violations.len().to_string(),
+        ));
+        s.push_str(&row(
+            "counter mismatches (lost updates)",
+            o.counter_mismatches.len().to_string(),
+            c.counter_mismatches.len().to_string(),
+        ));
+        s.push_str(&row(
+            "duration",
+            format!("{:.0} s", o.duration_s),
+            format!("{:.0} s", c.duration_s),
+        ));
+        s.push_str(&format!(
+            "\nPer fault kind (operator run): lock success rate of acquisitions started during the fault \
+             (from injection until every member serves again), and the longest time without any successful \
+             acquisition. Outside faults the success rate is {:.0}%: {} workers compete for {} keys, so most \
+             attempts find the lock taken.\n\n",
+            o.baseline_success_rate * 100.0,
+            self.settings["workers"].as_u64().unwrap_or(0),
+            self.settings["keys"].as_u64().unwrap_or(0),
+        ));
+        s.push_str(
+            "| fault | count | attempts | success rate | longest unavailability |\n|---|---|---|---|---|\n",
+        );
+        for (kind, k) in &self.fault_kinds {
+            s.push_str(&format!(
+                "| {} | {} | {} | {:.0}% | {:.1} s |\n",
+                kind.name(),
+                k.faults,
+                k.attempts,
+                k.success_rate * 100.0,
+                k.longest_unavailability_ms / 1000.0
+            ));
+        }
+        if !c.violations_after_fault_kind.is_empty() {
+            let by_kind: Vec<String> = c
+                .violations_after_fault_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            s.push_str(&format!(
+                "\nControl violations by the fault injected last before them: {}.\n",
+                by_kind.join(", ")
+            ));
+        }
+        if let Some(v) = c.violations.first() {
+            s.push_str(&format!(
+                "\nExample control violation: key `{}`, op {} ({}) acquired while op {} ({}) held it; both held for {:.0} ms.\n",
+                v.key,
+                v.second,
+                v.second_client,
+                v.first,
+                v.first_client,
+                v.overlap_ns as f64 / 1e6
+            ));
+        }
+        s.push_str("\nTimeline: `timeline.svg`.\n");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::tests::{failed, held};
+
+    const MS: u64 = 1_000_000;
+
+    fn fault(kind: FaultKind, from_ms: u64, to_ms: u64) -> FaultRecord {
+        FaultRecord {
+            index: 0,
+            kind,
+            members: vec![0],
+            injected: from_ms * MS,
+            healed: from_ms * MS,
+            recovered: to_ms * MS,
+        }
+    }
+
+    #[test]
+    fn longest_gap_counts_from_window_start_to_end() {
+        assert_eq!(longest_gap(&[], 10, 50), 40);
+        assert_eq!(longest_gap(&[20, 30], 10, 50), 20); // 30..50
+        assert_eq!(longest_gap(&[5, 40, 100], 10, 50), 30); // 10..40
+        assert_eq!(longest_gap(&[10, 50], 10, 50), 40);
+    }
+
+    #[test]
+    fn stats_per_kind_over_fault_windows() {
+        let ops = vec![
+            held(1, "k", 100, 3000, Some(150)), // acquired at 101, inside the first window
+            failed(2, "k", 200),
+            failed(3, "k", 300),
+            held(4, "k", 600, 3000, Some(650)), // acquired at 601, inside the second window
+            held(5, "k", 2000, 3000, Some(2100)), // outside every window
+        ];
+        let faults = vec![
+            fault(FaultKind::KillMajority, 100, 500),
+            fault(FaultKind::KillMajority, 500, 700),
+            fault(FaultKind::StopCont, 1000, 1100),
+        ];
+        let stats = kind_stats(&ops, &faults);
+        let m = &stats[&FaultKind::KillMajority];
+        assert_eq!((m.faults, m.attempts, m.successes), (2, 4, 2));
+        assert_eq!(m.success_rate, 0.5);
+        // First window 100..500: success at 101, then nothing until 500 → 399 ms.
+        assert_eq!(m.longest_unavailability_ms, 399.0);
+        let s = &stats[&FaultKind::StopCont];
+        assert_eq!(
+            (s.faults, s.attempts, s.success_rate, s.longest_unavailability_ms),
+            (1, 0, 0.0, 100.0)
+        );
+        assert!(!stats.contains_key(&FaultKind::NodeLoss));
+        // Outside the windows (100..700, 1000..1100): only op 5, acquired.
+        assert_eq!(baseline_success_rate(&ops, &faults), 1.0);
+        assert_eq!(baseline_success_rate(&ops[..3], &faults), 0.0);
+        assert_eq!(baseline_success_rate(&ops, &[]), 0.6);
+    }
+
+    #[test]
+    fn violations_are_attributed_to_the_latest_fault_before_them() {
+        let v = |at_ms: u64| Violation {
+            key: "k".into(),
+            first: 1,
+            second: 2,
+            first_client: "a".into(),
+            second_client: "b".into(),
+            at: at_ms * MS,
+            overlap_ns: 1,
+        };
+        let faults = vec![
+            fault(FaultKind::KillMajority, 100, 200),
+            fault(FaultKind::StopCont, 300, 400),
+        ];
+        let by = violations_after(&[v(50), v(150), v(250), v(350), v(1000)], &faults);
+        assert_eq!(
+            by,
+            BTreeMap::from([
+                ("none".to_string(), 1),
+                ("kill-majority".to_string(), 2),
+                ("stop-cont".to_string(), 2)
+            ])
+        );
+        assert!(violations_after(&[], &faults).is_empty());
+    }
+
+    #[test]
+    fn report_passes_only_with_a_clean_run_and_a_dirty_control() {
+        let clean = PhaseReport::new(&[held(1, "k", 0, 3000, Some(10))], &[], vec![], vec![], 1.0);
+        let violation = Violation {
+            key: "k".into(),
+            first: 1,
+            second: 2,
+            first_client: "a".into(),
+            second_client: "b".into(),
+            at: 5,
+            overlap_ns: 5,
+        };
+        let dirty = PhaseReport::new(
+            &[held(1, "k", 0, 3000, Some(10))],
+            &[],
+            vec![violation],
+            vec![],
+            1.0,
+        );
+        let r = |o: &PhaseReport, c: &PhaseReport| {
+            Report::new(1, vec!["a".into()], serde_json::json!({}), o.clone(), c.clone())
+        };
+        assert!(r(&clean, &dirty).passed());
+        assert!(
+            !r(&clean, &clean).passed(),
+            "a control without violations proves nothing"
+        );
+        assert!(!r(&dirty, &dirty).passed());
+        let mut lost_update = clean.clone();
+        lost_update.counter_mismatches.push(CounterMismatch {
+            key: "k".into(),
+            critical_sections: 2,
+            counter: 1,
+        });
+        assert!(!r(&lost_update, &dirty).passed());
+
+        let report = r(&clean, &dirty);
+        let json = serde_json::to_value(&report).unwrap();
+        for field in [
+            "operations",
+            "faults",
+            "violations",
+            "control_violations",
+            "clients",
+            "seed",
+            "fault_kinds",
+        ] {
+            assert!(json.get(field).is_some(), "{field} missing in {json}");
+        }
+        assert_eq!(json["control_violations"], 1);
+        let md = report.summary_markdown();
+        assert!(
+            md.contains("PASSED") && md.contains("Example control violation"),
+            "{md}"
+        );
+    }
+}

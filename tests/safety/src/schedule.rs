@@ -1,0 +1,190 @@
+//! The fault schedule: which fault, on which members, for how long, and the pause before it,
+//! all drawn from one seed so a failing run can be replayed exactly (`SAFETY_SEED`).
+//!
+//! Kinds come in shuffled rounds ("decks") of every kind, so any run of at least
+//! `FaultKind::ALL.len()` faults has each kind once, and long runs have them evenly.
+
+use serde::Serialize;
+
+use crate::rng::Rng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// `kill -9` of one member's redis-server.
+    KillOne,
+    /// `kill -9` of a minority (N/2 members, at least one, fewer than a quorum).
+    KillMinority,
+    /// `kill -9` of a majority (a quorum of members) at once.
+    KillMajority,
+    /// The member's pod is deleted (the operator creates a replacement).
+    DeletePod,
+    /// SIGSTOP of one member, SIGCONT after `duration_ms` (a frozen process keeps its keys).
+    StopCont,
+    /// `kill -9` of one member, then the operator is killed while the member is held, stays
+    /// down past the hold's end, and is restarted.
+    OperatorKill,
+    /// The node of one member stops reporting and its processes die; restored after
+    /// `duration_ms`.
+    NodeLoss,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::KillOne,
+        FaultKind::KillMinority,
+        FaultKind::KillMajority,
+        FaultKind::DeletePod,
+        FaultKind::StopCont,
+        FaultKind::OperatorKill,
+        FaultKind::NodeLoss,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillOne => "kill-one",
+            FaultKind::KillMinority => "kill-minority",
+            FaultKind::KillMajority => "kill-majority",
+            FaultKind::DeletePod => "delete-pod",
+            FaultKind::StopCont => "stop-cont",
+            FaultKind::OperatorKill => "operator-kill",
+            FaultKind::NodeLoss => "node-loss",
+        }
+    }
+
+    /// How many of `n` members the fault hits.
+    pub fn members(self, n: usize) -> usize {
+        match self {
+            FaultKind::KillMinority => (n / 2).max(1).min(n.saturating_sub(1).max(1)),
+            FaultKind::KillMajority => n / 2 + 1,
+            _ => 1,
+        }
+    }
+}
+
+/// One planned fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fault {
+    pub index: usize,
+    pub kind: FaultKind,
+    /// Member slots hit, sorted.
+    pub members: Vec<usize>,
+    /// How long the fault lasts before the harness heals it (SIGCONT, node restore, operator
+    /// restart after the hold); 0 for faults that heal on their own.
+    pub duration_ms: u64,
+    /// Pause after the previous fault recovered, before this one is injected.
+    pub gap_ms: u64,
+}
+
+/// Tunables of the schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleConfig {
+    pub members: usize,
+    pub gap_ms: (u64, u64),
+    pub stop_ms: (u64, u64),
+    pub node_loss_ms: (u64, u64),
+    /// How long the operator stays down beyond the hold.
+    pub operator_down_extra_ms: (u64, u64),
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        Self {
+            members: 5,
+            gap_ms: (200, 1500),
+            stop_ms: (500, 3000),
+            // Shorter than the control plane's node-monitor grace period (8 s in envtest):
+            // the pod is never evicted while its node is away.
+            node_loss_ms: (1500, 5000),
+            operator_down_extra_ms: (200, 2000),
+        }
+    }
+}
+
+pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(count);
+    let mut deck: Vec<FaultKind> = Vec::new();
+    while out.len() < count {
+        if deck.is_empty() {
+            deck = FaultKind::ALL.to_vec();
+            rng.shuffle(&mut deck);
+        }
+        let kind = deck.pop().expect("refilled above");
+        let members = rng.choose(cfg.members, kind.members(cfg.members));
+        let duration_ms = match kind {
+            FaultKind::StopCont => rng.range(cfg.stop_ms.0, cfg.stop_ms.1),
+            FaultKind::NodeLoss => rng.range(cfg.node_loss_ms.0, cfg.node_loss_ms.1),
+            FaultKind::OperatorKill => rng.range(cfg.operator_down_extra_ms.0, cfg.operator_down_extra_ms.1),
+            _ => 0,
+        };
+        let gap_ms = rng.range(cfg.gap_ms.0, cfg.gap_ms.1);
+        out.push(Fault {
+            index: out.len(),
+            kind,
+            members,
+            duration_ms,
+            gap_ms,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reproducible_from_the_seed() {
+        let cfg = ScheduleConfig::default();
+        assert_eq!(schedule(7, 50, &cfg), schedule(7, 50, &cfg));
+        assert_ne!(schedule(7, 50, &cfg), schedule(8, 50, &cfg));
+        // A shorter run is a prefix of a longer one with the same seed.
+        assert_eq!(schedule(7, 10, &cfg)[..], schedule(7, 50, &cfg)[..10]);
+    }
+
+    #[test]
+    fn every_kind_appears_in_every_round() {
+        let s = schedule(3, 7 * 30, &ScheduleConfig::default());
+        for round in s.chunks(7) {
+            let mut kinds: Vec<FaultKind> = round.iter().map(|f| f.kind).collect();
+            kinds.sort();
+            assert_eq!(kinds, FaultKind::ALL.to_vec());
+        }
+    }
+
+    #[test]
+    fn member_counts_fit_the_kind() {
+        assert_eq!(FaultKind::KillMinority.members(5), 2);
+        assert_eq!(FaultKind::KillMajority.members(5), 3);
+        assert_eq!(FaultKind::KillMinority.members(3), 1);
+        assert_eq!(FaultKind::KillMajority.members(3), 2);
+        assert_eq!(FaultKind::KillMinority.members(7), 3);
+        assert_eq!(FaultKind::KillMajority.members(7), 4);
+        for f in schedule(11, 70, &ScheduleConfig::default()) {
+            assert_eq!(f.members.len(), f.kind.members(5), "{f:?}");
+            assert!(f.members.iter().all(|m| *m < 5));
+            // A minority never reaches a quorum, a majority always does.
+            match f.kind {
+                FaultKind::KillMinority => assert!(f.members.len() < 3),
+                FaultKind::KillMajority => assert!(f.members.len() >= 3),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn durations_and_gaps_follow_the_config() {
+        let cfg = ScheduleConfig::default();
+        for f in schedule(5, 140, &cfg) {
+            assert!((cfg.gap_ms.0..=cfg.gap_ms.1).contains(&f.gap_ms));
+            let (lo, hi) = match f.kind {
+                FaultKind::StopCont => cfg.stop_ms,
+                FaultKind::NodeLoss => cfg.node_loss_ms,
+                FaultKind::OperatorKill => cfg.operator_down_extra_ms,
+                _ => (0, 0),
+            };
+            assert!((lo..=hi).contains(&f.duration_ms), "{f:?}");
+        }
+    }
+}

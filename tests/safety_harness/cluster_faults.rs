@@ -1,0 +1,142 @@
+//! Faults against the RedlockCluster on the control plane, and the wait until it serves
+//! fully again. Each fault is injected the way it happens in a cluster: a signal to the pod's
+//! redis-server on its node, a pod deletion through the API, the operator process killed, a
+//! node that stops reporting.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DeleteParams;
+use nix::sys::signal::Signal;
+use redlock_safety::clock::mono_ns;
+use redlock_safety::report::FaultRecord;
+use redlock_safety::schedule::{Fault, FaultKind};
+
+use crate::support::{Env, start_operator, wait_for, wait_held};
+
+pub struct ClusterTarget<'a> {
+    pub env: &'a mut Env,
+    pub name: String,
+    pub members: usize,
+    operator_restarts: usize,
+}
+
+impl<'a> ClusterTarget<'a> {
+    pub fn new(env: &'a mut Env, name: &str, members: usize) -> Self {
+        Self {
+            env,
+            name: name.to_owned(),
+            members,
+            operator_restarts: 0,
+        }
+    }
+
+    fn pod(&self, slot: usize) -> String {
+        format!("{}-{slot}", self.name)
+    }
+
+    async fn run_ids(&self) -> Vec<Option<String>> {
+        let status = self.env.cluster(&self.name).await.status.unwrap_or_default();
+        (0..self.members)
+            .map(|slot| {
+                status
+                    .members
+                    .iter()
+                    .find(|m| m.slot == slot as i32)
+                    .and_then(|m| m.run_id.clone())
+            })
+            .collect()
+    }
+
+    fn kill(&self, slot: usize, sig: Signal) -> Result<()> {
+        self.env
+            .cp
+            .kubelet()
+            .signal_pod(&self.env.ns, &self.pod(slot), sig)
+    }
+
+    pub async fn inject(&mut self, f: &Fault) -> Result<FaultRecord> {
+        let before = self.run_ids().await;
+        let injected = mono_ns();
+        // Members whose process this fault replaces: recovery means a new run id there.
+        let mut replaced = f.members.clone();
+        match f.kind {
+            FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority => {
+                for &m in &f.members {
+                    self.kill(m, Signal::SIGKILL)?;
+                }
+            }
+            FaultKind::DeletePod => {
+                self.env
+                    .pods()
+                    .delete(&self.pod(f.members[0]), &DeleteParams::default())
+                    .await?;
+            }
+            FaultKind::StopCont => {
+                self.kill(f.members[0], Signal::SIGSTOP)?;
+                tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
+                // A frozen process keeps its keys and its run id: nothing is replaced.
+                self.kill(f.members[0], Signal::SIGCONT)?;
+                replaced.clear();
+            }
+            FaultKind::OperatorKill => {
+                let slot = f.members[0];
+                self.kill(slot, Signal::SIGKILL)?;
+                let old = before[slot].clone().unwrap_or_default();
+                let (_, until) = wait_held(self.env, &self.name, slot as i32, &old).await;
+                self.env.operator.kill()?;
+                // Down until past the hold's end: the hold must survive the operator's absence.
+                let left = until.duration_since(Timestamp::now()).as_millis().max(0) as u64;
+                tokio::time::sleep(Duration::from_millis(left + f.duration_ms)).await;
+                self.operator_restarts += 1;
+                let log = format!("operator-{}.log", self.operator_restarts);
+                self.env.operator = start_operator(&self.env.cp, &log).await;
+            }
+            FaultKind::NodeLoss => {
+                let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
+                let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
+                self.env.cp.kubelet().lose_node(&node).await?;
+                tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
+                self.env.cp.kubelet().restore_node(&node).await?;
+            }
+        }
+        // Kills and deletions need no undoing: they are healed the moment they happen.
+        let healed = match f.kind {
+            FaultKind::StopCont | FaultKind::OperatorKill | FaultKind::NodeLoss => mono_ns(),
+            _ => injected,
+        };
+        self.wait_recovered(&replaced, &before).await;
+        Ok(FaultRecord {
+            index: f.index,
+            kind: f.kind,
+            members: f.members.clone(),
+            injected,
+            healed,
+            recovered: mono_ns(),
+        })
+    }
+
+    /// Every member serves again (Ready, released, Available) and every replaced member runs
+    /// a new process: the operator has seen the fault and its hold is over.
+    async fn wait_recovered(&self, replaced: &[usize], before: &[Option<String>]) {
+        let env = &*self.env;
+        wait_for("cluster recovered", Duration::from_secs(120), async || {
+            let c = env.cluster(&self.name).await;
+            let s = c.status.unwrap_or_default();
+            let all_ready = s.ready_instances == Some(self.members as i32)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+            let new_processes = replaced.iter().all(|&slot| {
+                s.members
+                    .iter()
+                    .find(|m| m.slot == slot as i32)
+                    .is_some_and(|m| m.run_id.is_some() && m.run_id != before[slot])
+            });
+            Ok((all_ready && new_processes).then_some(()))
+        })
+        .await;
+    }
+}

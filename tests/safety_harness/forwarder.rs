@@ -1,0 +1,90 @@
+//! kube-proxy and cluster DNS for the workers. Each per-slot Service's ClusterIP is a loopback
+//! address here (the control plane's service range is in 127.0.0.0/8), so the harness listens
+//! on exactly `<ClusterIP>:6379` and forwards every new connection to one of the Service's
+//! serving endpoints as `envtest::resolver` computes them from the Service and its Pods (the
+//! endpointslice controller's rules). A Service with no serving endpoint refuses the
+//! connection by closing it, as kube-proxy's REJECT rule does. The hosts lines map the
+//! published names (`<name>-<i>.<ns>.svc`) to the ClusterIPs, as cluster DNS would.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use envtest::resolver::Resolver;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// How often the endpoints are re-read: kube-proxy, too, follows endpoint changes with a delay.
+const REFRESH: Duration = Duration::from_millis(100);
+
+pub struct Forwarders {
+    tasks: Vec<JoinHandle<()>>,
+    /// `/etc/hosts` lines for the Service names.
+    pub hosts: String,
+}
+
+impl Drop for Forwarders {
+    fn drop(&mut self) {
+        // Aborting an accept task drops its JoinSet, which aborts its open connections.
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+pub async fn start(client: kube::Client, ns: &str, services: &[String]) -> Result<Forwarders> {
+    let api: Api<Service> = Api::namespaced(client.clone(), ns);
+    let resolver = Resolver::new(client);
+    let mut tasks = Vec::new();
+    let mut hosts = String::new();
+    for name in services {
+        let svc = api.get(name).await?;
+        let ip = svc
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .with_context(|| format!("service {name} has no ClusterIP"))?;
+        let listener = TcpListener::bind(format!("{ip}:6379"))
+            .await
+            .with_context(|| format!("bind {ip}:6379 for service {name}"))?;
+        let host = format!("{name}.{ns}.svc");
+        hosts.push_str(&format!("{ip} {host} {host}.cluster.local\n"));
+        let endpoints: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
+        let (eps, r, h) = (endpoints.clone(), resolver.clone(), format!("{host}:6379"));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                // A failed read keeps the last known endpoints, as kube-proxy does.
+                if let Ok(found) = r.resolve(&h).await {
+                    *eps.lock().unwrap() = found;
+                }
+                tokio::time::sleep(REFRESH).await;
+            }
+        }));
+        tasks.push(tokio::spawn(accept_loop(listener, endpoints)));
+    }
+    Ok(Forwarders { tasks, hosts })
+}
+
+async fn accept_loop(listener: TcpListener, endpoints: Arc<Mutex<Vec<SocketAddr>>>) {
+    let mut conns = JoinSet::new();
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        while conns.try_join_next().is_some() {}
+        let target = endpoints.lock().unwrap().first().copied();
+        conns.spawn(async move {
+            let Some(target) = target else {
+                return; // no serving endpoint: the connection is refused
+            };
+            let Ok(Ok(mut outbound)) =
+                tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(target)).await
+            else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+        });
+    }
+}

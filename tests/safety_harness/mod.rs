@@ -1,0 +1,396 @@
+//! The safety suite's harness (issue «Safety proof»): real Redlock clients (rslock, go-redsync,
+//! node-redlock) against a RedlockCluster on the local control plane under a seeded fault
+//! schedule, then the same schedule against a naive, unfenced server set (the control). The
+//! pure parts (protocol, history, checker, schedule, report) live in the `safety` crate.
+//!
+//! Used by `tests/safety.rs` (a short run in `make test`) and `benches/safety.rs`
+//! (`make safety`, ≥ 200 faults).
+
+mod cluster_faults;
+mod forwarder;
+mod mounts;
+mod naive;
+mod workers;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use envtest::procs::{ManagedChild, free_port};
+use redlock_safety::checker::{counter_mismatches, overlaps};
+use redlock_safety::clock::mono_ns;
+use redlock_safety::history::Op;
+use redlock_safety::report::{FaultRecord, PhaseReport, Report};
+use redlock_safety::rng::Rng;
+use redlock_safety::schedule::{Fault, ScheduleConfig, schedule};
+use redlock_safety::timeline::{self, Phase};
+use serde_json::json;
+
+use crate::support::Env;
+use cluster_faults::ClusterTarget;
+use naive::NaiveSet;
+use workers::{ClientKind, OpShape, Workload};
+
+const NAME: &str = "locks";
+const MEMBERS: usize = 5;
+
+/// What a run does; `from_env` reads `SAFETY_FAULTS`, `SAFETY_SEED`, `SAFETY_WORKERS`,
+/// `SAFETY_OUT`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub seed: u64,
+    pub faults: usize,
+    pub workers_per_client: usize,
+    pub keys: usize,
+    /// `maxLockTTL` of the RedlockCluster; every operator-run lock uses this TTL.
+    pub max_lock_ttl_ms: u64,
+    /// Critical sections are a large part of the TTL (and well inside the validity): a
+    /// member restarted empty and unfenced would let a second client in while the first
+    /// still works.
+    pub hold_ms: (u64, u64),
+    /// The control's TTL and critical sections are long, so that a majority restarting
+    /// empty almost surely finds a holder in the middle of its critical section.
+    pub control_ttl_ms: u64,
+    pub control_hold_ms: (u64, u64),
+    pub out_dir: PathBuf,
+}
+
+impl Settings {
+    /// `out` is the default output directory under the repository's `target/`.
+    pub fn from_env(default_faults: usize, default_seed: u64, out: &str) -> Self {
+        let num = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+        Self {
+            seed: num("SAFETY_SEED", default_seed),
+            faults: num("SAFETY_FAULTS", default_faults as u64) as usize,
+            workers_per_client: num("SAFETY_WORKERS", 2) as usize,
+            keys: 2,
+            max_lock_ttl_ms: 3000,
+            hold_ms: (300, 1500),
+            control_ttl_ms: 10_000,
+            control_hold_ms: (1000, 2500),
+            out_dir: std::env::var("SAFETY_OUT").map_or_else(
+                |_| envtest::controlplane::repo_root().join("target").join(out),
+                PathBuf::from,
+            ),
+        }
+    }
+}
+
+/// The redis-server holding the shared counters: never faulted, no auth.
+struct CounterServer {
+    _proc: ManagedChild,
+    addr: String,
+}
+
+impl CounterServer {
+    async fn start(log: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--port",
+        ])
+        .arg(port.to_string());
+        let proc = ManagedChild::spawn("counter", cmd, log)?;
+        let addr = format!("127.0.0.1:{port}");
+        for _ in 0..250 {
+            if let Ok(mut c) = redis::Client::open(format!("redis://{addr}"))?
+                .get_multiplexed_async_connection()
+                .await
+                && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+            {
+                return Ok(Self { _proc: proc, addr });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("counter redis-server did not start")
+    }
+
+    async fn read(&self, keys: &[String]) -> Result<BTreeMap<String, i64>> {
+        let mut c = redis::Client::open(format!("redis://{}", self.addr))?
+            .get_multiplexed_async_connection()
+            .await?;
+        let mut out = BTreeMap::new();
+        for k in keys {
+            let v: Option<i64> = redis::cmd("GET")
+                .arg(format!("count:{k}"))
+                .query_async(&mut c)
+                .await?;
+            out.insert(k.clone(), v.unwrap_or(0));
+        }
+        Ok(out)
+    }
+}
+
+/// One phase's raw results.
+struct PhaseRun {
+    ops: Vec<Op>,
+    faults: Vec<FaultRecord>,
+    counters: BTreeMap<String, i64>,
+    start: u64,
+    end: u64,
+}
+
+impl PhaseRun {
+    fn report(&self) -> PhaseReport {
+        PhaseReport::new(
+            &self.ops,
+            &self.faults,
+            overlaps(&self.ops),
+            counter_mismatches(&self.ops, &self.counters),
+            (self.end - self.start) as f64 / 1e9,
+        )
+    }
+}
+
+/// Starts every client's workers against `mounts`.
+async fn start_workers(
+    settings: &Settings,
+    bins: &workers::Bins,
+    m: &mounts::Mounts,
+    logs: &Path,
+    phase: &str,
+) -> Result<Vec<workers::WorkerProc>> {
+    let mut out = Vec::new();
+    for client in ClientKind::ALL {
+        for i in 0..settings.workers_per_client {
+            let name = format!("{}-{i}", client.name());
+            let log = logs.join(format!("{phase}-{name}.log"));
+            out.push(workers::spawn(bins, client, &name, m, &log).await?);
+        }
+    }
+    Ok(out)
+}
+
+/// Waits until the workload has acquired `n` locks: every client is connected and working.
+async fn warm_up(w: &Workload, n: i64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.acquired() < n {
+        if w.failed() || Instant::now() > deadline {
+            bail!(
+                "workload did not acquire {n} locks within 60s (acquired {})",
+                w.acquired()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Before a fault: its gap, then (up to 5 s) until a lock was acquired within the last
+/// 100 ms and is still held, so the fault hits a holder early in its critical section. That
+/// is when losing the lock's keys shows: without a hold, the key can be taken again while
+/// the holder works on (the control run proves it).
+async fn before_fault(w: &Workload, f: &Fault) -> Result<()> {
+    tokio::time::sleep(Duration::from_millis(f.gap_ms)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(w.held_now() > 0 && mono_ns().saturating_sub(w.last_acquired()) < 100_000_000)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if w.failed() {
+        bail!("a worker failed; see its error from finish()");
+    }
+    Ok(())
+}
+
+fn progress(phase: &str, f: &FaultRecord, total: usize) {
+    eprintln!(
+        "[{phase}] fault {}/{total} {} {:?}: recovered after {:.1}s",
+        f.index + 1,
+        f.kind.name(),
+        f.members,
+        (f.recovered - f.injected) as f64 / 1e9
+    );
+}
+
+async fn operator_phase(
+    settings: &Settings,
+    plan: &[Fault],
+    bins: &workers::Bins,
+    rng: &mut Rng,
+) -> Result<PhaseRun> {
+    let mut env = Env::start(MEMBERS).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"}),
+    )
+    .await;
+    env.wait_ready(NAME, MEMBERS as i32, Duration::from_secs(90))
+        .await;
+    let services: Vec<String> = (0..MEMBERS).map(|i| format!("{NAME}-{i}")).collect();
+    let fwd = forwarder::start(env.cp.client(), &env.ns, &services).await?;
+    let dir = settings.out_dir.join("operator");
+    std::fs::create_dir_all(&dir)?;
+    let counter = CounterServer::start(&dir.join("counter.log")).await?;
+    let (secret, config) = mounts::read_published(env.cp.client(), &env.ns, NAME).await?;
+    let ttl: u64 = config
+        .get("maxLockTTLMillis")
+        .context("maxLockTTLMillis")?
+        .parse()?;
+    let m = mounts::write(&dir, &secret, &config, &fwd.hosts, &counter.addr)?;
+    let shape = OpShape {
+        keys: (0..settings.keys).map(|k| format!("key{k}")).collect(),
+        ttl_ms: ttl,
+        hold_ms: settings.hold_ms,
+        pause_ms: (5, 50),
+    };
+    let start = mono_ns();
+    let workload = Workload::start(
+        start_workers(settings, bins, &m, &dir, "operator").await?,
+        &shape,
+        rng,
+    );
+    let mut faults = Vec::new();
+    let result = async {
+        warm_up(&workload, 10).await?;
+        let mut target = ClusterTarget::new(&mut env, NAME, MEMBERS);
+        for f in plan {
+            before_fault(&workload, f).await?;
+            let rec = target.inject(f).await?;
+            progress("operator", &rec, plan.len());
+            faults.push(rec);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        anyhow::Ok(())
+    }
+    .await;
+    let ops = workload.finish().await?;
+    result?;
+    let end = mono_ns();
+    let counters = counter.read(&shape.keys).await?;
+    drop(fwd);
+    Ok(PhaseRun {
+        ops,
+        faults,
+        counters,
+        start,
+        end,
+    })
+}
+
+async fn control_phase(
+    settings: &Settings,
+    plan: &[Fault],
+    bins: &workers::Bins,
+    rng: &mut Rng,
+) -> Result<PhaseRun> {
+    let dir = settings.out_dir.join("control");
+    std::fs::create_dir_all(&dir)?;
+    let mut set = NaiveSet::start(MEMBERS, "redlock-client", "control-password", &dir).await?;
+    let counter = CounterServer::start(&dir.join("counter.log")).await?;
+    let (secret, config) = set.published(settings.control_ttl_ms);
+    let m = mounts::write(&dir, &secret, &config, "", &counter.addr)?;
+    let shape = OpShape {
+        keys: (0..settings.keys).map(|k| format!("key{k}")).collect(),
+        ttl_ms: settings.control_ttl_ms,
+        hold_ms: settings.control_hold_ms,
+        pause_ms: (5, 50),
+    };
+    let start = mono_ns();
+    let workload = Workload::start(
+        start_workers(settings, bins, &m, &dir, "control").await?,
+        &shape,
+        rng,
+    );
+    let mut faults = Vec::new();
+    let result = async {
+        warm_up(&workload, 3).await?;
+        for f in plan {
+            before_fault(&workload, f).await?;
+            let rec = set.inject(f).await?;
+            progress("control", &rec, plan.len());
+            faults.push(rec);
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let ops = workload.finish().await?;
+    result?;
+    let end = mono_ns();
+    let counters = counter.read(&shape.keys).await?;
+    Ok(PhaseRun {
+        ops,
+        faults,
+        counters,
+        start,
+        end,
+    })
+}
+
+/// Runs both phases and writes `report.json`, `summary.md` and `timeline.svg` to
+/// `settings.out_dir`.
+pub async fn run(settings: &Settings) -> Result<Report> {
+    std::fs::create_dir_all(&settings.out_dir)?;
+    eprintln!(
+        "safety: seed {} faults {} (replay with SAFETY_SEED={})",
+        settings.seed, settings.faults, settings.seed
+    );
+    let bins = workers::build(&settings.out_dir).await?;
+    let plan = schedule(
+        settings.seed,
+        settings.faults,
+        &ScheduleConfig {
+            members: MEMBERS,
+            ..Default::default()
+        },
+    );
+    let mut rng = Rng::new(settings.seed ^ 0x5AFE);
+    let operator = operator_phase(settings, &plan, &bins, &mut rng).await?;
+    let control = control_phase(settings, &plan, &bins, &mut rng).await?;
+
+    let clients: Vec<String> = ClientKind::ALL.iter().map(|c| c.name().to_string()).collect();
+    let (op_report, control_report) = (operator.report(), control.report());
+    let svg = timeline::svg(
+        &[
+            Phase {
+                title: "RedlockCluster (operator)".into(),
+                ops: &operator.ops,
+                faults: &operator.faults,
+                violations: &op_report.violations,
+                start: operator.start,
+                end: operator.end,
+            },
+            Phase {
+                title: "control: unfenced restarts".into(),
+                ops: &control.ops,
+                faults: &control.faults,
+                violations: &control_report.violations,
+                start: control.start,
+                end: control.end,
+            },
+        ],
+        &clients,
+    );
+    let settings_json = json!({
+        "members": MEMBERS,
+        "workers_per_client": settings.workers_per_client,
+        "workers": settings.workers_per_client * ClientKind::ALL.len(),
+        "keys": settings.keys,
+        "max_lock_ttl_ms": settings.max_lock_ttl_ms,
+        "hold_ms": [settings.hold_ms.0, settings.hold_ms.1],
+        "control_ttl_ms": settings.control_ttl_ms,
+        "control_hold_ms": [settings.control_hold_ms.0, settings.control_hold_ms.1],
+    });
+    let report = Report::new(settings.seed, clients, settings_json, op_report, control_report);
+    std::fs::write(
+        settings.out_dir.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    std::fs::write(settings.out_dir.join("summary.md"), report.summary_markdown())?;
+    std::fs::write(settings.out_dir.join("timeline.svg"), svg)?;
+    std::fs::write(
+        settings.out_dir.join("history.json"),
+        serde_json::to_string(&json!({"operator": operator.ops, "control": control.ops}))?,
+    )?;
+    eprintln!("{}", report.summary_markdown());
+    Ok(report)
+}

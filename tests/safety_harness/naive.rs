@@ -1,0 +1,173 @@
+//! The control experiment's server set: the same redis-server, N masters, no persistence,
+//! the same client user and password, but no fence and no hold. A crashed member is restarted
+//! at once, empty, and serves clients immediately: what a StatefulSet with `restartPolicy:
+//! Always` and no delayed-restart rule does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use envtest::procs::{ManagedChild, free_port};
+use nix::sys::signal::Signal;
+use redlock_safety::clock::mono_ns;
+use redlock_safety::report::FaultRecord;
+use redlock_safety::schedule::{Fault, FaultKind};
+
+/// How long "the kubelet" waits before restarting a crashed member (the envtest kubelet's
+/// first restart is immediate; a little delay keeps the port free for the new process).
+const RESTART_DELAY: Duration = Duration::from_millis(200);
+
+pub struct NaiveSet {
+    ports: Vec<u16>,
+    procs: Vec<Option<ManagedChild>>,
+    user: String,
+    password: String,
+    dir: PathBuf,
+}
+
+impl NaiveSet {
+    pub async fn start(n: usize, user: &str, password: &str, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut set = NaiveSet {
+            ports: (0..n).map(|_| free_port()).collect::<Result<_>>()?,
+            procs: (0..n).map(|_| None).collect(),
+            user: user.to_owned(),
+            password: password.to_owned(),
+            dir: dir.to_owned(),
+        };
+        for i in 0..n {
+            set.launch(i)?;
+        }
+        for i in 0..n {
+            set.wait_serving(i).await?;
+        }
+        Ok(set)
+    }
+
+    fn launch(&mut self, i: usize) -> Result<()> {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.ports[i].to_string())
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxmemory-policy",
+                "noeviction",
+            ])
+            .args(["--user", "default", "off"])
+            .args([
+                "--user",
+                &self.user,
+                "on",
+                &format!(">{}", self.password),
+                "~*",
+                "&*",
+                "+@all",
+            ]);
+        let log = self.dir.join(format!("naive-{i}.log"));
+        self.procs[i] = Some(ManagedChild::spawn(&format!("naive-{i}"), cmd, &log)?);
+        Ok(())
+    }
+
+    async fn wait_serving(&self, i: usize) -> Result<()> {
+        let url = format!(
+            "redis://{}:{}@127.0.0.1:{}",
+            self.user, self.password, self.ports[i]
+        );
+        for _ in 0..250 {
+            if let Ok(client) = redis::Client::open(url.as_str())
+                && let Ok(mut c) = client.get_multiplexed_async_connection().await
+                && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("naive member {i} does not serve on port {}", self.ports[i])
+    }
+
+    /// The `<name>-client` Secret and `<name>-endpoints` ConfigMap a user would write for it.
+    pub fn published(&self, max_ttl_ms: u64) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let urls: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("redis://{}:{}@127.0.0.1:{p}", self.user, self.password))
+            .collect();
+        let servers: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let secret = BTreeMap::from([
+            ("username".to_string(), self.user.clone()),
+            ("password".to_string(), self.password.clone()),
+            ("urls".to_string(), urls.join("\n")),
+        ]);
+        let config = BTreeMap::from([
+            ("servers".to_string(), servers.join("\n")),
+            ("quorum".to_string(), (self.ports.len() / 2 + 1).to_string()),
+            ("maxLockTTLMillis".to_string(), max_ttl_ms.to_string()),
+        ]);
+        (secret, config)
+    }
+
+    fn signal(&self, i: usize, sig: Signal) -> Result<()> {
+        match &self.procs[i] {
+            Some(p) => p.signal(sig),
+            None => bail!("naive member {i} is not running"),
+        }
+    }
+
+    async fn crash_and_restart(&mut self, members: &[usize], down: Duration) -> Result<()> {
+        for &m in members {
+            self.signal(m, Signal::SIGKILL)?;
+        }
+        for &m in members {
+            if let Some(mut p) = self.procs[m].take() {
+                p.stop(Duration::ZERO); // reaps the killed process
+            }
+        }
+        tokio::time::sleep(RESTART_DELAY + down).await;
+        for &m in members {
+            self.launch(m)?;
+        }
+        Ok(())
+    }
+
+    /// The same fault as on the cluster, as it plays out without fencing: every loss of a
+    /// process is a restart that serves at once, empty.
+    pub async fn inject(&mut self, f: &Fault) -> Result<FaultRecord> {
+        let injected = mono_ns();
+        match f.kind {
+            FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority | FaultKind::DeletePod => {
+                self.crash_and_restart(&f.members, Duration::ZERO).await?
+            }
+            // There is no operator to kill; what the fault does to the member remains.
+            FaultKind::OperatorKill => self.crash_and_restart(&f.members, Duration::ZERO).await?,
+            FaultKind::NodeLoss => {
+                self.crash_and_restart(&f.members, Duration::from_millis(f.duration_ms))
+                    .await?
+            }
+            FaultKind::StopCont => {
+                self.signal(f.members[0], Signal::SIGSTOP)?;
+                tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
+                self.signal(f.members[0], Signal::SIGCONT)?;
+            }
+        }
+        let healed = match f.kind {
+            FaultKind::StopCont | FaultKind::NodeLoss => mono_ns(),
+            _ => injected,
+        };
+        for &m in &f.members {
+            self.wait_serving(m).await?;
+        }
+        Ok(FaultRecord {
+            index: f.index,
+            kind: f.kind,
+            members: f.members.clone(),
+            injected,
+            healed,
+            recovered: mono_ns(),
+        })
+    }
+}

@@ -434,18 +434,26 @@ async fn write_status(
     cluster: &RedlockCluster,
     status: &RedlockClusterStatus,
 ) -> Result<()> {
-    let patch = serde_json::json!({
-        "apiVersion": RedlockCluster::api_version(&()),
-        "kind": RedlockCluster::kind(&()),
-        "status": status,
-    });
     api.patch_status(
         &cluster.name_any(),
         &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
+        &Patch::Apply(&status_patch(cluster, status)),
     )
     .await?;
     Ok(())
+}
+
+/// The status apply patch, conditional on the resourceVersion the plan was made from: a write
+/// computed from an older view (a second operator replica that has not yet noticed it lost
+/// the lease, or a reconcile that raced with another write) is refused with 409 Conflict
+/// instead of overwriting newer hold records; the reconcile then retries from a fresh read.
+pub fn status_patch(cluster: &RedlockCluster, status: &RedlockClusterStatus) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": RedlockCluster::api_version(&()),
+        "kind": RedlockCluster::kind(&()),
+        "metadata": {"resourceVersion": cluster.metadata.resource_version},
+        "status": status,
+    })
 }
 
 /// Retry with per-object exponential backoff.

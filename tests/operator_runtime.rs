@@ -263,3 +263,51 @@ async fn kubectl_explain_describes_the_fields() {
         "{spec}"
     );
 }
+
+/// The status write is conditional on the resourceVersion the plan was made from, so a write
+/// from an older view (e.g. a replica that lost the lease) cannot overwrite newer hold records.
+#[tokio::test]
+async fn status_write_from_a_stale_view_is_refused() {
+    let cp = control_plane().await;
+    cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+    let ns = cp.new_namespace("stale").await.unwrap();
+    let api: Api<RedlockCluster> = Api::namespaced(cp.client(), &ns);
+    api.create(&PostParams::default(), &cluster("locks", 3))
+        .await
+        .unwrap();
+    let stale = api.get("locks").await.unwrap();
+    api.patch(
+        "locks",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"instances": 5}})),
+    )
+    .await
+    .unwrap();
+    let status = redlock_operator::crd::RedlockClusterStatus {
+        quorum: Some(2),
+        ..Default::default()
+    };
+    let params = PatchParams::apply(redlock_operator::resources::names::FIELD_MANAGER).force();
+    let err = api
+        .patch_status(
+            "locks",
+            &params,
+            &Patch::Apply(&redlock_operator::reconcile::status_patch(&stale, &status)),
+        )
+        .await
+        .expect_err("a write planned from an older resourceVersion must be refused");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "expected 409 Conflict, got {err}"
+    );
+    assert_eq!(api.get("locks").await.unwrap().status, None, "nothing written");
+    let fresh = api.get("locks").await.unwrap();
+    api.patch_status(
+        "locks",
+        &params,
+        &Patch::Apply(&redlock_operator::reconcile::status_patch(&fresh, &status)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(api.get("locks").await.unwrap().status.unwrap().quorum, Some(2));
+}

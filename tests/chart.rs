@@ -175,7 +175,6 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
     let audited: &[(&str, &str, &str)] = &[
         ("redlock.dev", "redlockclusters", "get,list,watch"),
         ("redlock.dev", "redlockclusters/status", "patch"),
-        ("redlock.dev", "redlockclusters/finalizers", "update"),
         ("", "pods", "list,watch,create,delete"),
         ("", "services", "list,watch,create,patch,delete"),
         ("", "configmaps", "list,watch,create,patch"),

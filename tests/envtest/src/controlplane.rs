@@ -150,8 +150,9 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             &format!("--service-cluster-ip-range={service_range}"),
             "--authorization-mode=RBAC",
-            // As strict as hardened clusters: setting blockOwnerDeletion on a child needs
-            // `update` on the owner's finalizers, which the chart's RBAC must then grant.
+            // As strict as hardened clusters: owner references are checked against the
+            // writer's RBAC (blockOwnerDeletion needs `update` on the owner's finalizers), so
+            // the chart's RBAC is tested under the same rules.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             "--allow-privileged=true",
             "--profiling=false",

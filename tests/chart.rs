@@ -108,6 +108,12 @@ fn default_render_is_restricted_and_highly_available() {
     };
     assert_eq!(downward("POD_NAME"), Some(Value::from("metadata.name")));
     assert_eq!(downward("POD_NAMESPACE"), Some(Value::from("metadata.namespace")));
+    assert!(
+        strings(&c["args"]).contains(&"--http-addr=$(POD_IP):8080".to_owned()),
+        "{:?}",
+        c["args"]
+    );
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(
@@ -223,6 +229,7 @@ fn bad_values_are_refused() {
         ("image.repository=", "repository"),
         ("logFormat=xml", "logFormat"),
         ("http.port=80", "port"),
+        ("http.bindAddress=localhost", "bindAddress"),
         ("leaderElection.leaseDurationSeconds=1", "leaseDurationSeconds"),
         (
             "leaderElection.renewDeadlineMs=20000",

@@ -107,7 +107,14 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
         .signal_pod(&env.ns, &format!("{NAME}-2"), Signal::SIGKILL)
         .unwrap();
     let (held, until) = wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
-    // Kill the leader mid-hold, after it put the hold on record.
+    // Kill the leader mid-hold, once the hold is on record and announced (the status is
+    // written before the event, so a kill in between would lose the announcement, not the
+    // hold; counting announcements needs the first one out).
+    let slot_pod = format!("{NAME}-2");
+    wait_for("HoldStarted published", Duration::from_secs(10), async || {
+        Ok((event_count(&env, "HoldStarted", &slot_pod, "").await == 1).then_some(()))
+    })
+    .await;
     a.kill().unwrap();
     let killed = Instant::now();
     a.wait_exit(Duration::from_secs(5)).await.unwrap();
@@ -144,16 +151,21 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
 
     let after = env.member(NAME, 2).await.unwrap();
     assert_eq!(after.state, MemberState::Ready, "{after:?}");
-    assert_eq!(after.run_id, held.run_id, "the held process is the one released");
+    // The leader may have died while the member was still Lost (new process not yet
+    // identified): then the standby identified it, under the same hold.
+    if held.run_id.is_some() {
+        assert_eq!(after.run_id, held.run_id, "the held process is the one released");
+    }
+    assert_ne!(after.run_id, before.run_id, "a new process serves");
     assert!(after.held_until.is_none(), "{after:?}");
-    let new_run = held.run_id.clone().unwrap();
+    let new_run = after.run_id.clone().unwrap();
     // Events land shortly after the action: give them a moment, then count exactly.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let slot_pod = format!("{NAME}-2");
     assert_eq!(
         event_count(&env, "HoldStarted", &slot_pod, "").await,
         1,
-        "one hold"
+        "one hold: {:#?}",
+        slot_events(&env, &slot_pod).await
     );
     assert_eq!(
         event_count(&env, "InstanceReleased", &slot_pod, &new_run).await,
@@ -202,6 +214,28 @@ async fn a_paused_leader_that_lost_its_lease_stops() {
     );
     assert_eq!(holder(&env).await.as_deref(), Some("operator-b"));
     drop(b);
+}
+
+/// (reason, note, reporting instance, count) of every event about pod `related`, for
+/// failure messages.
+async fn slot_events(env: &Env, related: &str) -> Vec<(String, String, String, i32)> {
+    let events: Api<Event> = Api::namespaced(env.cp.client(), &env.ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(related))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.reporting_instance.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect()
 }
 
 async fn pod_uids(env: &Env) -> Vec<(String, String)> {

@@ -4,11 +4,17 @@ DEV := target/dev
 # Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
-.PHONY: test fmt fmt-check clippy build crds controlplane dev-binaries demo dev-up dev-down bench bench-env safety
+.PHONY: test fmt fmt-check clippy build crds chart controlplane dev-binaries demo dev-up dev-down bench bench-env safety
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
-test: fmt-check clippy controlplane
+test: fmt-check clippy controlplane chart
 	$(CARGO) test --workspace --lib --bins --tests
+
+## chart: helm lint --strict and helm template of charts/redlock-operator (tests/chart.rs
+## additionally checks the rendered objects and that bad values are refused)
+chart: controlplane
+	$(DEV)/bin/helm lint --strict charts/redlock-operator
+	$(DEV)/bin/helm template rl charts/redlock-operator --namespace redlock-system > /dev/null
 
 fmt:
 	$(CARGO) fmt --all
@@ -23,9 +29,10 @@ clippy:
 build:
 	$(CARGO) build --release --bin redlock-operator
 
-## crds: regenerate crds/redlockcluster.yaml from the Rust types
+## crds: regenerate crds/redlockcluster.yaml from the Rust types (and the chart's copy)
 crds:
 	$(CARGO) run --quiet --bin redlock-operator -- crd > crds/redlockcluster.yaml
+	cp crds/redlockcluster.yaml charts/redlock-operator/crds/redlockcluster.yaml
 
 ## controlplane: kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm from their
 ## pinned Go modules, cached in ~/.cache/redlock-operator and linked into target/dev/bin

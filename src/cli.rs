@@ -17,6 +17,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the flags struct costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the operator against the cluster of the in-cluster config or KUBECONFIG.
@@ -56,6 +58,36 @@ pub struct RunArgs {
     #[arg(long, env = "TTL_AUDIT_KEYS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     pub ttl_audit_keys: u64,
 
+    /// Elect a leader with a Lease so that several replicas can run and only one writes.
+    /// `--leader-elect=false` only for a single operator process.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of the coordination.k8s.io Lease used for leader election.
+    #[arg(long, env = "LEASE_NAME", default_value = "redlock-operator")]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (default: the pod's namespace, else the kubeconfig's).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// Identity in the Lease (default: the pod name, else host name and a random suffix).
+    #[arg(long, env = "POD_NAME")]
+    pub leader_identity: Option<String>,
+
+    /// Seconds a standby waits after the leader's last renewal before taking over.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_duration_seconds: u64,
+
+    /// The leader stops writing when it could not renew for this long (milliseconds);
+    /// must be shorter than the lease duration.
+    #[arg(long, env = "LEASE_RENEW_DEADLINE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub lease_renew_deadline_ms: u64,
+
+    /// Pause between two attempts to acquire or renew the Lease (milliseconds).
+    #[arg(long, env = "LEASE_RETRY_PERIOD_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    pub lease_retry_period_ms: u64,
+
     /// Log filter in RUST_LOG syntax.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
@@ -90,6 +122,35 @@ mod tests {
         assert_eq!(args.namespace.as_deref(), Some("locks"));
         assert_eq!(args.http_addr.port(), 9000);
         assert_eq!(args.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn leader_election_flags() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["redlock-operator", "run"];
+            argv.extend_from_slice(extra);
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::Run(args)) => Ok(args),
+                Ok(_) => panic!("expected run"),
+                Err(e) => Err(e),
+            }
+        };
+        let defaults = parse(&[]).unwrap();
+        assert!(defaults.leader_elect);
+        assert_eq!(defaults.lease_name, "redlock-operator");
+        assert_eq!(defaults.lease_duration_seconds, 15);
+        let off = parse(&[
+            "--leader-elect=false",
+            "--leader-identity",
+            "a",
+            "--lease-namespace",
+            "ops",
+        ])
+        .unwrap();
+        assert!(!off.leader_elect);
+        assert_eq!(off.leader_identity.as_deref(), Some("a"));
+        assert_eq!(off.lease_namespace.as_deref(), Some("ops"));
+        assert!(parse(&["--lease-duration-seconds", "0"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::backoff::Backoff;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::ttl_audit::ClusterAudit;
 
@@ -44,4 +45,6 @@ pub struct Context {
     pub ttl_audit_period: Duration,
     /// Keys read per member per audit period.
     pub ttl_audit_keys: u64,
+    /// Whether this process may write; checked before every group of writes.
+    pub leadership: Leadership,
 }

@@ -20,6 +20,7 @@ use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
 use crate::http::{self, HttpState};
+use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
 use crate::resources::names::managed_selector;
@@ -33,16 +34,42 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let clusters: Api<RedlockCluster> = scoped(&client, ns);
     ensure_crd_installed(&clusters).await?;
 
+    let election = election_config(&args, &client)?;
+
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
+    let standby = Arc::new(AtomicBool::new(false));
     let http = tokio::spawn(http::serve(
         args.http_addr,
         HttpState {
             ready: ready.clone(),
+            standby: standby.clone(),
             metrics: metrics.clone(),
         },
         shutdown.clone(),
     ));
+
+    // Nothing is watched before the lease is ours: a standby costs the API server nothing.
+    let elected = match election {
+        None => None,
+        Some(config) => {
+            let mut elector = Elector::new(client.clone(), config);
+            let standby_flag = standby.clone();
+            let leadership = elector
+                .acquire(&shutdown, |role| {
+                    standby_flag.store(matches!(role, Role::Standby { .. }), Ordering::Release)
+                })
+                .await;
+            standby.store(false, Ordering::Release);
+            match leadership {
+                Some(l) => Some((elector, l)),
+                None => return join_http(http, &args).await,
+            }
+        }
+    };
+    let leadership = elected
+        .as_ref()
+        .map_or_else(Leadership::unconditional, |(_, l)| l.clone());
 
     // Only objects labelled as ours are watched: the operator never caches foreign Secrets.
     let managed = watcher::Config::default().labels(&managed_selector());
@@ -115,18 +142,42 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         ttl_audits: Default::default(),
         ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
         ttl_audit_keys: args.ttl_audit_keys,
+        leadership,
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
-    controller
+    let controller = controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    match elected {
+        None => controller.await,
+        Some((mut elector, leadership)) => {
+            // Renewal continues through a graceful shutdown, until the last reconcile ended.
+            let lost = tokio::select! {
+                _ = controller => false,
+                _ = elector.keep(&leadership) => true,
+            };
+            if lost {
+                // The controller future was dropped above, in-flight reconciles with it: no
+                // write of this process can land after the renew deadline. Exit and let the
+                // pod restart as a standby.
+                shutdown.cancel();
+                http.abort();
+                return Err(Error::NotLeader);
+            }
+            // Graceful shutdown finished every reconcile: now a successor may start at once.
+            elector.release().await;
+        }
+    }
     tracing::info!("controller stopped");
     shutdown.cancel();
+    join_http(http, &args).await
+}
+
+async fn join_http(http: tokio::task::JoinHandle<Result<()>>, args: &RunArgs) -> Result<()> {
     match http.await {
         Ok(result) => result,
         Err(join) => Err(Error::Http {
@@ -134,6 +185,31 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             source: std::io::Error::other(join),
         }),
     }
+}
+
+/// The Lease to elect a leader with, or `None` when election is off.
+fn election_config(args: &RunArgs, client: &Client) -> Result<Option<LeaseConfig>> {
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    let timing = LeaseTiming::new(
+        Duration::from_secs(args.lease_duration_seconds),
+        Duration::from_millis(args.lease_renew_deadline_ms),
+        Duration::from_millis(args.lease_retry_period_ms),
+    )?;
+    Ok(Some(LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned()),
+        identity: args
+            .leader_identity
+            .clone()
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(leader::default_identity),
+        timing,
+    }))
 }
 
 /// One watch that both fills a cache the reconciler reads and triggers the controller.

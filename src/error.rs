@@ -27,6 +27,14 @@ pub enum Error {
     #[error("cannot serialize status: {0}")]
     Serialize(#[from] serde_json::Error),
 
+    /// Leader election flags that cannot work together.
+    #[error("leader election: {0}")]
+    LeaseConfig(String),
+
+    /// The leader lease is not (or no longer certainly) held: nothing may be written.
+    #[error("not the leader (lease lost or not renewed within the renew deadline)")]
+    NotLeader,
+
     /// The HTTP server for health and metrics could not bind or serve.
     #[error("HTTP server on {addr} failed: {source}")]
     Http {
@@ -51,6 +59,8 @@ impl Error {
             Error::ClientConfig(_) => "ClientConfig",
             Error::MissingNamespace(_) => "MissingNamespace",
             Error::Serialize(_) => "Serialize",
+            Error::LeaseConfig(_) => "LeaseConfig",
+            Error::NotLeader => "NotLeader",
             Error::Http { .. } => "Http",
         }
     }

@@ -18,6 +18,10 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct HttpState {
     pub ready: Arc<AtomicBool>,
+    /// A replica that waits for the leader lease while another process leads. It is ready
+    /// too: it does what it should (stand by), and a Deployment rollout or a
+    /// PodDisruptionBudget must count it as available.
+    pub standby: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -32,8 +36,13 @@ pub fn router(state: HttpState) -> Router {
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     if state.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready")
+    } else if state.standby.load(Ordering::Acquire) {
+        (StatusCode::OK, "standby: another replica holds the leader lease")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not leading with synced caches yet",
+        )
     }
 }
 

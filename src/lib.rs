@@ -13,6 +13,7 @@ pub mod events;
 pub mod failure_domains;
 pub mod hold;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plan;

@@ -57,6 +57,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let rejections = validate::validate(&cluster.spec);
     let accepted = rejections.is_empty();
     let credentials = credentials(&ctx, &cluster, &ns).await?;
+    ctx.leadership.check()?;
     if accepted {
         apply_config(&ctx, &cluster, &ns, &credentials).await?;
         apply_services(&ctx, &cluster, &ns).await?;
@@ -137,6 +138,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     };
     let desired = status::compute(&cluster, plan.members.clone(), &observed, &findings, now);
     if cluster.status.as_ref() != Some(&desired) {
+        ctx.leadership.check()?;
         write_status(&api, &cluster, &desired).await?;
     }
     ctx.metrics
@@ -169,6 +171,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.leadership.check()?;
     for slot in &plan.create_pods {
         apply::create_pod(&pods, &pod::pod(&cluster, *slot)).await?;
     }
@@ -180,6 +183,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
             continue;
         };
+        // A release from a view taken while another process may lead could free a
+        // process that process has since put on hold.
+        ctx.leadership.check()?;
         match access.release(ip, run_id).await {
             Ok(()) => {
                 released = true;

@@ -36,6 +36,9 @@ pub struct ControlPlaneConfig {
     pub eviction_toleration: Duration,
     /// Directory for all state; a fresh temporary directory when `None`.
     pub dir: Option<PathBuf>,
+    /// More images pods may use: (image key, local program), see
+    /// `KubeletConfig::extra_images`. Such pods reach this API server in-cluster style.
+    pub extra_images: Vec<(String, PathBuf)>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -47,6 +50,7 @@ impl Default for ControlPlaneConfig {
             node_monitor_grace_period: Duration::from_secs(8),
             eviction_toleration: Duration::from_secs(10),
             dir: None,
+            extra_images: Vec::new(),
         }
     }
 }
@@ -146,6 +150,10 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             &format!("--service-cluster-ip-range={service_range}"),
             "--authorization-mode=RBAC",
+            // As strict as hardened clusters: owner references are checked against the
+            // writer's RBAC (blockOwnerDeletion needs `update` on the owner's finalizers), so
+            // the chart's RBAC is tested under the same rules.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             "--allow-privileged=true",
             "--profiling=false",
             // The `kubernetes` Service would point at 127.0.0.1, which Endpoints refuse.
@@ -233,6 +241,10 @@ impl ControlPlane {
                     restart_backoff_base: config.restart_backoff_base,
                     restart_backoff_max: Duration::from_secs(10),
                     lease_interval: Duration::from_secs(1),
+                    extra_images: config.extra_images.clone(),
+                    // In-cluster clients (KUBERNETES_SERVICE_HOST/PORT) reach the API server
+                    // on loopback; its serving certificate names 127.0.0.1.
+                    api_server: Some(std::net::SocketAddr::from(([127, 0, 0, 1], api_port))),
                     ..KubeletConfig::default()
                 },
             )

@@ -26,6 +26,10 @@ impl OperatorProcess {
             .arg(format!("--http-addr=127.0.0.1:{http_port}"))
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
+            // One stable leader identity, as a pod keeps its name across container restarts:
+            // a restarted operator renews its own lease at once instead of waiting it out.
+            // Tests that run several operators pass `--leader-identity` each.
+            .env("POD_NAME", "redlock-operator-envtest")
             .env(
                 "RUST_LOG",
                 std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "info,redlock_operator=debug".into()),

@@ -73,10 +73,7 @@ pub fn repository(image: &str) -> &str {
 /// first so a test can override a built-in. The error is the message shown in the
 /// container's `Waiting` state.
 pub fn map_image(image: &str, extra: &[(String, PathBuf)]) -> Result<MappedImage, String> {
-    if let Some((_, program)) = extra
-        .iter()
-        .find(|(prefix, _)| image.starts_with(prefix.as_str()))
-    {
+    if let Some((_, program)) = extra.iter().find(|(key, _)| extra_matches(key, image)) {
         return Ok(MappedImage {
             program: program.clone(),
             flavor: Flavor::Extra,
@@ -96,6 +93,20 @@ pub fn map_image(image: &str, extra: &[(String, PathBuf)]) -> Result<MappedImage
     Err(unmapped_message(image, extra))
 }
 
+/// An `extra_images` key is an image prefix, or with a leading `*` a repository name the
+/// image's repository must be or end in after a `/` (`*redlock-operator` matches
+/// `ghcr.io/org/redlock-operator:1.0` and `redlock-operator:dev`, not `my-redlock-operator`):
+/// a chart's image can then run whatever registry and tag its values name.
+fn extra_matches(key: &str, image: &str) -> bool {
+    match key.strip_prefix('*') {
+        Some(name) => {
+            let repo = repository(image);
+            repo == name || repo.strip_suffix(name).is_some_and(|rest| rest.ends_with('/'))
+        }
+        None => image.starts_with(key),
+    }
+}
+
 fn unmapped_message(image: &str, extra: &[(String, PathBuf)]) -> String {
     let mut supported: Vec<String> = BUILTIN_IMAGES
         .iter()
@@ -106,7 +117,13 @@ fn unmapped_message(image: &str, extra: &[(String, PathBuf)]) -> String {
                 .chain(e.suffixes.iter().map(|s| format!("*{s}")))
         })
         .collect();
-    supported.extend(extra.iter().map(|(prefix, _)| format!("{prefix}*")));
+    supported.extend(extra.iter().map(|(key, _)| {
+        if key.starts_with('*') {
+            key.clone()
+        } else {
+            format!("{key}*")
+        }
+    }));
     format!(
         "image {image:?} cannot run here: the process kubelet has no container runtime and runs only \
          images it maps to local programs: {}",
@@ -190,6 +207,31 @@ mod tests {
                 .unwrap_err()
                 .contains("redlock-operator:*")
         );
+    }
+
+    #[test]
+    fn extra_images_match_by_repository_name() {
+        let extra = vec![("*redlock-operator".to_string(), PathBuf::from("/bin/op"))];
+        for image in [
+            "redlock-operator",
+            "redlock-operator:dev",
+            "ghcr.io/redlock-dev/redlock-operator:0.1.0",
+            "registry.local:5000/ops/redlock-operator@sha256:abc",
+        ] {
+            assert_eq!(
+                map_image(image, &extra).unwrap().program,
+                PathBuf::from("/bin/op"),
+                "{image}"
+            );
+        }
+        for image in [
+            "my-redlock-operator:1",
+            "ghcr.io/redlock-operator/other:1",
+            "redlock-operator-x",
+        ] {
+            let err = map_image(image, &extra).unwrap_err();
+            assert!(err.contains("*redlock-operator"), "{image}: {err}");
+        }
     }
 
     #[test]

@@ -68,8 +68,8 @@ pub struct KubeletConfig {
     /// A container that ran this long without crashing starts over with an immediate
     /// restart (kubelet: 10 minutes).
     pub restart_backoff_reset: Duration,
-    /// More images the kubelet can run: (image prefix, local program). Matched by prefix
-    /// before the built-in Redis/Valkey table. Such programs get no `--bind`, but the
+    /// More images the kubelet can run: (image prefix, or `*name` for a repository named
+    /// `name` in any registry; local program). Matched before the built-in Redis/Valkey table. Such programs get no `--bind`, but the
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` variables of the real API server.
     pub extra_images: Vec<(String, PathBuf)>,
     /// The API server as programs of `extra_images` reach it (`KUBERNETES_SERVICE_HOST`/

@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::observe::RedisInfo;
+use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
 
 /// Credentials and timeouts for admin connections.
@@ -104,7 +105,7 @@ impl AdminAccess {
             .query_async(&mut conn)
             .await
             .map_err(|e| ReleaseError::Unreachable(ip, e.to_string()))?;
-        let (run_id, _) = parse_info_server(&info)
+        let (run_id, version) = parse_info_server(&info)
             .ok_or_else(|| ReleaseError::Command(ip, "INFO server has no run_id".into()))?;
         if run_id != expected_run_id {
             return Err(ReleaseError::OtherProcess {
@@ -116,7 +117,7 @@ impl AdminAccess {
         let () = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
-            .arg("on")
+            .arg(release_rules(&version))
             .query_async(&mut conn)
             .await
             .map_err(|e| ReleaseError::Command(ip, e.to_string()))?;

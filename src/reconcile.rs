@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -25,7 +26,7 @@ use crate::resources::names::{
     ADMIN_USER, FIELD_MANAGER, LABEL_INSTANCE, REDIS_PORT, admin_secret_name, client_secret_name, slot_name,
 };
 use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
-use crate::resources::{config, endpoints, pdb, pod, service};
+use crate::resources::{config, endpoints, network_policy, pdb, pod, service};
 use crate::{apply, events, failure_domains, hold, observe, rollout, status, ttl_audit, validate};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
@@ -63,6 +64,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
         let desired_pdb = pdb::pod_disruption_budget(&cluster);
         apply::apply_if_changed(&pdb_api, &ctx.pod_disruption_budgets, desired_pdb).await?;
+        apply_network_policy(&ctx, &cluster, &ns).await?;
     }
 
     let access = AdminAccess {
@@ -362,6 +364,27 @@ async fn apply_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Re
     });
     for svc in retired {
         apply::delete(&api, &svc.name_any()).await?;
+    }
+    Ok(())
+}
+
+/// The NetworkPolicy when the spec enables one; deleted (if this operator made it) when not.
+async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<()> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    match network_policy::network_policy(cluster, ctx.operator_namespace.as_deref()) {
+        Some(desired) => {
+            apply::apply_if_changed(&api, &ctx.network_policies, desired).await?;
+        }
+        None => {
+            let name = network_policy::network_policy_name(&cluster.name_any());
+            if ctx
+                .network_policies
+                .get(&ObjectRef::new(&name).within(ns))
+                .is_some_and(|np| np.labels().get(LABEL_INSTANCE) == Some(&cluster.name_any()))
+            {
+                apply::delete(&api, &name).await?;
+            }
+        }
     }
     Ok(())
 }

@@ -119,6 +119,10 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             failure_threshold: Some(3),
             ..Default::default()
         }),
+        // The restricted Pod Security Standard, at container level so that a pod-level
+        // `podTemplate.securityContext` cannot loosen it. The root file system is read-only:
+        // Redis writes only to its `dir`, the `data` emptyDir (and with no persistence, not
+        // even there).
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -127,6 +131,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
                 drop: Some(vec!["ALL".into()]),
                 ..Default::default()
             }),
+            seccomp_profile: Some(runtime_default_seccomp()),
             ..Default::default()
         }),
         volume_mounts: Some(vec![
@@ -173,12 +178,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(10),
             priority_class_name: template.priority_class_name.clone(),
-            security_context: Some(
-                template
-                    .security_context
-                    .clone()
-                    .unwrap_or_else(restricted_pod_security),
-            ),
+            security_context: Some(pod_security(template.security_context.as_ref())),
             node_selector: (!spec.scheduling.node_selector.is_empty())
                 .then(|| spec.scheduling.node_selector.clone()),
             tolerations: (!spec.scheduling.tolerations.is_empty())
@@ -215,16 +215,28 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
     }
 }
 
-fn restricted_pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(999),
-        run_as_group: Some(999),
-        fs_group: Some(999),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..Default::default()
-        }),
+/// User and group of the `redis` account in the official redis and valkey images. Numeric,
+/// because `runAsNonRoot` can only be verified for a numeric user.
+const REDIS_UID: i64 = 999;
+
+/// The pod's security context: the user's `podTemplate.securityContext` where it says
+/// something, restricted defaults where it does not (non-root numeric user, RuntimeDefault
+/// seccomp).
+fn pod_security(user: Option<&PodSecurityContext>) -> PodSecurityContext {
+    let mut sc = user.cloned().unwrap_or_default();
+    sc.run_as_non_root.get_or_insert(true);
+    if sc.run_as_user.is_none() {
+        sc.run_as_user = Some(REDIS_UID);
+        sc.run_as_group.get_or_insert(REDIS_UID);
+        sc.fs_group.get_or_insert(REDIS_UID);
+    }
+    sc.seccomp_profile.get_or_insert_with(runtime_default_seccomp);
+    sc
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
         ..Default::default()
     }
 }
@@ -329,6 +341,79 @@ mod tests {
             acl.secret.as_ref().unwrap().secret_name.as_deref(),
             Some("locks-acl")
         );
+    }
+
+    #[test]
+    fn the_pod_meets_the_restricted_pod_security_standard() {
+        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let pod_sc = spec.security_context.unwrap();
+        assert_eq!(pod_sc.run_as_non_root, Some(true));
+        assert_eq!(pod_sc.run_as_user, Some(999));
+        assert_eq!(pod_sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let c = &spec.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_owned()][..])
+        );
+        assert!(sc.capabilities.as_ref().unwrap().add.is_none());
+        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        // With a read-only root, the one writable directory is Redis's `dir`, an emptyDir.
+        let writable: Vec<&str> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.read_only != Some(true))
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(writable, vec![DATA_DIR]);
+        let data = spec.volumes.iter().flatten().find(|v| v.name == "data").unwrap();
+        assert!(data.empty_dir.is_some());
+        // Only volume types the restricted standard allows, no host namespaces or ports.
+        for v in spec.volumes.iter().flatten() {
+            assert!(
+                v.config_map.is_some() || v.secret.is_some() || v.empty_dir.is_some(),
+                "{v:?}"
+            );
+        }
+        assert!(spec.host_network.is_none() && spec.host_pid.is_none() && spec.host_ipc.is_none());
+        assert!(c.ports.iter().flatten().all(|p| p.host_port.is_none()));
+    }
+
+    #[test]
+    fn a_user_security_context_is_kept_and_completed() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "podTemplate": {"securityContext": {
+                "runAsUser": 1000, "supplementalGroups": [5]}}})),
+            0,
+        );
+        let sc = p.spec.unwrap().security_context.unwrap();
+        assert_eq!(sc.run_as_user, Some(1000));
+        assert_eq!(
+            (sc.run_as_group, sc.fs_group),
+            (None, None),
+            "the user's user, not our group"
+        );
+        assert_eq!(sc.supplemental_groups, Some(vec![5]));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+
+    #[test]
+    fn resources_come_from_the_spec() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}})),
+            0,
+        );
+        let r = p.spec.unwrap().containers[0].resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["memory"].0, "64Mi");
+        assert_eq!(r.limits.unwrap()["memory"].0, "128Mi");
     }
 
     #[test]

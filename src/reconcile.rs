@@ -73,6 +73,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         client_user: client_user(&cluster).into(),
         port: REDIS_PORT,
         timeout: ctx.probe_timeout,
+        tls_ca: tls_ca(&ctx, &cluster, &ns).await?,
     };
     let mut observed = observe::pods_by_slot(&cluster, &ctx.pods.state());
     probe_all(&access, &mut observed).await;
@@ -387,6 +388,31 @@ async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str)
         }
     }
     Ok(())
+}
+
+/// The CA of `spec.tls.secretName`, which the operator's connections trust. Read from the API
+/// each time (the Secret is the user's, not labelled as the operator's, so not cached): a
+/// read, never a write. Missing means the instances cannot start either; the reconcile fails
+/// and is retried with backoff, and nothing is released meanwhile.
+async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Option<Vec<u8>>> {
+    let Some(tls) = &cluster.spec.tls else {
+        return Ok(None);
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&tls.secret_name)
+        .await?;
+    let ca = secret
+        .and_then(|s| s.data)
+        .and_then(|mut d| d.remove(config::TLS_CA_KEY))
+        .filter(|ca| !ca.0.is_empty())
+        .ok_or_else(|| {
+            Error::TlsSecret(format!(
+                "Secret {ns}/{} has no {}",
+                tls.secret_name,
+                config::TLS_CA_KEY
+            ))
+        })?;
+    Ok(Some(ca.0))
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

@@ -554,3 +554,137 @@ async fn generated_passwords_appear_only_in_their_secrets() {
     }
     assert!(leaks.is_empty(), "leaked: {leaks:?}");
 }
+
+/// A CA made for this test and an instance certificate it issued for `*.<ns>.svc` (the names
+/// in the client URLs), as a `kubernetes.io/tls` Secret with `ca.crt`. Returns the Secret and
+/// the CA's PEM.
+fn tls_secret(ns: &str, name: &str) -> (Secret, Vec<u8>) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = DistinguishedName::new();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} test CA"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let mut server = CertificateParams::new(vec![format!("*.{ns}.svc")]).unwrap();
+    server.distinguished_name = DistinguishedName::new();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, format!("*.{ns}.svc"));
+    let key = KeyPair::generate().unwrap();
+    let cert = server.signed_by(&key, &ca).unwrap();
+    let ca_pem = ca.pem().into_bytes();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "type": "kubernetes.io/tls",
+        "stringData": {
+            "tls.crt": cert.pem(),
+            "tls.key": key.serialize_pem(),
+            "ca.crt": String::from_utf8(ca_pem.clone()).unwrap(),
+        },
+    }))
+    .unwrap();
+    (secret, ca_pem)
+}
+
+/// A TLS connection to `ip` trusting only `ca`, logged in as `login`. The address is an IP,
+/// which the certificate does not name; the chain must still lead to `ca`.
+async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult<MultiplexedConnection> {
+    let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::TcpTls {
+        host: ip.to_string(),
+        port: 6379,
+        insecure: false,
+        tls_params: None,
+    })?
+    .set_redis_settings(
+        redis::RedisConnectionInfo::default()
+            .set_username(&login.user)
+            .set_password(&login.password)
+            .set_skip_set_lib_name(),
+    );
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    };
+    let built = redis::Client::build_with_tls(info, certificates)?;
+    let mut addr = built.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
+    redis::Client::open(built.get_connection_info().clone().set_addr(addr))?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+#[tokio::test]
+async fn tls_only_instances_with_a_ca_made_in_the_test() {
+    let env = Env::start(2).await;
+    let (secret, ca) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.create_cluster(
+        NAME,
+        json!({"instances": 2, "maxLockTTL": "3s", "holdMargin": "0s",
+               "tls": {"secretName": "locks-tls"}}),
+    )
+    .await;
+    // Ready means: the operator probed and released each instance over TLS, and the readiness
+    // probe (`redis-cli --tls`, as the client user) got its PONG.
+    env.wait_ready(NAME, 2, Duration::from_secs(40)).await;
+
+    let urls = env.secret(&format!("{NAME}-client"), "urls").await;
+    assert_eq!(urls.lines().count(), 2);
+    assert!(urls.lines().all(|u| u.starts_with("rediss://")), "{urls}");
+
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    for slot in 0..2 {
+        let ip = env.pod_ip(NAME, slot).await;
+        let mut c = connect_tls(ip, &client, &ca).await.unwrap();
+        let set: Option<String> = redis::cmd("SET")
+            .arg("orders:1")
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(1000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"));
+        // TLS only: the plain protocol gets no answer on the port, and there is no other port.
+        assert!(
+            connect(ip, &client).await.is_err(),
+            "plain TCP served on slot {slot}"
+        );
+        let mut a = connect_tls(ip, &admin, &ca).await.unwrap();
+        let port: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("port")
+            .query_async(&mut a)
+            .await
+            .unwrap();
+        assert_eq!(port[1], "0");
+        // A certificate from another CA is not trusted.
+        let (_, other_ca) = tls_secret(&env.ns, "other");
+        assert!(connect_tls(ip, &client, &other_ca).await.is_err());
+    }
+
+    // A loss is held and released over TLS like any other.
+    let before = env.member(NAME, 0).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let after = env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
+    let m = &after.status.unwrap().members[0];
+    assert_ne!(m.run_id, before.run_id);
+}

@@ -154,9 +154,26 @@ pub struct RedlockClusterSpec {
     #[serde(default)]
     pub pod_template: PodTemplateSpec,
 
+    /// Serve lock clients over TLS only. Unset: plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
     /// Who may reach the instances' Redis port. Unset or disabled: no NetworkPolicy is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<NetworkPolicySpec>,
+}
+
+/// TLS for the Redis port: every instance serves TLS only (no plain port), the operator and
+/// the readiness probe connect with TLS, and the client Secret's URLs are `rediss://`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Secret in the cluster's namespace holding `tls.crt` and `tls.key` (the instances'
+    /// certificate and key, PEM) and `ca.crt` (the CA that issued it), as cert-manager writes
+    /// them. The certificate must name `<name>-<i>.<namespace>.svc` for every slot (a wildcard
+    /// `*.<namespace>.svc` does). Changing the Secret's name replaces the instances one by one.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
 }
 
 /// A NetworkPolicy `<name>` that admits to the Redis port only the operator's pods and the

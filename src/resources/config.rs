@@ -15,6 +15,11 @@ pub const REDIS_CONF_KEY: &str = "redis.conf";
 pub const CONFIG_DIR: &str = "/etc/redis";
 pub const ACL_DIR: &str = "/etc/redis-acl";
 pub const DATA_DIR: &str = "/data";
+/// Where the pods mount `spec.tls.secretName`, and the keys they read from it.
+pub const TLS_DIR: &str = "/etc/redis-tls";
+pub const TLS_CERT_KEY: &str = "tls.crt";
+pub const TLS_KEY_KEY: &str = "tls.key";
+pub const TLS_CA_KEY: &str = "ca.crt";
 
 /// Share of the container memory limit given to Redis `maxmemory`; the rest covers Redis's own
 /// overhead (buffers, fragmentation), so Redis refuses writes before the kernel kills it.
@@ -40,8 +45,20 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
         .and_then(|l| l.get("memory"))
         .and_then(quantity_bytes)
         .map(|bytes| (bytes as f64 * MAXMEMORY_SHARE) as u64);
+    match &spec.tls {
+        // TLS only: the plain port is closed, so no client can skip TLS by accident.
+        // Clients authenticate with their ACL password, not a client certificate.
+        Some(_) => lines.extend([
+            "port 0".into(),
+            format!("tls-port {REDIS_PORT}"),
+            format!("tls-cert-file {TLS_DIR}/{TLS_CERT_KEY}"),
+            format!("tls-key-file {TLS_DIR}/{TLS_KEY_KEY}"),
+            format!("tls-ca-cert-file {TLS_DIR}/{TLS_CA_KEY}"),
+            "tls-auth-clients no".into(),
+        ]),
+        None => lines.push(format!("port {REDIS_PORT}")),
+    }
     lines.extend([
-        format!("port {REDIS_PORT}"),
         "bind 0.0.0.0".into(),
         // Safe: the default user is off and every other user needs a password.
         "protected-mode no".into(),
@@ -166,6 +183,27 @@ mod tests {
         assert!(!conf.contains("replicaof"));
         let timeout_at = conf.find("timeout 0").unwrap();
         assert!(timeout_at < conf.find("appendonly no").unwrap());
+    }
+
+    #[test]
+    fn tls_closes_the_plain_port() {
+        let c = cluster(json!({"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}}));
+        let conf = redis_conf(&c);
+        for line in [
+            "port 0\n",
+            "tls-port 6379\n",
+            "tls-cert-file /etc/redis-tls/tls.crt\n",
+            "tls-key-file /etc/redis-tls/tls.key\n",
+            "tls-ca-cert-file /etc/redis-tls/ca.crt\n",
+        ] {
+            assert!(conf.contains(line), "{line} in {conf}");
+        }
+        assert!(!conf.lines().any(|l| l == "port 6379"), "{conf}");
+        let plain = redis_conf(&cluster(json!({"maxLockTTL": "30s"})));
+        assert!(
+            plain.lines().any(|l| l == "port 6379") && !plain.contains("tls"),
+            "{plain}"
+        );
     }
 
     #[test]

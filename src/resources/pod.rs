@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY};
+use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
 use super::names::{
     LABEL_INSTANCE, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name, config_map_name,
     slot_labels, slot_name,
@@ -29,16 +29,23 @@ const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 /// Readiness = "a lock client can log in and PING". `redis-cli` exits 0 even on NOAUTH,
 /// WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
 /// `REDISCLI_AUTH`, never the command line.
-pub fn readiness_command(auth_enabled: bool) -> Vec<String> {
+/// With TLS the probe checks the server's certificate against the cluster's CA (redis-cli
+/// does not match the host name, so the pod IP works).
+pub fn readiness_command(auth_enabled: bool, tls: bool) -> Vec<String> {
     let login = if auth_enabled {
         " --user \"$REDIS_CLIENT_USER\" --no-auth-warning"
     } else {
         ""
     };
+    let tls = if tls {
+        format!(" --tls --cacert {TLS_DIR}/{TLS_CA_KEY}")
+    } else {
+        String::new()
+    };
     vec![
         "sh".into(),
         "-c".into(),
-        format!("redis-cli -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
+        format!("redis-cli{tls} -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
     ]
 }
 
@@ -99,7 +106,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
         resources: spec.resources.clone(),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
-                command: Some(readiness_command(spec.auth.enabled)),
+                command: Some(readiness_command(spec.auth.enabled, spec.tls.is_some())),
             }),
             period_seconds: Some(1),
             timeout_seconds: Some(1),
@@ -134,25 +141,36 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             seccomp_profile: Some(runtime_default_seccomp()),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "acl".into(),
-                mount_path: ACL_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some({
+            let mut mounts = vec![
+                VolumeMount {
+                    name: "config".into(),
+                    mount_path: CONFIG_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "acl".into(),
+                    mount_path: ACL_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "data".into(),
+                    mount_path: DATA_DIR.into(),
+                    ..Default::default()
+                },
+            ];
+            if spec.tls.is_some() {
+                mounts.push(VolumeMount {
+                    name: "tls".into(),
+                    mount_path: TLS_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+            mounts
+        }),
         ..Default::default()
     };
 
@@ -185,30 +203,44 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
                 .then(|| spec.scheduling.tolerations.clone()),
             affinity,
             topology_spread_constraints: (!spread.is_empty()).then_some(spread),
-            volumes: Some(vec![
-                Volume {
-                    name: "config".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: config_map_name(&cluster_name),
+            volumes: Some({
+                let mut volumes = vec![
+                    Volume {
+                        name: "config".into(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: config_map_name(&cluster_name),
+                            ..Default::default()
+                        }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "acl".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(acl_secret_name(&cluster_name)),
-                        default_mode: Some(0o440),
+                    },
+                    Volume {
+                        name: "acl".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(acl_secret_name(&cluster_name)),
+                            default_mode: Some(0o440),
+                            ..Default::default()
+                        }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "data".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-            ]),
+                    },
+                    Volume {
+                        name: "data".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                ];
+                if let Some(tls) = &spec.tls {
+                    volumes.push(Volume {
+                        name: "tls".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(tls.secret_name.clone()),
+                            default_mode: Some(0o440),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                }
+                volumes
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -414,6 +446,55 @@ mod tests {
         let r = p.spec.unwrap().containers[0].resources.clone().unwrap();
         assert_eq!(r.requests.unwrap()["memory"].0, "64Mi");
         assert_eq!(r.limits.unwrap()["memory"].0, "128Mi");
+    }
+
+    #[test]
+    fn tls_mounts_the_secret_and_the_probe_speaks_tls() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}})),
+            0,
+        );
+        let spec = p.spec.unwrap();
+        let tls = spec.volumes.iter().flatten().find(|v| v.name == "tls").unwrap();
+        assert_eq!(
+            tls.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("locks-tls")
+        );
+        let c = &spec.containers[0];
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "tls")
+            .unwrap();
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.read_only),
+            ("/etc/redis-tls", Some(true))
+        );
+        let probe = &c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap()
+            .command
+            .as_ref()
+            .unwrap()[2];
+        assert!(
+            probe.starts_with("redis-cli --tls --cacert /etc/redis-tls/ca.crt "),
+            "{probe}"
+        );
+        let plain = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        assert!(
+            !plain
+                .spec
+                .unwrap()
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == "tls")
+        );
     }
 
     #[test]

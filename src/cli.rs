@@ -33,6 +33,12 @@ pub struct RunArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
 
+    /// Namespace the operator's pods run in (the Downward API's `metadata.namespace`). Every
+    /// cluster's NetworkPolicy admits pods labelled `app.kubernetes.io/name=redlock-operator`
+    /// from this namespace only; unset, from any namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub operator_namespace: Option<String>,
+
     /// Address of the HTTP server for /healthz, /readyz and /metrics.
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,

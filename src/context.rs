@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::core::PartialObjectMeta;
@@ -28,12 +29,16 @@ pub struct Context {
     pub config_maps: Store<ConfigMap>,
     pub services: Store<Service>,
     pub pod_disruption_budgets: Store<PodDisruptionBudget>,
+    pub network_policies: Store<NetworkPolicy>,
     /// Node metadata (labels: zones), for failure-domain reporting. Not a trigger: node
     /// heartbeats must not cause reconciles.
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.
     pub caches_synced: Arc<AtomicBool>,
+    /// Namespace of the operator's own pods, which every cluster's NetworkPolicy admits;
+    /// `None` when the operator runs outside the cluster.
+    pub operator_namespace: Option<String>,
     pub backoff: Backoff,
     /// How often every member's Redis is probed when nothing else happens.
     pub probe_period: Duration,

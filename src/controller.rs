@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
@@ -78,6 +79,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(&client, ns), managed.clone());
     let (services, service_events) = cached_watch(scoped::<Service>(&client, ns), managed.clone());
     let (pdbs, pdb_events) = cached_watch(scoped::<PodDisruptionBudget>(&client, ns), managed.clone());
+    let (netpols, netpol_events) = cached_watch(scoped::<NetworkPolicy>(&client, ns), managed.clone());
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
     let node_watch = watcher(
@@ -94,6 +96,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         .owns_stream(config_map_events)
         .owns_stream(service_events)
         .owns_stream(pdb_events)
+        .owns_stream(netpol_events)
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
 
     let cluster_cache = controller.store();
@@ -104,6 +107,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         services.clone(),
         pdbs.clone(),
         nodes.clone(),
+        netpols.clone(),
     );
     let caches_synced = ready.clone();
     tokio::spawn(async move {
@@ -114,6 +118,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         wait_synced(&caches.3).await;
         wait_synced(&caches.4).await;
         wait_synced(&caches.5).await;
+        wait_synced(&caches.6).await;
         ready.store(true, Ordering::Release);
         tracing::info!("caches synced; ready");
     });
@@ -134,8 +139,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         config_maps,
         services,
         pod_disruption_budgets: pdbs,
+        network_policies: netpols,
         nodes,
         caches_synced,
+        operator_namespace: args.operator_namespace.clone(),
         backoff: Backoff::default(),
         probe_period: Duration::from_millis(args.probe_period_ms),
         probe_timeout: Duration::from_millis(args.probe_timeout_ms),

@@ -23,6 +23,11 @@ pub enum Error {
     #[error("RedlockCluster {0} has no namespace")]
     MissingNamespace(String),
 
+    /// `spec.tls.secretName` is missing or has no `ca.crt`: the operator cannot verify its
+    /// instances (and their pods cannot start). Nothing is released until it is fixed.
+    #[error("TLS: {0}")]
+    TlsSecret(String),
+
     /// The status document could not be serialized.
     #[error("cannot serialize status: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -58,6 +63,7 @@ impl Error {
             Error::CrdNotInstalled => "CrdNotInstalled",
             Error::ClientConfig(_) => "ClientConfig",
             Error::MissingNamespace(_) => "MissingNamespace",
+            Error::TlsSecret(_) => "TlsSecret",
             Error::Serialize(_) => "Serialize",
             Error::LeaseConfig(_) => "LeaseConfig",
             Error::NotLeader => "NotLeader",

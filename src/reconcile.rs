@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -25,7 +26,7 @@ use crate::resources::names::{
     ADMIN_USER, FIELD_MANAGER, LABEL_INSTANCE, REDIS_PORT, admin_secret_name, client_secret_name, slot_name,
 };
 use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
-use crate::resources::{config, endpoints, pdb, pod, service};
+use crate::resources::{config, endpoints, network_policy, pdb, pod, service};
 use crate::{apply, events, failure_domains, hold, observe, rollout, status, ttl_audit, validate};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
@@ -64,6 +65,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
         let desired_pdb = pdb::pod_disruption_budget(&cluster);
         apply::apply_if_changed(&pdb_api, &ctx.pod_disruption_budgets, desired_pdb).await?;
+        apply_network_policy(&ctx, &cluster, &ns).await?;
     }
 
     let access = AdminAccess {
@@ -72,6 +74,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         client_user: client_user(&cluster).into(),
         port: REDIS_PORT,
         timeout: ctx.probe_timeout,
+        tls_ca: tls_ca(&ctx, &cluster, &ns).await?,
     };
     let mut observed = observe::pods_by_slot(&cluster, &ctx.pods.state());
     probe_all(&access, &mut observed).await;
@@ -370,6 +373,52 @@ async fn apply_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Re
         apply::delete(&api, &svc.name_any()).await?;
     }
     Ok(())
+}
+
+/// The NetworkPolicy when the spec enables one; deleted (if this operator made it) when not.
+async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<()> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    match network_policy::network_policy(cluster, ctx.operator_namespace.as_deref()) {
+        Some(desired) => {
+            apply::apply_if_changed(&api, &ctx.network_policies, desired).await?;
+        }
+        None => {
+            let name = network_policy::network_policy_name(&cluster.name_any());
+            if ctx
+                .network_policies
+                .get(&ObjectRef::new(&name).within(ns))
+                .is_some_and(|np| np.labels().get(LABEL_INSTANCE) == Some(&cluster.name_any()))
+            {
+                apply::delete(&api, &name).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The CA of `spec.tls.secretName`, which the operator's connections trust. Read from the API
+/// each time (the Secret is the user's, not labelled as the operator's, so not cached): a
+/// read, never a write. Missing means the instances cannot start either; the reconcile fails
+/// and is retried with backoff, and nothing is released meanwhile.
+async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Option<Vec<u8>>> {
+    let Some(tls) = &cluster.spec.tls else {
+        return Ok(None);
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&tls.secret_name)
+        .await?;
+    let ca = secret
+        .and_then(|s| s.data)
+        .and_then(|mut d| d.remove(config::TLS_CA_KEY))
+        .filter(|ca| !ca.0.is_empty())
+        .ok_or_else(|| {
+            Error::TlsSecret(format!(
+                "Secret {ns}/{} has no {}",
+                tls.secret_name,
+                config::TLS_CA_KEY
+            ))
+        })?;
+    Ok(Some(ca.0))
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

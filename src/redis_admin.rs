@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::observe::RedisInfo;
+use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
 
 /// Credentials and timeouts for admin connections.
@@ -19,6 +20,8 @@ pub struct AdminAccess {
     pub client_user: String,
     pub port: u16,
     pub timeout: Duration,
+    /// The CA (PEM) of `spec.tls`; `Some` means the instances serve TLS only.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for AdminAccess {
@@ -28,6 +31,7 @@ impl std::fmt::Debug for AdminAccess {
             .field("admin_user", &self.admin_user)
             .field("client_user", &self.client_user)
             .field("port", &self.port)
+            .field("tls", &self.tls_ca.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -50,7 +54,16 @@ impl AdminAccess {
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
     async fn connect(&self, ip: IpAddr) -> Result<MultiplexedConnection, String> {
-        let info = ConnectionAddr::Tcp(ip.to_string(), self.port)
+        let addr = match self.tls_ca {
+            None => ConnectionAddr::Tcp(ip.to_string(), self.port),
+            Some(_) => ConnectionAddr::TcpTls {
+                host: ip.to_string(),
+                port: self.port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let info = addr
             .into_connection_info()
             .map_err(|e| e.to_string())?
             .set_redis_settings(
@@ -59,7 +72,10 @@ impl AdminAccess {
                     .set_password(&self.admin_password)
                     .set_skip_set_lib_name(),
             );
-        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
+        let client = match &self.tls_ca {
+            None => redis::Client::open(info).map_err(|e| e.to_string())?,
+            Some(ca) => tls_client(info, ca).map_err(|e| e.to_string())?,
+        };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
@@ -104,7 +120,7 @@ impl AdminAccess {
             .query_async(&mut conn)
             .await
             .map_err(|e| ReleaseError::Unreachable(ip, e.to_string()))?;
-        let (run_id, _) = parse_info_server(&info)
+        let (run_id, version) = parse_info_server(&info)
             .ok_or_else(|| ReleaseError::Command(ip, "INFO server has no run_id".into()))?;
         if run_id != expected_run_id {
             return Err(ReleaseError::OtherProcess {
@@ -116,7 +132,7 @@ impl AdminAccess {
         let () = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
-            .arg("on")
+            .arg(release_rules(&version))
             .query_async(&mut conn)
             .await
             .map_err(|e| ReleaseError::Command(ip, e.to_string()))?;
@@ -163,6 +179,21 @@ impl AdminAccess {
             }
         }
     }
+}
+
+/// A client that trusts only the cluster's CA. The operator dials pod IPs, which no
+/// certificate names (they are not known when it is issued), so the host name is not
+/// matched; the chain still has to lead to the cluster's own CA, which only the instances'
+/// certificate does.
+fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    };
+    let built = redis::Client::build_with_tls(info, certificates)?;
+    let mut addr = built.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    redis::Client::open(built.get_connection_info().clone().set_addr(addr))
 }
 
 /// `run_id` and `redis_version` from an `INFO server` reply.

@@ -19,7 +19,7 @@ use crate::status::{quorum, serving_slots};
 pub const SPEC_HASH: &str = "redlock.dev/spec-hash";
 
 /// Hash of every spec field that shapes an instance's pod or its Redis process (image,
-/// resources, redis.conf, auth, scheduling, pod template). `instances`, `maxLockTTL` and the
+/// resources, redis.conf, auth, scheduling, pod template, TLS). `instances`, `maxLockTTL` and the
 /// hold settings are absent on purpose: changing them needs no replacement.
 pub fn spec_hash(spec: &RedlockClusterSpec) -> String {
     let shaping = serde_json::json!({
@@ -29,6 +29,7 @@ pub fn spec_hash(spec: &RedlockClusterSpec) -> String {
         "auth": spec.auth,
         "scheduling": spec.scheduling,
         "podTemplate": spec.pod_template,
+        "tls": spec.tls,
     });
     desired_hash(&shaping)
 }

@@ -6,8 +6,8 @@
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::crd::{ALLOWED_REDIS_CONFIG, RedlockClusterSpec};
-use crate::resources::config::{quantity_bytes, quantity_value};
+use crate::crd::RedlockClusterSpec;
+use crate::resources::config::{entry_problem, quantity_bytes, quantity_value};
 use crate::resources::names::{LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_SLOT};
 
 /// Below this memory limit Redis cannot start and serve reliably (its own baseline is a few MiB
@@ -47,22 +47,8 @@ fn reject(out: &mut Vec<Rejection>, field: impl Into<String>, message: impl Into
 /// CRD) must not reach redis.conf.
 fn redis_config(spec: &RedlockClusterSpec, out: &mut Vec<Rejection>) {
     for (key, value) in &spec.redis_config {
-        let field = format!("spec.redisConfig.{key}");
-        if !ALLOWED_REDIS_CONFIG.contains(&key.as_str()) {
-            reject(
-                out,
-                field,
-                format!(
-                    "{key} cannot be set (the operator enforces persistence, eviction, replication and ACL settings); remove it. Allowed keys: {}",
-                    ALLOWED_REDIS_CONFIG.join(", ")
-                ),
-            );
-        } else if value.chars().any(|c| c.is_control() || c == '"' || c == '\'') {
-            reject(
-                out,
-                field,
-                "the value contains a quote, newline or control character, which could inject redis.conf directives; use a plain value",
-            );
+        if let Some(problem) = entry_problem(key, value) {
+            reject(out, format!("spec.redisConfig.{key}"), problem);
         }
     }
 }
@@ -170,6 +156,22 @@ mod tests {
             (
                 serde_json::json!({"redisConfig": {"loglevel": "notice\u{7}"}}),
                 "spec.redisConfig.loglevel",
+            ),
+            (
+                serde_json::json!({"redisConfig": {"loglevel": "'notice'"}}),
+                "spec.redisConfig.loglevel",
+            ),
+            (
+                serde_json::json!({"redisConfig": {"timeout": "0\u{0}"}}),
+                "spec.redisConfig.timeout",
+            ),
+            (
+                serde_json::json!({"redisConfig": {"timeout": "\u{a0}0"}}),
+                "spec.redisConfig.timeout",
+            ),
+            (
+                serde_json::json!({"redisConfig": {"timeout": "  "}}),
+                "spec.redisConfig.timeout",
             ),
             (
                 serde_json::json!({"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}),

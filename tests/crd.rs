@@ -91,7 +91,7 @@ fn schema_carries_the_cel_rules() {
             .iter()
             .any(|r| r.contains("self < 1.0"))
     );
-    assert_eq!(rules(&props["redisConfig"]).len(), 2);
+    assert_eq!(rules(&props["redisConfig"]).len(), 3);
     assert_eq!(props["instances"]["minimum"], json!(1.0));
     assert_eq!(props["instances"]["maximum"], json!(99.0));
     assert_eq!(props["image"]["minLength"], json!(1));
@@ -225,6 +225,20 @@ fn cel_rules_refuse_bad_values_with_clear_messages() {
             json!({"redisConfig": {"timeout": "0\nsave 1 1"}}),
             "may not contain newlines",
         ),
+        (
+            json!({"redisConfig": {"timeout": "0\" \"save"}}),
+            "may not contain newlines, quotes",
+        ),
+        (
+            json!({"redisConfig": {"loglevel": "'notice'"}}),
+            "may not contain newlines, quotes",
+        ),
+        (
+            json!({"redisConfig": {"timeout": "0\rsave"}}),
+            "may not contain newlines",
+        ),
+        (json!({"redisConfig": {"timeout": " "}}), "may not be empty"),
+        (json!({"redisConfig": {"timeout": ""}}), "may not be empty"),
     ];
     for (patch, expected) in cases {
         let err = validate_cel(&with_spec(patch.clone())).expect_err(&format!("{patch} must be refused"));
@@ -238,6 +252,24 @@ fn cel_rules_refuse_bad_values_with_clear_messages() {
         json!({"redisConfig": {"timeout": "0", "maxclients": "1000"}}),
     ] {
         validate_cel(&with_spec(ok.clone())).unwrap_or_else(|e| panic!("{ok} must pass: {e}"));
+    }
+}
+
+/// The API server and the operator draw the same line: every ASCII character and a few
+/// others, alone and inside a value, pass the CEL rules exactly when the operator would
+/// write them into redis.conf.
+#[test]
+fn cel_and_the_operator_accept_the_same_redis_config_values() {
+    use redlock_operator::resources::config::entry_problem;
+    let chars = (0u8..128)
+        .map(char::from)
+        .chain(['\u{a0}', 'é', '\u{2028}', '\u{feff}', '😀']);
+    for c in chars {
+        for value in [format!("1{c}0"), c.to_string()] {
+            let operator = entry_problem("timeout", &value).is_none();
+            let cel = validate_cel(&with_spec(json!({"redisConfig": {"timeout": value}}))).is_ok();
+            assert_eq!(cel, operator, "{value:?}: CEL {cel}, operator {operator}");
+        }
     }
 }
 

@@ -202,6 +202,14 @@ async fn api_server_refuses_invalid_objects_with_clear_messages() {
             "may not contain newlines",
         ),
         (
+            json!({"maxLockTTL": "30s", "redisConfig": {"loglevel": "'notice'", "timeout": "0\u{1}"}}),
+            "may not contain newlines, quotes, control or non-ASCII characters",
+        ),
+        (
+            json!({"maxLockTTL": "30s", "redisConfig": {"timeout": " "}}),
+            "redisConfig values may not be empty",
+        ),
+        (
             json!({"maxLockTTL": "30s", "scheduling": {"spread": "rack"}}),
             "spec.scheduling.spread",
         ),

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, PodSecurityContext, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Duration;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -36,6 +37,10 @@ pub const ALLOWED_REDIS_CONFIG: &[&str] = &[
     "lua-time-limit",
     "client-output-buffer-limit",
 ];
+
+/// What a `redisConfig` value may consist of: printable ASCII without `"` and `'` (RE2 syntax,
+/// for the CEL rule; the operator applies the same class in `resources::config::entry_problem`).
+pub const REDIS_CONFIG_VALUE_PATTERN: &str = "^[ !#-&(-~]*$";
 
 /// A set of N independent Redis masters serving Redlock clients, with the Redlock
 /// "delayed restart" rule enforced: an instance that lost its keys serves again only after
@@ -148,6 +153,48 @@ pub struct RedlockClusterSpec {
     /// Extra metadata and pod-level settings for the instance pods.
     #[serde(default)]
     pub pod_template: PodTemplateSpec,
+
+    /// Serve lock clients over TLS only. Unset: plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
+    /// Who may reach the instances' Redis port. Unset or disabled: no NetworkPolicy is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicySpec>,
+}
+
+/// TLS for the Redis port: every instance serves TLS only (no plain port), the operator and
+/// the readiness probe connect with TLS, and the client Secret's URLs are `rediss://`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Secret in the cluster's namespace holding `tls.crt` and `tls.key` (the instances'
+    /// certificate and key, PEM) and `ca.crt` (the CA that issued it), as cert-manager writes
+    /// them. The certificate must name `<name>-<i>.<namespace>.svc` for every slot (a wildcard
+    /// `*.<namespace>.svc` does). Changing the Secret's name replaces the instances one by one.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// A NetworkPolicy `<name>` that admits to the Redis port only the operator's pods and the
+/// lock clients selected here. Takes effect only where the cluster's network plugin enforces
+/// NetworkPolicies.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Create the NetworkPolicy. Turning it off deletes it.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// Client pods that may connect. Alone: those pods in the cluster's namespace. With
+    /// `clientNamespaceSelector`: those pods in the selected namespaces. When both selectors are
+    /// unset, every pod in the cluster's namespace may connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_pod_selector: Option<LabelSelector>,
+
+    /// Namespaces whose pods (all of them, or those matching `clientPodSelector`) may connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_namespace_selector: Option<LabelSelector>,
 }
 
 /// How lock clients authenticate to the instances.
@@ -268,8 +315,12 @@ fn redis_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
                 "message": format!("redisConfig may only set these keys: {}", ALLOWED_REDIS_CONFIG.join(", ")),
             },
             {
-                "rule": "self.all(k, !self[k].contains('\\n') && !self[k].contains('\\r') && !self[k].contains('\"'))",
-                "message": "redisConfig values may not contain newlines or double quotes",
+                "rule": format!("self.all(k, self[k].matches('{REDIS_CONFIG_VALUE_PATTERN}'))"),
+                "message": "redisConfig values may not contain newlines, quotes, control or non-ASCII characters (they could inject redis.conf directives); use a plain value such as 1000, yes or 'normal 0 0 0'",
+            },
+            {
+                "rule": "self.all(k, self[k].matches('[!-~]'))",
+                "message": "redisConfig values may not be empty; remove the key to keep the Redis default",
             },
         ],
     })

@@ -29,15 +29,21 @@ pub fn servers(cluster: &RedlockCluster) -> Vec<String> {
         .collect()
 }
 
-/// One `redis://` URL per slot, in slot order, with the client's credentials when auth is on.
+/// One URL per slot, in slot order, with the client's credentials when auth is on:
+/// `rediss://` when the instances serve TLS, else `redis://`.
 pub fn client_urls(cluster: &RedlockCluster, username: &str, password: Option<&str>) -> Vec<String> {
     let userinfo = match password {
         Some(password) => format!("{username}:{password}@"),
         None => String::new(),
     };
+    let scheme = if cluster.spec.tls.is_some() {
+        "rediss"
+    } else {
+        "redis"
+    };
     servers(cluster)
         .into_iter()
-        .map(|server| format!("redis://{userinfo}{server}"))
+        .map(|server| format!("{scheme}://{userinfo}{server}"))
         .collect()
 }
 
@@ -140,6 +146,21 @@ mod tests {
         assert_eq!(
             client_urls(&c, "default", None),
             vec!["redis://locks-0.team.svc:6379", "redis://locks-1.team.svc:6379"]
+        );
+    }
+
+    #[test]
+    fn urls_use_tls_when_the_instances_do() {
+        let mut c = cluster(2, "30s");
+        c.spec.tls = Some(crate::crd::TlsSpec {
+            secret_name: "locks-tls".into(),
+        });
+        assert_eq!(
+            client_urls(&c, "redlock-client", Some("s3cret")),
+            vec![
+                "rediss://redlock-client:s3cret@locks-0.team.svc:6379",
+                "rediss://redlock-client:s3cret@locks-1.team.svc:6379",
+            ]
         );
     }
 }

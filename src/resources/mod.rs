@@ -3,7 +3,10 @@
 pub mod config;
 pub mod endpoints;
 pub mod names;
+pub mod network_policy;
 pub mod pdb;
 pub mod pod;
+#[cfg(test)]
+pub mod redis_conf_model;
 pub mod secrets;
 pub mod service;

@@ -14,6 +14,10 @@ pub const LABEL_SLOT: &str = "redlock.dev/slot";
 /// so it caches only its own objects (and never every Secret in the cluster).
 pub const MANAGED_BY: &str = "redlock-operator";
 
+/// `app.kubernetes.io/name` of the operator's own pods (the Helm chart sets it); a cluster's
+/// NetworkPolicy admits them so the operator can probe and release.
+pub const OPERATOR_APP_NAME: &str = "redlock-operator";
+
 /// Name of the Redis container in every instance pod.
 pub const REDIS_CONTAINER: &str = "redis";
 

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY};
+use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
 use super::names::{
     LABEL_INSTANCE, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name, config_map_name,
     slot_labels, slot_name,
@@ -29,16 +29,23 @@ const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 /// Readiness = "a lock client can log in and PING". `redis-cli` exits 0 even on NOAUTH,
 /// WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
 /// `REDISCLI_AUTH`, never the command line.
-pub fn readiness_command(auth_enabled: bool) -> Vec<String> {
+/// With TLS the probe checks the server's certificate against the cluster's CA (redis-cli
+/// does not match the host name, so the pod IP works).
+pub fn readiness_command(auth_enabled: bool, tls: bool) -> Vec<String> {
     let login = if auth_enabled {
         " --user \"$REDIS_CLIENT_USER\" --no-auth-warning"
     } else {
         ""
     };
+    let tls = if tls {
+        format!(" --tls --cacert {TLS_DIR}/{TLS_CA_KEY}")
+    } else {
+        String::new()
+    };
     vec![
         "sh".into(),
         "-c".into(),
-        format!("redis-cli -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
+        format!("redis-cli{tls} -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
     ]
 }
 
@@ -99,7 +106,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
         resources: spec.resources.clone(),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
-                command: Some(readiness_command(spec.auth.enabled)),
+                command: Some(readiness_command(spec.auth.enabled, spec.tls.is_some())),
             }),
             period_seconds: Some(1),
             timeout_seconds: Some(1),
@@ -119,6 +126,10 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             failure_threshold: Some(3),
             ..Default::default()
         }),
+        // The restricted Pod Security Standard, at container level so that a pod-level
+        // `podTemplate.securityContext` cannot loosen it. The root file system is read-only:
+        // Redis writes only to its `dir`, the `data` emptyDir (and with no persistence, not
+        // even there).
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -127,27 +138,39 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
                 drop: Some(vec!["ALL".into()]),
                 ..Default::default()
             }),
+            seccomp_profile: Some(runtime_default_seccomp()),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "acl".into(),
-                mount_path: ACL_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some({
+            let mut mounts = vec![
+                VolumeMount {
+                    name: "config".into(),
+                    mount_path: CONFIG_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "acl".into(),
+                    mount_path: ACL_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "data".into(),
+                    mount_path: DATA_DIR.into(),
+                    ..Default::default()
+                },
+            ];
+            if spec.tls.is_some() {
+                mounts.push(VolumeMount {
+                    name: "tls".into(),
+                    mount_path: TLS_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+            mounts
+        }),
         ..Default::default()
     };
 
@@ -173,58 +196,79 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(10),
             priority_class_name: template.priority_class_name.clone(),
-            security_context: Some(
-                template
-                    .security_context
-                    .clone()
-                    .unwrap_or_else(restricted_pod_security),
-            ),
+            security_context: Some(pod_security(template.security_context.as_ref())),
             node_selector: (!spec.scheduling.node_selector.is_empty())
                 .then(|| spec.scheduling.node_selector.clone()),
             tolerations: (!spec.scheduling.tolerations.is_empty())
                 .then(|| spec.scheduling.tolerations.clone()),
             affinity,
             topology_spread_constraints: (!spread.is_empty()).then_some(spread),
-            volumes: Some(vec![
-                Volume {
-                    name: "config".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: config_map_name(&cluster_name),
+            volumes: Some({
+                let mut volumes = vec![
+                    Volume {
+                        name: "config".into(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: config_map_name(&cluster_name),
+                            ..Default::default()
+                        }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "acl".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(acl_secret_name(&cluster_name)),
-                        default_mode: Some(0o440),
+                    },
+                    Volume {
+                        name: "acl".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(acl_secret_name(&cluster_name)),
+                            default_mode: Some(0o440),
+                            ..Default::default()
+                        }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "data".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-            ]),
+                    },
+                    Volume {
+                        name: "data".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                ];
+                if let Some(tls) = &spec.tls {
+                    volumes.push(Volume {
+                        name: "tls".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(tls.secret_name.clone()),
+                            default_mode: Some(0o440),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                }
+                volumes
+            }),
             ..Default::default()
         }),
         ..Default::default()
     }
 }
 
-fn restricted_pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(999),
-        run_as_group: Some(999),
-        fs_group: Some(999),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..Default::default()
-        }),
+/// User and group of the `redis` account in the official redis and valkey images. Numeric,
+/// because `runAsNonRoot` can only be verified for a numeric user.
+const REDIS_UID: i64 = 999;
+
+/// The pod's security context: the user's `podTemplate.securityContext` where it says
+/// something, restricted defaults where it does not (non-root numeric user, RuntimeDefault
+/// seccomp).
+fn pod_security(user: Option<&PodSecurityContext>) -> PodSecurityContext {
+    let mut sc = user.cloned().unwrap_or_default();
+    sc.run_as_non_root.get_or_insert(true);
+    if sc.run_as_user.is_none() {
+        sc.run_as_user = Some(REDIS_UID);
+        sc.run_as_group.get_or_insert(REDIS_UID);
+        sc.fs_group.get_or_insert(REDIS_UID);
+    }
+    sc.seccomp_profile.get_or_insert_with(runtime_default_seccomp);
+    sc
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
         ..Default::default()
     }
 }
@@ -328,6 +372,128 @@ mod tests {
         assert_eq!(
             acl.secret.as_ref().unwrap().secret_name.as_deref(),
             Some("locks-acl")
+        );
+    }
+
+    #[test]
+    fn the_pod_meets_the_restricted_pod_security_standard() {
+        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let pod_sc = spec.security_context.unwrap();
+        assert_eq!(pod_sc.run_as_non_root, Some(true));
+        assert_eq!(pod_sc.run_as_user, Some(999));
+        assert_eq!(pod_sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let c = &spec.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_owned()][..])
+        );
+        assert!(sc.capabilities.as_ref().unwrap().add.is_none());
+        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        // With a read-only root, the one writable directory is Redis's `dir`, an emptyDir.
+        let writable: Vec<&str> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.read_only != Some(true))
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(writable, vec![DATA_DIR]);
+        let data = spec.volumes.iter().flatten().find(|v| v.name == "data").unwrap();
+        assert!(data.empty_dir.is_some());
+        // Only volume types the restricted standard allows, no host namespaces or ports.
+        for v in spec.volumes.iter().flatten() {
+            assert!(
+                v.config_map.is_some() || v.secret.is_some() || v.empty_dir.is_some(),
+                "{v:?}"
+            );
+        }
+        assert!(spec.host_network.is_none() && spec.host_pid.is_none() && spec.host_ipc.is_none());
+        assert!(c.ports.iter().flatten().all(|p| p.host_port.is_none()));
+    }
+
+    #[test]
+    fn a_user_security_context_is_kept_and_completed() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "podTemplate": {"securityContext": {
+                "runAsUser": 1000, "supplementalGroups": [5]}}})),
+            0,
+        );
+        let sc = p.spec.unwrap().security_context.unwrap();
+        assert_eq!(sc.run_as_user, Some(1000));
+        assert_eq!(
+            (sc.run_as_group, sc.fs_group),
+            (None, None),
+            "the user's user, not our group"
+        );
+        assert_eq!(sc.supplemental_groups, Some(vec![5]));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+
+    #[test]
+    fn resources_come_from_the_spec() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}})),
+            0,
+        );
+        let r = p.spec.unwrap().containers[0].resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["memory"].0, "64Mi");
+        assert_eq!(r.limits.unwrap()["memory"].0, "128Mi");
+    }
+
+    #[test]
+    fn tls_mounts_the_secret_and_the_probe_speaks_tls() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}})),
+            0,
+        );
+        let spec = p.spec.unwrap();
+        let tls = spec.volumes.iter().flatten().find(|v| v.name == "tls").unwrap();
+        assert_eq!(
+            tls.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("locks-tls")
+        );
+        let c = &spec.containers[0];
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "tls")
+            .unwrap();
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.read_only),
+            ("/etc/redis-tls", Some(true))
+        );
+        let probe = &c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap()
+            .command
+            .as_ref()
+            .unwrap()[2];
+        assert!(
+            probe.starts_with("redis-cli --tls --cacert /etc/redis-tls/ca.crt "),
+            "{probe}"
+        );
+        let plain = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        assert!(
+            !plain
+                .spec
+                .unwrap()
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == "tls")
         );
     }
 

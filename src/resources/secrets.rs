@@ -57,10 +57,42 @@ pub fn client_user(cluster: &RedlockCluster) -> &'static str {
 }
 
 /// What lock clients may run: everything a Redlock client needs (SET NX PX, GET, DEL, EVAL,
-/// EVALSHA, SCRIPT LOAD, PING, INFO, HELLO, CLIENT SETNAME) and nothing that could drop,
+/// EVALSHA, SCRIPT LOAD, PING, INFO, HELLO, SELECT, CLIENT SETNAME) and nothing that could drop,
 /// move or persist keys, change the server, or touch other connections — each of those would
-/// break the safety argument as surely as a crash.
+/// break the safety argument as surely as a crash. ACLs also bind scripts: `redis.call` inside
+/// EVAL runs with the caller's permissions.
+///
+/// Every command named here must exist in every Redis the spec allows (6.2 and newer): a rule
+/// naming an unknown command makes the ACL file invalid and the server refuses to start. The
+/// categories already cover the denied commands; they are named as well so that a future
+/// re-categorisation cannot silently re-allow one. Rules that only newer servers understand
+/// are added at release time instead ([`release_rules`]).
 pub const CLIENT_RULES: &str = "~* &* +@all -@admin -@dangerous +ping +info +hello +client|setname +client|getname +client|id -flushall -flushdb -swapdb -config -shutdown -replicaof -slaveof -debug -module -acl -monitor -save -bgsave -bgrewriteaof -failover";
+
+/// The `ACL SETUSER <client>` arguments of a release on a server reporting `redis_version`:
+/// `on`, plus `+client|setinfo` where it exists (7.2 and newer; Valkey reports 7.2.4). Modern
+/// clients (go-redis 9, redis-py 5, ioredis 5) send `CLIENT SETINFO` on connect; older servers
+/// answer it with "unknown subcommand", which those clients ignore, and naming it in an ACL rule
+/// there would be refused. Added in the same command as `on`, so a released user never lacks it.
+pub fn release_rules(redis_version: &str) -> Vec<&'static str> {
+    let mut rules = vec!["on"];
+    if version_at_least(redis_version, (7, 2)) {
+        rules.push("+client|setinfo");
+    }
+    rules
+}
+
+/// Whether `version` (`7.2.4`, `7.0.15`, `255.255.255` for unstable builds) is at least
+/// `major.minor`. An unreadable version is treated as old: the rule is then left out, which
+/// costs a client at most a refused `CLIENT SETINFO`, whereas an unknown rule would fail the
+/// release.
+fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(ma), Some(mi)) => (ma, mi) >= (major, minor),
+        _ => false,
+    }
+}
 
 /// The ACL file. The client user is `off`: a process started from this file serves no lock
 /// client until the operator releases it.
@@ -200,6 +232,42 @@ mod tests {
                 .any(|l| l.starts_with("user default off nopass ~* &* +@all"))
         );
         assert!(!acl.contains("redlock-client"));
+    }
+
+    #[test]
+    fn client_setinfo_is_allowed_only_where_the_server_knows_it() {
+        for (version, setinfo) in [
+            ("7.2.0", true),
+            ("7.2.4", true),
+            ("7.4.1", true),
+            ("8.0.0", true),
+            ("255.255.255", true),
+            ("7.0.15", false),
+            ("7.1.242", false),
+            ("6.2.14", false),
+            ("6", false),
+            ("", false),
+            ("seven.two", false),
+        ] {
+            let rules = release_rules(version);
+            assert_eq!(rules[0], "on", "{version}");
+            assert_eq!(
+                rules.contains(&"+client|setinfo"),
+                setinfo,
+                "{version}: {rules:?}"
+            );
+            assert_eq!(rules.len(), 1 + usize::from(setinfo), "{version}: {rules:?}");
+        }
+    }
+
+    #[test]
+    fn the_acl_file_names_no_command_newer_than_redis_6_2() {
+        // Subcommands added after 6.2 (client|setinfo 7.2, client|no-touch 7.2, ...) would make
+        // older servers refuse the file; they belong in `release_rules`.
+        for newer in ["setinfo", "no-touch", "no-evict", "waitaof", "function"] {
+            assert!(!CLIENT_RULES.contains(newer), "{newer} in {CLIENT_RULES}");
+        }
+        assert!(!acl_file(true, &creds()).contains("setinfo"));
     }
 
     #[test]

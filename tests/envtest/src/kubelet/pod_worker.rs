@@ -635,8 +635,8 @@ impl Worker {
         let private = self.dir.join("containers").join(&spec.name);
         let _ = std::fs::create_dir_all(&private);
         let workdir = workdir_for(&spec, Some(&mapped), &mounts, &private);
-        let argv = container_argv(&spec, &mapped, &env, &pod_ip.to_string(), |path| {
-            config_sets_protected_mode(&host_path_of(path, &mounts))
+        let argv = container_argv(&spec, &mapped, &env, &pod_ip.to_string(), |path, directive| {
+            config_sets(&host_path_of(path, &mounts), directive)
         });
         let launch = Launch {
             argv,
@@ -1056,10 +1056,10 @@ impl Drop for Worker {
     }
 }
 
-/// Whether a redis config file sets `protected-mode` itself (the image entrypoint then
-/// leaves it alone).
-fn config_sets_protected_mode(path: &std::path::Path) -> bool {
+/// Whether a redis config file sets `directive` itself (`protected-mode`: the image
+/// entrypoint then leaves it alone; `tls-port`: the server is TLS only).
+fn config_sets(path: &std::path::Path, directive: &str) -> bool {
     std::fs::read_to_string(path)
-        .map(|c| c.lines().any(|l| l.trim_start().starts_with("protected-mode")))
+        .map(|c| c.lines().any(|l| l.split_whitespace().next() == Some(directive)))
         .unwrap_or(false)
 }

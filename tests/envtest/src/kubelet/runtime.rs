@@ -106,10 +106,7 @@ pub fn host_path_of(path: &str, mounts: &[Mount]) -> PathBuf {
 /// sets only `args`: options or a `.conf` first mean `redis-server` was meant, and
 /// `--protected-mode no` is added unless a given config file sets `protected-mode`
 /// (protected mode would refuse every client not on 127.0.0.1).
-pub fn redis_entrypoint(
-    mut args: Vec<String>,
-    config_sets_protected_mode: impl Fn(&str) -> bool,
-) -> Vec<String> {
+pub fn redis_entrypoint(mut args: Vec<String>, config_sets: impl Fn(&str, &str) -> bool) -> Vec<String> {
     if args.is_empty() {
         args.push("redis-server".into());
     }
@@ -120,7 +117,10 @@ pub fn redis_entrypoint(
         return args;
     }
     let config = args.get(1).filter(|a| !a.starts_with('-')).cloned();
-    if config.as_deref().is_some_and(&config_sets_protected_mode) {
+    if config
+        .as_deref()
+        .is_some_and(|c| config_sets(c, "protected-mode"))
+    {
         return args;
     }
     let at = if config.is_some() { 2 } else { 1 };
@@ -141,13 +141,15 @@ pub fn first_port(container: &Container) -> i32 {
 
 /// The argv of `container`. A Redis server always gets `--bind <podIP> --port <port>`
 /// appended: every pod has its own loopback address, and the options win over any config
-/// file. `--daemonize no` keeps it in the foreground as in a container.
+/// file. A server whose config file serves TLS (`tls-port`) gets `--port 0 --tls-port <port>`
+/// instead, so it stays TLS only. `--daemonize no` keeps it in the foreground as in a
+/// container. `config_sets(path, directive)` tells whether a config file sets a directive.
 pub fn container_argv(
     container: &Container,
     mapped: &MappedImage,
     env: &Env,
     pod_ip: &str,
-    config_sets_protected_mode: impl Fn(&str) -> bool,
+    config_sets: impl Fn(&str, &str) -> bool,
 ) -> Vec<String> {
     let command: Vec<String> = container
         .command
@@ -160,7 +162,7 @@ pub fn container_argv(
         command.into_iter().chain(args).collect()
     } else {
         match mapped.flavor {
-            Flavor::RedisServer => redis_entrypoint(args, config_sets_protected_mode),
+            Flavor::RedisServer => redis_entrypoint(args, &config_sets),
             Flavor::Extra => std::iter::once(mapped.program.display().to_string())
                 .chain(args)
                 .collect(),
@@ -168,14 +170,18 @@ pub fn container_argv(
     };
     argv[0] = resolve_program(&argv[0], mapped);
     if mapped.flavor == Flavor::RedisServer && Path::new(&argv[0]) == mapped.program {
-        argv.extend([
-            "--bind".to_string(),
-            pod_ip.to_string(),
-            "--port".to_string(),
-            first_port(container).to_string(),
-            "--daemonize".to_string(),
-            "no".to_string(),
-        ]);
+        let port = first_port(container).to_string();
+        let tls = argv
+            .get(1)
+            .filter(|a| a.ends_with(".conf"))
+            .is_some_and(|c| config_sets(c, "tls-port"));
+        argv.extend(["--bind".to_string(), pod_ip.to_string()]);
+        if tls {
+            argv.extend(["--port".into(), "0".into(), "--tls-port".into(), port]);
+        } else {
+            argv.extend(["--port".into(), port]);
+        }
+        argv.extend(["--daemonize".to_string(), "no".to_string()]);
     }
     argv
 }
@@ -282,7 +288,7 @@ mod tests {
 
     #[test]
     fn entrypoint_rules_of_the_redis_image() {
-        let no = |_: &str| false;
+        let no = |_: &str, _: &str| false;
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
             redis_entrypoint(vec![], no),
@@ -304,7 +310,8 @@ mod tests {
             s(&["redis-server", "--protected-mode", "no", "--appendonly", "no"])
         );
         assert_eq!(
-            redis_entrypoint(s(&["redis-server", "/c.conf"]), |p| p == "/c.conf"),
+            redis_entrypoint(s(&["redis-server", "/c.conf"]), |p, d| p == "/c.conf"
+                && d == "protected-mode"),
             s(&["redis-server", "/c.conf"])
         );
         assert_eq!(redis_entrypoint(s(&["sh", "-c", "x"]), no), s(&["sh", "-c", "x"]));
@@ -320,7 +327,7 @@ mod tests {
             }]),
             ..Default::default()
         };
-        let argv = container_argv(&c, &redis(), &env(), "127.3.1.1", |_| false);
+        let argv = container_argv(&c, &redis(), &env(), "127.3.1.1", |_, _| false);
         assert_eq!(
             argv,
             [
@@ -334,7 +341,7 @@ mod tests {
                 "no"
             ]
         );
-        let default = container_argv(&Container::default(), &redis(), &env(), "127.3.1.2", |_| false);
+        let default = container_argv(&Container::default(), &redis(), &env(), "127.3.1.2", |_, _| false);
         assert_eq!(
             default,
             [
@@ -352,13 +359,39 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_config_keeps_the_server_tls_only() {
+        let c = Container {
+            command: Some(vec!["redis-server".into(), "/etc/redis/redis.conf".into()]),
+            ..Default::default()
+        };
+        let argv = container_argv(&c, &redis(), &env(), "127.3.1.1", |p, d| {
+            p == "/etc/redis/redis.conf" && d == "tls-port"
+        });
+        assert_eq!(
+            argv,
+            [
+                "/usr/bin/redis-server",
+                "/etc/redis/redis.conf",
+                "--bind",
+                "127.3.1.1",
+                "--port",
+                "0",
+                "--tls-port",
+                "6379",
+                "--daemonize",
+                "no"
+            ]
+        );
+    }
+
+    #[test]
     fn other_programs_get_no_redis_options() {
         let c = Container {
             command: Some(vec!["sh".into(), "-c".into(), "echo $(CONF)".into()]),
             ..Default::default()
         };
         assert_eq!(
-            container_argv(&c, &redis(), &env(), "127.3.1.1", |_| false),
+            container_argv(&c, &redis(), &env(), "127.3.1.1", |_, _| false),
             ["sh", "-c", "echo /etc/redis/redis.conf"]
         );
         let extra = map_image("op:1", &[("op:".into(), PathBuf::from("/bin/op"))]).unwrap();
@@ -367,7 +400,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            container_argv(&c, &extra, &env(), "127.3.1.1", |_| false),
+            container_argv(&c, &extra, &env(), "127.3.1.1", |_, _| false),
             ["/bin/op", "--x"]
         );
     }

@@ -1,0 +1,690 @@
+//! Hardening on the real control plane with real redis-server processes: what the client ACL
+//! user may and may not do (also from inside scripts), the restricted Pod Security Standard
+//! enforced by the API server, the per-cluster NetworkPolicy, and that generated passwords
+//! appear nowhere but in their Secrets.
+
+mod support;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nix::sys::signal::Signal;
+use redis::aio::MultiplexedConnection;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+async fn query(conn: &mut MultiplexedConnection, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(conn).await
+}
+
+/// A refusal by the ACL: `NOPERM` for a command sent directly; from inside a script, Redis 7.0
+/// reports it as "can't run this command" (newer versions keep the NOPERM code).
+fn is_acl_refusal(e: &redis::RedisError) -> bool {
+    is_noperm(e) || e.to_string().contains("can't run this command")
+}
+
+fn is_noperm(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
+}
+
+/// Lock and unlock the way Redlock clients do. Written for this test; they use the commands the
+/// published client libraries' scripts use (GET/DEL compare-and-delete, PEXPIRE or SET XX PX to
+/// extend, multi-key EXISTS + SET PX to acquire several resources at once).
+const UNLOCK: &str =
+    r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#;
+const EXTEND_PEXPIRE: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end"#;
+const EXTEND_SET_XX: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("set", KEYS[1], ARGV[1], "XX", "PX", ARGV[2]) and 1 or 0 else return 0 end"#;
+const ACQUIRE_ALL: &str = r#"for _, k in ipairs(KEYS) do if redis.call("exists", k) == 1 then return 0 end end
+for _, k in ipairs(KEYS) do redis.call("set", k, ARGV[1], "PX", ARGV[2]) end
+return #KEYS"#;
+
+async fn eval_int(conn: &mut MultiplexedConnection, script: &str, keys: &[&str], args: &[&str]) -> i64 {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+    cmd.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
+/// What a Redlock client sends, from connecting to unlocking, works as the client user.
+async fn real_client_commands_work(ip: IpAddr, client: &Login, version: &str) {
+    let mut c = connect(ip, client).await.unwrap();
+    // Connection set-up of go-redis, redis-py, ioredis, node-redis.
+    for args in [
+        &["PING"][..],
+        &["HELLO", "3"],
+        &["HELLO", "2"],
+        &["CLIENT", "SETNAME", "app-1"],
+        &["CLIENT", "GETNAME"],
+        &["CLIENT", "ID"],
+        &["INFO"],
+        &["INFO", "server"],
+        &["SELECT", "0"],
+    ] {
+        query(&mut c, args)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+    let setinfo = query(&mut c, &["CLIENT", "SETINFO", "LIB-NAME", "redsync"]).await;
+    match release_knows_setinfo(version) {
+        true => {
+            setinfo.unwrap_or_else(|e| panic!("CLIENT SETINFO on {version}: {e}"));
+        }
+        // The server does not know the subcommand: it says so (clients ignore this), and it is
+        // not an ACL refusal (the rule was left out on purpose).
+        false => {
+            let e = setinfo.unwrap_err();
+            assert!(!is_acl_refusal(&e), "{version}: {e}");
+        }
+    }
+
+    // Acquire, extend, release; by EVAL and by EVALSHA of a loaded script.
+    let set: Option<String> = redis::cmd("SET")
+        .arg("lock:a")
+        .arg("token-1")
+        .arg("NX")
+        .arg("PX")
+        .arg(5000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(set.as_deref(), Some("OK"));
+    let again: Option<String> = redis::cmd("SET")
+        .arg("lock:a")
+        .arg("token-2")
+        .arg("NX")
+        .arg("PX")
+        .arg(5000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(again, None, "NX refuses a taken lock");
+    assert_eq!(
+        eval_int(&mut c, EXTEND_PEXPIRE, &["lock:a"], &["token-1", "9000"]).await,
+        1
+    );
+    assert!(pttl(&mut c, "lock:a").await > 5000);
+    assert_eq!(
+        eval_int(&mut c, EXTEND_SET_XX, &["lock:a"], &["token-1", "12000"]).await,
+        1
+    );
+    assert!(pttl(&mut c, "lock:a").await > 9000);
+    assert_eq!(
+        eval_int(&mut c, EXTEND_PEXPIRE, &["lock:a"], &["token-2", "9000"]).await,
+        0
+    );
+    assert_eq!(
+        eval_int(&mut c, UNLOCK, &["lock:a"], &["token-2"]).await,
+        0,
+        "not the holder"
+    );
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(UNLOCK)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let deleted: i64 = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg("lock:a")
+        .arg("token-1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        eval_int(&mut c, ACQUIRE_ALL, &["lock:x", "lock:y"], &["token-3", "5000"]).await,
+        2
+    );
+    assert_eq!(
+        eval_int(&mut c, ACQUIRE_ALL, &["lock:y", "lock:z"], &["token-4", "5000"]).await,
+        0
+    );
+}
+
+/// The same gate the operator applies at release, restated: `CLIENT SETINFO` from 7.2 on.
+fn release_knows_setinfo(version: &str) -> bool {
+    redlock_operator::resources::secrets::release_rules(version).contains(&"+client|setinfo")
+}
+
+/// Each of these would let one client break the safety argument for all: drop or move every
+/// lock key, persist or replicate them, stop or reconfigure the server, silence or cut other
+/// clients, or change the ACLs themselves.
+const FORBIDDEN: &[&[&str]] = &[
+    &["FLUSHALL"],
+    &["FLUSHALL", "ASYNC"],
+    &["FLUSHDB"],
+    &["SWAPDB", "0", "1"],
+    &["CONFIG", "SET", "appendonly", "yes"],
+    &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    &["CONFIG", "GET", "*"],
+    &["CONFIG", "REWRITE"],
+    &["SHUTDOWN", "NOSAVE"],
+    &["REPLICAOF", "127.0.0.1", "1"],
+    &["SLAVEOF", "127.0.0.1", "1"],
+    &["DEBUG", "SLEEP", "0"],
+    &["ACL", "SETUSER", "other", "on", "+@all"],
+    &["ACL", "LIST"],
+    &["ACL", "WHOAMI"],
+    &["CLIENT", "PAUSE", "10000"],
+    &["CLIENT", "KILL", "ID", "1"],
+    &["CLIENT", "LIST"],
+    &["MODULE", "LIST"],
+    &["MODULE", "LOAD", "/tmp/x.so"],
+    &["SAVE"],
+    &["BGSAVE"],
+    &["BGREWRITEAOF"],
+    &["MONITOR"],
+    &["RESTORE", "k", "0", "x"],
+    &["MIGRATE", "127.0.0.1", "1", "k", "0", "1"],
+];
+
+async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Login) {
+    let mut c = connect(ip, client).await.unwrap();
+    let () = redis::cmd("SET")
+        .arg("canary")
+        .arg("1")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for args in FORBIDDEN {
+        let e = query(&mut c, args)
+            .await
+            .expect_err(&format!("{args:?} must be refused"));
+        if args[0] == "DEBUG" || args.starts_with(&["MODULE", "LOAD"]) {
+            // Refused before the ACL is even consulted: disabled server-wide
+            // (`enable-debug-command no`, `enable-module-command no`).
+            assert!(e.to_string().contains("not allowed"), "{args:?}: {e}");
+        } else {
+            assert!(is_noperm(&e), "{args:?}: {e}");
+        }
+        // Scripts run with the caller's permissions.
+        let lua_args = args
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let script = format!("return redis.call({lua_args})");
+        let e = redis::cmd("EVAL")
+            .arg(&script)
+            .arg(0)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(&format!("{script} must be refused"));
+        assert!(
+            is_acl_refusal(&e) || e.to_string().contains("not allowed from script"),
+            "{script}: {e}"
+        );
+        // `pcall` lets a script see the refusal as a value instead of failing; still refused.
+        let script = format!(
+            "local r = redis.pcall({lua_args}); if type(r) == 'table' and r.err then return 0 end return 1"
+        );
+        let ran: redis::RedisResult<i64> = redis::cmd("EVAL").arg(&script).arg(0).query_async(&mut c).await;
+        assert!(!matches!(ran, Ok(1)), "{script} ran the command");
+    }
+    // Nothing above had an effect: the key is there, the server still runs with its settings.
+    let canary: Option<String> = redis::cmd("GET").arg("canary").query_async(&mut c).await.unwrap();
+    assert_eq!(canary.as_deref(), Some("1"));
+    let mut a = connect(ip, admin).await.unwrap();
+    for (key, want) in [("appendonly", "no"), ("maxmemory-policy", "noeviction")] {
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(key)
+            .query_async(&mut a)
+            .await
+            .unwrap();
+        assert_eq!(got[1], want);
+    }
+    // DEBUG is not merely withheld from clients: nobody, not even the operator, can run it.
+    let e = query(&mut a, &["DEBUG", "SLEEP", "0"]).await.unwrap_err();
+    assert!(e.to_string().contains("not allowed"), "{e}");
+}
+
+#[tokio::test]
+async fn client_user_runs_redlock_clients_and_nothing_that_breaks_safety() {
+    let env = Env::start(1).await;
+    env.create_cluster(NAME, json!({"instances": 1, "maxLockTTL": "30s"}))
+        .await;
+    env.wait_ready(NAME, 1, Duration::from_secs(30)).await;
+    let ip = env.pod_ip(NAME, 0).await;
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    let mut a = connect(ip, &admin).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let (_, version) = redlock_operator::redis_admin::parse_info_server(&info).unwrap();
+    assert!(!version.is_empty(), "{info}");
+    real_client_commands_work(ip, &client, &version).await;
+    forbidden_commands_are_refused(ip, &client, &admin).await;
+}
+
+async fn network_policy(env: &Env) -> Option<NetworkPolicy> {
+    Api::<NetworkPolicy>::namespaced(env.cp.client(), &env.ns)
+        .get_opt(NAME)
+        .await
+        .unwrap()
+}
+
+/// The API server's PodSecurity admission enforces the restricted standard on the namespace,
+/// so every instance pod the operator creates is checked by the real thing. The
+/// NetworkPolicy is created, changed and removed with the spec; no network plugin runs here,
+/// so what is checked is the object, not packet filtering.
+#[tokio::test]
+async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_spec() {
+    let env = Env::start_with(2, &["--operator-namespace", "redlock-system"]).await;
+    env.kubectl(&[
+        "label",
+        "namespace",
+        &env.ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    ])
+    .await;
+    // Admission really runs: a pod without the restricted settings is refused.
+    let loose: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "loose"},
+        "spec": {"containers": [{"name": "redis", "image": "redis:7.4"}]},
+    }))
+    .unwrap();
+    let refused = env
+        .pods()
+        .create(&PostParams::default(), &loose)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("violates PodSecurity"), "{refused}");
+
+    let app = json!({"matchLabels": {"app": "checkout"}});
+    env.create_cluster(
+        NAME,
+        json!({"instances": 2, "maxLockTTL": "30s",
+               "networkPolicy": {"enabled": true, "clientPodSelector": app}}),
+    )
+    .await;
+    env.wait_ready(NAME, 2, Duration::from_secs(40)).await;
+
+    let np = wait_for("NetworkPolicy", Duration::from_secs(10), async || {
+        Ok(network_policy(&env).await)
+    })
+    .await;
+    let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
+    assert_eq!(
+        spec["podSelector"],
+        json!({"matchLabels": {"app.kubernetes.io/instance": NAME, "app.kubernetes.io/name": "redis"}})
+    );
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "redlock-system"}},
+                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "redlock-operator"}}},
+                {"podSelector": app},
+            ],
+            "ports": [{"port": 6379, "protocol": "TCP"}],
+        }])
+    );
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+
+    // Client namespaces instead of client pods: the policy is updated in place.
+    let prod = json!({"matchLabels": {"env": "prod"}});
+    env.clusters()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"networkPolicy": {"clientPodSelector": null, "clientNamespaceSelector": prod}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "NetworkPolicy for namespaces",
+        Duration::from_secs(10),
+        async || {
+            let spec = serde_json::to_value(network_policy(&env).await.and_then(|n| n.spec))?;
+            Ok(
+                (spec["ingress"][0]["from"][1] == json!({"podSelector": {}, "namespaceSelector": prod}))
+                    .then_some(()),
+            )
+        },
+    )
+    .await;
+
+    // Disabled: removed. Pods were not replaced for it (the policy does not shape them).
+    let uids: Vec<_> = env
+        .pods()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.uid)
+        .collect();
+    env.clusters()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"networkPolicy": {"enabled": false}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("NetworkPolicy removed", Duration::from_secs(10), async || {
+        Ok(network_policy(&env).await.is_none().then_some(()))
+    })
+    .await;
+    let after: Vec<_> = env
+        .pods()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.uid)
+        .collect();
+    assert_eq!(uids, after);
+}
+
+/// `password` as it appears inside any base64 text, whatever its offset there: for each of the
+/// three alignments, the characters that depend on the password's bytes alone.
+fn base64_forms(password: &str) -> Vec<String> {
+    (0..3)
+        .map(|pad| {
+            let mut bytes = vec![0u8; pad];
+            bytes.extend_from_slice(password.as_bytes());
+            let encoded = serde_json::to_value(ByteString(bytes)).unwrap();
+            let encoded = encoded.as_str().unwrap();
+            let skip = (pad * 8).div_ceil(6);
+            encoded[skip..encoded.len() - 4].to_owned()
+        })
+        .collect()
+}
+
+/// Everything the operator writes or says, except the two Secrets that exist to hold the
+/// passwords: its log (at trace level for its own code), /metrics, events, the cluster's status
+/// and every other object in the namespace, Secrets included (decoded too).
+async fn published(env: &Env) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("operator log".to_owned(), env.operator.log()),
+        (
+            "/metrics".to_owned(),
+            env.operator.get("/metrics").await.unwrap().1,
+        ),
+    ];
+    for kind in [
+        "events",
+        "events.events.k8s.io",
+        "redlockclusters",
+        "pods",
+        "services",
+        "configmaps",
+        "poddisruptionbudgets",
+        "networkpolicies",
+        "leases",
+        "endpointslices",
+    ] {
+        out.push((kind.to_owned(), env.kubectl(&["get", kind, "-o", "json"]).await));
+    }
+    let described = env.kubectl(&["describe", "rlc", NAME]).await;
+    out.push(("kubectl describe".to_owned(), described));
+    let secrets = Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for s in secrets.items {
+        let name = s.metadata.name.clone().unwrap();
+        if name == format!("{NAME}-admin") || name == format!("{NAME}-client") {
+            continue;
+        }
+        let decoded: String = s
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}\n", String::from_utf8_lossy(&v.0)))
+            .collect();
+        out.push((format!("Secret {name}"), serde_json::to_string(&s).unwrap()));
+        out.push((format!("Secret {name} (decoded)"), decoded));
+    }
+    out
+}
+
+#[tokio::test]
+async fn generated_passwords_appear_only_in_their_secrets() {
+    let env = Env::start_with(2, &["--log-filter", "info,redlock_operator=trace"]).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 2, "maxLockTTL": "2s", "holdMargin": "0s",
+               "networkPolicy": {"enabled": true}}),
+    )
+    .await;
+    env.wait_ready(NAME, 2, Duration::from_secs(40)).await;
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+
+    // Make the operator log, count and report as much as it does: a loss, a hold, a release,
+    // a refused spec and its fix.
+    let before = env.member(NAME, 0).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
+    let reject =
+        json!({"spec": {"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}});
+    env.clusters()
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(reject))
+        .await
+        .unwrap();
+    wait_for("SpecRejected", Duration::from_secs(10), async || {
+        Ok(env
+            .kubectl(&["describe", "rlc", NAME])
+            .await
+            .contains("SpecRejected")
+            .then_some(()))
+    })
+    .await;
+    env.clusters()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": null}})),
+        )
+        .await
+        .unwrap();
+    // A lock client at work, and the TTL audit reading its keys.
+    let ip = env.pod_ip(NAME, 1).await;
+    assert!(
+        lock(ip, &client, "orders:1", "token", Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+
+    let mut needles = vec![];
+    for (whose, password) in [("admin", &admin.password), ("client", &client.password)] {
+        assert_eq!(password.len(), 64, "{whose} password is generated");
+        needles.push((format!("{whose} password"), password.clone()));
+        for (i, b64) in base64_forms(password).into_iter().enumerate() {
+            needles.push((format!("{whose} password in base64 (alignment {i})"), b64));
+        }
+    }
+    // The search works: the password Secret holds what is searched for, in both forms.
+    let client_secret = serde_json::to_string(
+        &Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+            .get(&format!("{NAME}-client"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let client_b64: Vec<_> = needles
+        .iter()
+        .filter(|(w, _)| w.starts_with("client password in base64"))
+        .collect();
+    assert!(
+        client_b64.iter().any(|(_, n)| client_secret.contains(n.as_str())),
+        "the base64 forms must find the password in its own Secret"
+    );
+
+    let haystacks = published(&env).await;
+    let log = &haystacks[0].1;
+    assert!(log.contains("released"), "the log has content: {log}");
+    let mut leaks = vec![];
+    for (place, text) in &haystacks {
+        for (what, needle) in &needles {
+            if text.contains(needle.as_str()) {
+                leaks.push(format!("{what} in {place}"));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "leaked: {leaks:?}");
+}
+
+/// A CA made for this test and an instance certificate it issued for `*.<ns>.svc` (the names
+/// in the client URLs), as a `kubernetes.io/tls` Secret with `ca.crt`. Returns the Secret and
+/// the CA's PEM.
+fn tls_secret(ns: &str, name: &str) -> (Secret, Vec<u8>) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = DistinguishedName::new();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} test CA"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let mut server = CertificateParams::new(vec![format!("*.{ns}.svc")]).unwrap();
+    server.distinguished_name = DistinguishedName::new();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, format!("*.{ns}.svc"));
+    let key = KeyPair::generate().unwrap();
+    let cert = server.signed_by(&key, &ca).unwrap();
+    let ca_pem = ca.pem().into_bytes();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "type": "kubernetes.io/tls",
+        "stringData": {
+            "tls.crt": cert.pem(),
+            "tls.key": key.serialize_pem(),
+            "ca.crt": String::from_utf8(ca_pem.clone()).unwrap(),
+        },
+    }))
+    .unwrap();
+    (secret, ca_pem)
+}
+
+/// A TLS connection to `ip` trusting only `ca`, logged in as `login`. The address is an IP,
+/// which the certificate does not name; the chain must still lead to `ca`.
+async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult<MultiplexedConnection> {
+    let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::TcpTls {
+        host: ip.to_string(),
+        port: 6379,
+        insecure: false,
+        tls_params: None,
+    })?
+    .set_redis_settings(
+        redis::RedisConnectionInfo::default()
+            .set_username(&login.user)
+            .set_password(&login.password)
+            .set_skip_set_lib_name(),
+    );
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    };
+    let built = redis::Client::build_with_tls(info, certificates)?;
+    let mut addr = built.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
+    redis::Client::open(built.get_connection_info().clone().set_addr(addr))?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+#[tokio::test]
+async fn tls_only_instances_with_a_ca_made_in_the_test() {
+    let env = Env::start(2).await;
+    let (secret, ca) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.create_cluster(
+        NAME,
+        json!({"instances": 2, "maxLockTTL": "3s", "holdMargin": "0s",
+               "tls": {"secretName": "locks-tls"}}),
+    )
+    .await;
+    // Ready means: the operator probed and released each instance over TLS, and the readiness
+    // probe (`redis-cli --tls`, as the client user) got its PONG.
+    env.wait_ready(NAME, 2, Duration::from_secs(40)).await;
+
+    let urls = env.secret(&format!("{NAME}-client"), "urls").await;
+    assert_eq!(urls.lines().count(), 2);
+    assert!(urls.lines().all(|u| u.starts_with("rediss://")), "{urls}");
+
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    for slot in 0..2 {
+        let ip = env.pod_ip(NAME, slot).await;
+        let mut c = connect_tls(ip, &client, &ca).await.unwrap();
+        let set: Option<String> = redis::cmd("SET")
+            .arg("orders:1")
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(1000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"));
+        // TLS only: the plain protocol gets no answer on the port, and there is no other port.
+        assert!(
+            connect(ip, &client).await.is_err(),
+            "plain TCP served on slot {slot}"
+        );
+        let mut a = connect_tls(ip, &admin, &ca).await.unwrap();
+        let port: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("port")
+            .query_async(&mut a)
+            .await
+            .unwrap();
+        assert_eq!(port[1], "0");
+        // A certificate from another CA is not trusted.
+        let (_, other_ca) = tls_secret(&env.ns, "other");
+        assert!(connect_tls(ip, &client, &other_ca).await.is_err());
+    }
+
+    // A loss is held and released over TLS like any other.
+    let before = env.member(NAME, 0).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let after = env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
+    let m = &after.status.unwrap().members[0];
+    assert_ne!(m.run_id, before.run_id);
+}

@@ -73,8 +73,8 @@ pub struct RunArgs {
     #[arg(long, env = "LEASE_NAME", default_value = "redlock-operator")]
     pub lease_name: String,
 
-    /// Namespace of the Lease (default: the pod's namespace, else the kubeconfig's).
-    #[arg(long, env = "POD_NAMESPACE")]
+    /// Namespace of the Lease (default: `--operator-namespace`, else the kubeconfig's).
+    #[arg(long, env = "LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
 
     /// Identity in the Lease (default: the pod name, else host name and a random suffix).

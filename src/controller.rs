@@ -206,9 +206,12 @@ fn election_config(args: &RunArgs, client: &Client) -> Result<Option<LeaseConfig
     )?;
     Ok(Some(LeaseConfig {
         name: args.lease_name.clone(),
+        // One setting for "where the operator runs" (POD_NAMESPACE): the Lease lives there
+        // unless placed elsewhere on purpose.
         namespace: args
             .lease_namespace
             .clone()
+            .or_else(|| args.operator_namespace.clone())
             .unwrap_or_else(|| client.default_namespace().to_owned()),
         identity: args
             .leader_identity

@@ -189,7 +189,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
         (
             "networking.k8s.io",
             "networkpolicies",
-            "get,list,watch,create,patch,delete",
+            "list,watch,create,patch,delete",
         ),
         ("", "nodes", "list,watch"),
         ("events.k8s.io", "events", "create,patch"),

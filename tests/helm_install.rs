@@ -16,8 +16,9 @@ use envtest::{ControlPlane, ControlPlaneConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::SignedDuration;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::{MemberState, RedlockCluster};
 use serde_json::json;
@@ -329,7 +330,7 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
         "served {late:?} after heldUntil"
     );
 
-    // Events were published (the recorder's create/patch are allowed)…
+    // Events were published (the recorder's create/patch are allowed).
     let events: Api<Event> = Api::namespaced(cp.client(), APP_NS);
     let holds = events
         .list(&ListParams::default())
@@ -343,7 +344,26 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
         })
         .count();
     assert_eq!(holds, 1, "one HoldStarted event for quick-1");
-    // …and no call of the operator was refused by RBAC.
+    // The optional per-cluster NetworkPolicy is created and removed under the chart's RBAC.
+    let policies: Api<NetworkPolicy> = Api::namespaced(cp.client(), APP_NS);
+    for enabled in [true, false] {
+        clusters
+            .patch(
+                "quick",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"networkPolicy": {"enabled": enabled}}})),
+            )
+            .await
+            .unwrap();
+        wait_for(
+            "NetworkPolicy follows the spec",
+            Duration::from_secs(30),
+            async || Ok((policies.get_opt("quick").await?.is_some() == enabled).then_some(())),
+        )
+        .await;
+    }
+
+    // No call of the operator was refused by RBAC.
     let logs = operator_logs(&cp);
     assert_eq!(logs.len(), 2, "both operator pods logged: {logs:?}");
     for (path, log) in &logs {

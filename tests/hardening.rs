@@ -291,7 +291,18 @@ async fn network_policy(env: &Env) -> Option<NetworkPolicy> {
 /// so what is checked is the object, not packet filtering.
 #[tokio::test]
 async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_spec() {
-    let env = Env::start_with(2, &["--operator-namespace", "redlock-system"]).await;
+    // The operator says it runs in `redlock-system` (what the NetworkPolicy admits), a
+    // namespace this control plane does not have; its Lease stays in `default`.
+    let env = Env::start_with(
+        2,
+        &[
+            "--operator-namespace",
+            "redlock-system",
+            "--lease-namespace",
+            "default",
+        ],
+    )
+    .await;
     env.kubectl(&[
         "label",
         "namespace",

@@ -74,7 +74,16 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         client_user: client_user(&cluster).into(),
         port: REDIS_PORT,
         timeout: ctx.probe_timeout,
-        tls_ca: tls_ca(&ctx, &cluster, &ns).await?,
+        tls_ca: match tls_ca(&ctx, &cluster, &ns).await {
+            // Without the CA nothing can be probed or released safely, so the reconcile stops
+            // here; say why where the user looks (`kubectl describe`), not only in our log.
+            Err(e @ Error::TlsSecret(_)) => {
+                let note = format!("{e}; no instance is probed, released or replaced until it is fixed");
+                events::publish_for_cluster(&ctx.recorder, &cluster, "TLSSecretInvalid", note, true).await;
+                return Err(e);
+            }
+            other => other?,
+        },
     };
     let mut observed = observe::pods_by_slot(&cluster, &ctx.pods.state());
     probe_all(&access, &mut observed).await;

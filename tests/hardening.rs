@@ -637,16 +637,22 @@ async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult
 async fn tls_only_instances_with_a_ca_made_in_the_test() {
     let env = Env::start(2).await;
     let (secret, ca) = tls_secret(&env.ns, "locks-tls");
-    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
     env.create_cluster(
         NAME,
         json!({"instances": 2, "maxLockTTL": "3s", "holdMargin": "0s",
                "tls": {"secretName": "locks-tls"}}),
     )
     .await;
+    // The Secret does not exist yet: the user is told so on the cluster object.
+    wait_for("TLSSecretInvalid event", Duration::from_secs(20), async || {
+        let describe = env.kubectl(&["describe", "rlc", NAME]).await;
+        Ok((describe.contains("TLSSecretInvalid") && describe.contains("locks-tls")).then_some(()))
+    })
+    .await;
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     // Ready means: the operator probed and released each instance over TLS, and the readiness
     // probe (`redis-cli --tls`, as the client user) got its PONG.
     env.wait_ready(NAME, 2, Duration::from_secs(40)).await;

@@ -280,8 +280,11 @@ impl Elector {
     pub async fn keep(&mut self, leadership: &Leadership) {
         let timing = self.config.timing;
         loop {
-            tokio::time::sleep(timing.retry_period).await;
+            // Never sleep past the deadline: after a failed renewal the deadline can come
+            // before the next retry, and the in-flight reconciles must be dropped at it, not
+            // up to a retry period later.
             let deadline = leadership.deadline().unwrap_or_else(Instant::now);
+            tokio::time::sleep_until((Instant::now() + timing.retry_period).min(deadline)).await;
             let started = Instant::now();
             if started >= deadline {
                 tracing::error!(lease = %self.config.name, "leader lease not renewed within the renew deadline; stopping");

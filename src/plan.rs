@@ -337,11 +337,13 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
                         },
                         _,
                     ) => Some(format!(
-                        "pod terminating{}; its process may still serve, so the hold starts once the pod is gone",
-                        if obs.redis.is_none() {
-                            " and not answering the operator"
-                        } else {
-                            ""
+                        "pod terminating{}; its process may still serve, so the hold starts once it is known to be gone (container stopped or pod removed)",
+                        match &obs.redis {
+                            None => format!(
+                                " and not answering the operator ({})",
+                                obs.redis_error.as_deref().unwrap_or("unreachable")
+                            ),
+                            Some(_) => String::new(),
                         }
                     )),
                     (_, None) => Some(format!(
@@ -973,14 +975,14 @@ mod tests {
                 terminating(running("R", true, "c1")),
                 ready(0, "R", "c1"),
             )
-            .msg("pod terminating; its process may still serve, so the hold starts once the pod is gone"),
+            .msg("pod terminating; its process may still serve, so the hold starts once it is known to be gone"),
             Case::new(
                 "ready, pod terminating, process not answering",
                 r(),
                 terminating(unreachable("c1")),
                 ready(0, "R", "c1"),
             )
-            .msg("pod terminating and not answering the operator; its process may still serve"),
+            .msg("pod terminating and not answering the operator (connection refused); its process may still serve"),
             // 19: node lost, pod still reported running: no replacement, nothing released.
             Case::new(
                 "ready, node not reporting",

@@ -195,8 +195,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
             continue;
         };
-        // A release from a view taken while another process may lead could free a
-        // process that process has since put on hold.
+        // No release once the lease may have passed to another process. The check is a point
+        // in time: a release already under way can still land a little later. That is safe on
+        // its own, because a release names the run_id whose hold ended and is sent on the
+        // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
         match access.release(ip, run_id).await {
             Ok(()) => {

@@ -334,7 +334,7 @@ async fn node_loss_replaces_only_after_the_pod_is_gone() {
         Ok(m.message
             .as_deref()
             .unwrap_or("")
-            .contains("the hold starts once the pod is gone")
+            .contains("the hold starts once it is known to be gone")
             .then_some(()))
     })
     .await;

@@ -8,7 +8,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
 
@@ -26,14 +25,8 @@ async fn main() {
         env.wait_ready("locks", n, Duration::from_secs(60)).await;
         let started = Instant::now();
         let generation = env
-            .clusters()
-            .patch(
-                "locks",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"image": "redis:7.2"}})),
-            )
+            .patch_spec("locks", json!({"image": "redis:7.2"}))
             .await
-            .unwrap()
             .metadata
             .generation;
         // Only a status computed from the new spec counts: the one before it also says all

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
@@ -357,14 +357,11 @@ async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_sp
 
     // Client namespaces instead of client pods: the policy is updated in place.
     let prod = json!({"matchLabels": {"env": "prod"}});
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"networkPolicy": {"clientPodSelector": null, "clientNamespaceSelector": prod}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(
+        NAME,
+        json!({"networkPolicy": {"clientPodSelector": null, "clientNamespaceSelector": prod}}),
+    )
+    .await;
     wait_for(
         "NetworkPolicy for namespaces",
         Duration::from_secs(10),
@@ -388,14 +385,8 @@ async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_sp
         .into_iter()
         .map(|p| p.metadata.uid)
         .collect();
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"networkPolicy": {"enabled": false}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"networkPolicy": {"enabled": false}}))
+        .await;
     wait_for("NetworkPolicy removed", Duration::from_secs(10), async || {
         Ok(network_policy(&env).await.is_none().then_some(()))
     })
@@ -497,12 +488,11 @@ async fn generated_passwords_appear_only_in_their_secrets() {
         .unwrap();
     wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
     env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
-    let reject =
-        json!({"spec": {"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}});
-    env.clusters()
-        .patch(NAME, &PatchParams::default(), &Patch::Merge(reject))
-        .await
-        .unwrap();
+    env.patch_spec(
+        NAME,
+        json!({"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}),
+    )
+    .await;
     wait_for("SpecRejected", Duration::from_secs(10), async || {
         Ok(env
             .kubectl(&["describe", "rlc", NAME])
@@ -511,14 +501,7 @@ async fn generated_passwords_appear_only_in_their_secrets() {
             .then_some(()))
     })
     .await;
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"resources": null}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"resources": null})).await;
     // A lock client at work, and the TTL audit reading its keys.
     let ip = env.pod_ip(NAME, 1).await;
     assert!(

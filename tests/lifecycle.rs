@@ -273,14 +273,7 @@ async fn scale_up_down_and_delete() {
     env.create_cluster(NAME, short_spec()).await;
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
 
-    env.clusters()
-        .patch(
-            NAME,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"instances": 5}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"instances": 5})).await;
     let grown = env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
     let s = grown.status.unwrap();
     assert_eq!(
@@ -292,14 +285,7 @@ async fn scale_up_down_and_delete() {
         "new slots are not held"
     );
 
-    env.clusters()
-        .patch(
-            NAME,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"instances": 3}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"instances": 3})).await;
     wait_for("slots 3 and 4 removed", Duration::from_secs(30), async || {
         let left: Vec<String> = env
             .pods()

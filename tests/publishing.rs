@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use envtest::resolver::Resolver;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use support::*;
@@ -271,15 +271,12 @@ async fn a_spec_the_schema_cannot_refuse_is_reported_and_nothing_running_is_touc
 
     // Valid to the schema, impossible for Kubernetes: the request exceeds the limit. Also ask
     // for more instances in the same edit: they must not be created from this spec.
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"instances": 5, "resources": {
-                "requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(
+        NAME,
+        json!({"instances": 5, "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}),
+    )
+    .await;
     let (_, reason, message) = wait_for("SpecAccepted False", Duration::from_secs(10), async || {
         Ok(condition(&env, "SpecAccepted").await.filter(|c| c.0 == "False"))
     })
@@ -302,14 +299,7 @@ async fn a_spec_the_schema_cannot_refuse_is_reported_and_nothing_running_is_touc
     );
 
     // Fixed: accepted again, and the two new slots are created.
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"resources": null}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"resources": null})).await;
     env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
     assert_eq!(condition(&env, "SpecAccepted").await.unwrap().0, "True");
     assert_eq!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use redlock_operator::crd::{MemberState, RedlockCluster};
 use serde_json::json;
 use support::*;
@@ -110,14 +110,7 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
 
     let monitor = Monitor::start(env.clusters(), 5);
     let started = Instant::now();
-    env.clusters()
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"image": "redis:7.2"}})),
-        )
-        .await
-        .unwrap();
+    env.patch_spec(NAME, json!({"image": "redis:7.2"})).await;
     // Visible in `kubectl get -o wide` and the Progressing condition while it runs.
     wait_for("rollout visible", Duration::from_secs(10), async || {
         let c = env.cluster(NAME).await;

@@ -60,6 +60,18 @@ impl Env {
         self.clusters().create(&PostParams::default(), &c).await.unwrap();
     }
 
+    /// Merge-patches the cluster's spec with `spec`, as `kubectl patch --type merge` would.
+    pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) -> RedlockCluster {
+        self.clusters()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .unwrap()
+    }
+
     /// The cluster object; retries transient API errors (a dropped connection on a loaded
     /// machine) for a few seconds before giving up.
     pub async fn cluster(&self, name: &str) -> RedlockCluster {

@@ -92,8 +92,51 @@ impl Drop for ManagedChild {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; good enough on a test machine).
+/// A free TCP port on 127.0.0.1 for a server started later (bound and released).
+///
+/// Chosen at random *below* the kernel's ephemeral range: a port from `bind(0)` comes from
+/// that range, and between its release and the server's own bind any outgoing connection on
+/// the machine (API clients, Redis probes, a parallel test run) could take it as its source
+/// port, which made etcd fail with "address already in use".
 pub fn free_port() -> Result<u16> {
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_start.saturating_sub(1).max(10_001));
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    for i in 0..1000u64 {
+        let port = low + ((seed.wrapping_add(i.wrapping_mul(7919)) % u64::from(high - low)) as u16);
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return Ok(l.local_addr()?.port());
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+
+    #[test]
+    fn free_ports_lie_outside_the_ephemeral_range_and_can_be_bound() {
+        let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        for p in &ports {
+            assert!((10_000..start).contains(p), "{p} not below {start}");
+            std::net::TcpListener::bind(("127.0.0.1", *p)).unwrap();
+        }
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert!(distinct.len() > 10, "not random: {ports:?}");
+    }
 }

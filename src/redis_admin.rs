@@ -185,7 +185,7 @@ impl AdminAccess {
 /// certificate names (they are not known when it is issued), so the host name is not
 /// matched; the chain still has to lead to the cluster's own CA, which only the instances'
 /// certificate does.
-fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
+pub fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
     let certificates = redis::TlsCertificates {
         client_tls: None,
         root_cert: Some(ca.to_vec()),

@@ -376,31 +376,14 @@ async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_sp
     .await;
 
     // Disabled: removed. Pods were not replaced for it (the policy does not shape them).
-    let uids: Vec<_> = env
-        .pods()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| p.metadata.uid)
-        .collect();
+    let uids = pod_uids(&env).await;
     env.patch_spec(NAME, json!({"networkPolicy": {"enabled": false}}))
         .await;
     wait_for("NetworkPolicy removed", Duration::from_secs(10), async || {
         Ok(network_policy(&env).await.is_none().then_some(()))
     })
     .await;
-    let after: Vec<_> = env
-        .pods()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| p.metadata.uid)
-        .collect();
-    assert_eq!(uids, after);
+    assert_eq!(uids, pod_uids(&env).await);
 }
 
 /// `password` as it appears inside any base64 text, whatever its offset there: for each of the
@@ -586,8 +569,15 @@ fn tls_secret(ns: &str, name: &str) -> (Secret, Vec<u8>) {
     (secret, ca_pem)
 }
 
-/// A TLS connection to `ip` trusting only `ca`, logged in as `login`. The address is an IP,
-/// which the certificate does not name; the chain must still lead to `ca`.
+/// The UIDs of the cluster's pods, to tell whether any was replaced.
+async fn pod_uids(env: &Env) -> Vec<Option<String>> {
+    let pods = env.pods().list(&Default::default()).await.unwrap().items;
+    pods.into_iter().map(|p| p.metadata.uid).collect()
+}
+
+/// A TLS connection to `ip` trusting only `ca`, logged in as `login`, built like the
+/// operator's own (`redis_admin::tls_client`): the address is an IP, which the certificate
+/// does not name; the chain must still lead to `ca`.
 async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult<MultiplexedConnection> {
     let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::TcpTls {
         host: ip.to_string(),
@@ -601,17 +591,10 @@ async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult
             .set_password(&login.password)
             .set_skip_set_lib_name(),
     );
-    let certificates = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(ca.to_vec()),
-    };
-    let built = redis::Client::build_with_tls(info, certificates)?;
-    let mut addr = built.get_connection_info().addr().clone();
-    addr.set_danger_accept_invalid_hostnames(true);
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(2)));
-    redis::Client::open(built.get_connection_info().clone().set_addr(addr))?
+    redlock_operator::redis_admin::tls_client(info, ca)?
         .get_multiplexed_async_connection_with_config(&config)
         .await
 }

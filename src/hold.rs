@@ -1,4 +1,4 @@
-//! The Redlock delayed-restart rule as arithmetic (DESIGN §2). Pure; the clock is an argument.
+//! The Redlock delayed-restart rule as arithmetic (docs/design.md §2). Pure; the clock is an argument.
 //!
 //! An instance that lost its keys may serve again only when every lock it could have granted
 //! has expired everywhere: after the longest TTL any client uses, plus the clock drift the

@@ -1,5 +1,5 @@
 //! redlock-operator: runs N independent Redis masters for Redlock clients and enforces the
-//! Redlock "delayed restart" rule (see DESIGN.md).
+//! Redlock "delayed restart" rule (see docs/design.md).
 
 pub mod apply;
 pub mod backoff;
@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod failure_domains;
 pub mod hold;
+pub mod hold_policy;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -292,7 +292,7 @@ async fn zone_loss_with_spread_zone_keeps_the_lock_service() {
 }
 
 /// A member on a node that stops reporting is not replaced while its pod exists (its Redis may
-/// still serve old clients: DESIGN §2). Once the node is declared out of service and the
+/// still serve old clients: docs/design.md §2). Once the node is declared out of service and the
 /// control plane's pod garbage collector removes the pod, the replacement is created, held for
 /// the full hold counted from the loss, and released. The other members keep the lock service.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Names and labels shared by every child of a RedlockCluster (DESIGN §3).
+//! Names and labels shared by every child of a RedlockCluster (docs/design.md §3).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! Test environment of redlock-operator (DESIGN.md §7): a real kube-apiserver, etcd,
+//! Test environment of redlock-operator (docs/design.md §7): a real kube-apiserver, etcd,
 //! kube-controller-manager and kube-scheduler on loopback, a *process kubelet* that runs
 //! Redis pods as local `redis-server` processes on their own 127.x.y.z addresses, a
 //! resolver for published Service names, and a handle on the operator under test.

@@ -1,4 +1,4 @@
-//! The process kubelet (DESIGN.md §7): registers fake Nodes, runs the pods scheduled to
+//! The process kubelet (docs/design.md §7): registers fake Nodes, runs the pods scheduled to
 //! them as local processes (Redis images as `redis-server` on the pod's own loopback
 //! address), reports their status like a kubelet, and lets tests inject faults: kill or
 //! stop a pod's process, lose and restore a node.

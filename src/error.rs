@@ -36,6 +36,16 @@ pub enum Error {
     #[error("leader election: {0}")]
     LeaseConfig(String),
 
+    /// A child object's name is taken by an object another owner controls (another cluster,
+    /// an earlier incarnation of this one awaiting garbage collection, a user's own object):
+    /// the operator never overwrites it.
+    #[error("{kind} {name} exists and is {owner}: not overwritten; rename or remove it")]
+    OwnedByOther {
+        kind: String,
+        name: String,
+        owner: String,
+    },
+
     /// The leader lease is not (or no longer certainly) held: nothing may be written.
     #[error("not the leader (lease lost or not renewed within the renew deadline)")]
     NotLeader,
@@ -66,6 +76,7 @@ impl Error {
             Error::TlsSecret(_) => "TlsSecret",
             Error::Serialize(_) => "Serialize",
             Error::LeaseConfig(_) => "LeaseConfig",
+            Error::OwnedByOther { .. } => "OwnershipConflict",
             Error::NotLeader => "NotLeader",
             Error::Http { .. } => "Http",
         }

@@ -22,6 +22,14 @@ pub enum PodState {
     /// The pod exists but its Redis container is not running (not started yet, waiting,
     /// terminated, crash-looping).
     NotRunning { reason: String },
+    /// A pod with the slot's name exists that this cluster object does not control: an
+    /// earlier incarnation's pod awaiting garbage collection, an orphan, someone else's pod. It
+    /// may serve lock clients; the operator creates, releases and replaces nothing for the slot
+    /// while it exists.
+    Foreign {
+        /// Who controls it, for the message ("no controller", or kind/name/uid).
+        owner: String,
+    },
     /// The Redis container runs (as last reported by the kubelet).
     Running {
         container_id: Option<String>,
@@ -52,29 +60,59 @@ pub struct SlotObservation {
     pub spec_hash: Option<String>,
     /// Node the pod is bound to.
     pub node: Option<String>,
+    /// The pod's UID: deletes are made conditional on it, so a decision about one pod never
+    /// deletes a newer pod of the same name.
+    pub pod_uid: Option<String>,
 }
 
-/// The cluster's pods by slot: only pods controlled by this cluster object (owner UID),
-/// so a same-named cluster recreated meanwhile never adopts stale pods.
+/// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
+/// cluster object (owner UID), so a same-named cluster recreated meanwhile never adopts stale
+/// pods. The cache is filtered by label, so a slot missing here is not yet known to be free:
+/// see [`by_name`].
 pub fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
 ) -> BTreeMap<i32, SlotObservation> {
-    let uid = cluster.uid();
     let ns = cluster.namespace();
     let name = cluster.name_any();
     pods.iter()
         .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true))
-        })
+        .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
             let slot: i32 = p.labels().get(LABEL_SLOT)?.parse().ok()?;
             Some((slot, slot_observation(p)))
         })
         .collect()
+}
+
+fn is_controlled_by(pod: &Pod, cluster: &RedlockCluster) -> bool {
+    let uid = cluster.uid();
+    pod.owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true))
+}
+
+/// A slot's observation from the pod found under the slot's name (a GET, not the filtered
+/// cache), or `None` when no pod has the name. "Missing" is decided by name: a pod of ours
+/// whose labels were edited is still the slot's pod, and a pod that is not ours is reported.
+pub fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObservation> {
+    let pod = pod?;
+    if is_controlled_by(pod, cluster) {
+        return Some(slot_observation(pod));
+    }
+    let owner = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map_or_else(
+            || "no controller".to_owned(),
+            |o| format!("controlled by {} {} uid {}", o.kind, o.name, o.uid),
+        );
+    Some(SlotObservation {
+        pod: PodState::Foreign { owner },
+        pod_uid: pod.uid(),
+        ..SlotObservation::default()
+    })
 }
 
 /// The pod side of a slot's observation.
@@ -129,6 +167,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         redis_error: None,
         spec_hash: pod.annotations().get(SPEC_HASH).cloned(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        pod_uid: pod.uid(),
     }
 }
 

@@ -1,17 +1,26 @@
 //! Planning: from the persisted member states, what was observed, and the clock, decide each
 //! slot's next state and the actions that follow. Pure; every transition is tested below.
 //!
-//! Safety rests on ordering, which `apply` enforces: the new member states are written to
-//! status first; only then are pods created and processes released. So a hold is always on
-//! record before anything could end it, and a release is always on record before it happens
-//! (an operator crash in between leaves a `Ready` member whose process is still fenced, which
-//! the next reconcile simply releases again, or sees as lost).
+//! Safety rests on ordering, which `reconcile` keeps: the new member states are written to
+//! status first; only then are pods created, processes fenced and processes released. So a
+//! hold is always on record before anything could end it, and a release is always on record
+//! before it happens (an operator crash in between leaves a `Ready` member whose process is
+//! still fenced, which the next reconcile releases again, or sees as lost).
+//!
+//! Unknown means unsafe: a process is released without a full hold never. Even a slot's very
+//! first process is held, because nothing the operator can read proves that no earlier
+//! process of the same name (an earlier incarnation of the cluster, a status lost or restored)
+//! granted locks that are still valid.
+//!
+//! One function per recorded state: [`unrecorded`], [`starting`], [`ready`], [`holding`],
+//! plus [`name_taken`] for a slot whose pod name is taken by a pod this cluster does not
+//! control, and [`retire_member`] for slots at or above N.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::{floor_micros, held_until, remaining};
@@ -36,13 +45,17 @@ pub struct Plan {
     pub create_pods: Vec<i32>,
     /// Slots whose pod must go (scale-down).
     pub delete_pods: Vec<i32>,
+    /// (slot, run id) to fence again with `ACL SETUSER <client> off` and `CLIENT KILL USER
+    /// <client>`, after the status write: a process found serving clients while its record
+    /// says it must be held.
+    pub fences: Vec<(i32, String)>,
     /// (slot, run id) to release with `ACL SETUSER <client> on`, after the status write.
     pub releases: Vec<(i32, String)>,
     pub events: Vec<MemberEvent>,
     /// When the earliest running hold ends: reconcile again exactly then.
     pub next_hold_end: Option<Duration>,
-    /// A slot could be released now but its process does not answer yet (just started, or
-    /// restarted by the kubelet after the hold ended): look again soon, not a probe period later.
+    /// A slot waits for its process to answer (just started, or restarted by the kubelet
+    /// after the hold ended): look again soon, not a probe period later.
     pub awaiting_process: bool,
 }
 
@@ -53,8 +66,13 @@ pub struct PlanInput<'a> {
     /// Member states as persisted in status.
     pub members: &'a [MemberStatus],
     pub now: Timestamp,
+    /// The hold in force (`status.hold.duration`): running holds are lengthened to it.
     pub hold: Duration,
 }
+
+/// The start of a message about a slot whose pod name is taken (also how a re-plan tells that
+/// the conflict was already reported).
+const NAME_TAKEN: &str = "pod name taken";
 
 pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) -> Plan {
     let previous: BTreeMap<i32, &MemberStatus> = input.members.iter().map(|m| (m.slot, m)).collect();
@@ -75,13 +93,13 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         if let Some(m) = &step.member
             && slot < input.instances
             && step.release.is_none()
-            && releasable_once_answering(m, input.now)
+            && waits_for_process(m, input.now)
             && obs.redis.is_none()
         {
             plan.awaiting_process = true;
         }
         if let Some(m) = step.member {
-            if matches!(m.state, MemberState::Held | MemberState::Lost)
+            if m.state.is_holding()
                 && let Some(until) = &m.held_until
                 && until.0 > input.now
             {
@@ -96,6 +114,9 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         if step.delete_pod {
             plan.delete_pods.push(slot);
         }
+        if let Some(run_id) = step.fence {
+            plan.fences.push((slot, run_id));
+        }
         if let Some(run_id) = step.release {
             plan.releases.push((slot, run_id));
         }
@@ -104,8 +125,9 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
     plan
 }
 
-/// Whether `m` would be released as soon as its process answers the operator.
-fn releasable_once_answering(m: &MemberStatus, now: Timestamp) -> bool {
+/// Whether the next step for `m` waits on its process answering the operator: a first
+/// process whose hold should start, or a hold that has ended.
+fn waits_for_process(m: &MemberStatus, now: Timestamp) -> bool {
     match m.state {
         MemberState::Starting => true,
         MemberState::Held | MemberState::Lost => m.held_until.as_ref().is_some_and(|u| u.0 <= now),
@@ -113,16 +135,30 @@ fn releasable_once_answering(m: &MemberStatus, now: Timestamp) -> bool {
     }
 }
 
+/// What one slot's planning decided.
 #[derive(Default)]
 struct Step {
     member: Option<MemberStatus>,
     create_pod: bool,
     delete_pod: bool,
+    fence: Option<String>,
     release: Option<String>,
     events: Vec<MemberEvent>,
 }
 
-fn member(input: &PlanInput<'_>, slot: i32, state: MemberState) -> MemberStatus {
+impl Step {
+    fn tell(&mut self, slot: i32, reason: &'static str, message: String, warning: bool) {
+        self.events.push(MemberEvent {
+            slot,
+            reason,
+            message,
+            warning,
+        });
+    }
+}
+
+/// A fresh record of `slot` in `state`, entered now.
+fn fresh_record(input: &PlanInput<'_>, slot: i32, state: MemberState) -> MemberStatus {
     MemberStatus {
         since: Some(MicroTime(floor_micros(input.now))),
         ..MemberStatus::new(slot_name(input.cluster, slot), slot, state)
@@ -148,7 +184,7 @@ fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
 }
 
 /// Whether the process seen now differs from the one `prev` is about. Unknown parts of
-/// either side prove nothing.
+/// either side prove nothing here; callers that would *release* on "same" demand a run id.
 fn is_other_process(prev: &MemberStatus, now: &Process<'_>) -> bool {
     let run_differs = matches!((prev.run_id.as_deref(), now.run_id), (Some(a), Some(b)) if a != b);
     let container_differs =
@@ -157,8 +193,8 @@ fn is_other_process(prev: &MemberStatus, now: &Process<'_>) -> bool {
 }
 
 /// A fresh record in `state` about the process `p`.
-fn about(input: &PlanInput<'_>, slot: i32, state: MemberState, p: &Process<'_>) -> MemberStatus {
-    let mut m = member(input, slot, state);
+fn record_of(input: &PlanInput<'_>, slot: i32, state: MemberState, p: &Process<'_>) -> MemberStatus {
+    let mut m = fresh_record(input, slot, state);
     m.run_id = p.run_id.map(str::to_owned);
     m.container_id = p.container_id.map(str::to_owned);
     m
@@ -185,231 +221,392 @@ fn ready_and_release(
     if p.client_enabled != Some(true) {
         step.release = Some(run_id.to_owned());
     }
-    about(input, slot, MemberState::Ready, p)
+    record_of(input, slot, MemberState::Ready, p)
+}
+
+/// `next` held in full from now: its hold restarts here and never ends earlier than `until`.
+fn restart_hold(input: &PlanInput<'_>, mut next: MemberStatus, until: Timestamp, what: &str) -> MemberStatus {
+    let extended = held_until(input.now, input.hold).max(until);
+    next.held_until = Some(MicroTime(extended));
+    next.hold_started_at = Some(MicroTime(floor_micros(input.now)));
+    next.message = Some(format!("{what}; held until {extended}"));
+    next
 }
 
 /// A further crash during a hold: the hold runs again from this observation (never ending
 /// earlier than it did). `what` goes into the record, `event_what` into the event.
 fn extend_hold(
     input: &PlanInput<'_>,
-    mut next: MemberStatus,
+    next: MemberStatus,
     until: Timestamp,
     what: &str,
     event_what: &str,
     step: &mut Step,
 ) -> MemberStatus {
-    let extended = held_until(input.now, input.hold).max(until);
-    next.held_until = Some(MicroTime(extended));
-    next.message = Some(format!("{what}; held until {extended}"));
-    step.events.push(event(
+    let next = restart_hold(input, next, until, what);
+    let extended = next.held_until.as_ref().expect("just set").0;
+    step.tell(
         next.slot,
         "HoldExtended",
         format!("{}: {event_what}; fenced until {extended}", next.name),
         true,
-    ));
+    );
     next
 }
 
-fn event(slot: i32, reason: &'static str, message: String, warning: bool) -> MemberEvent {
-    MemberEvent {
-        slot,
-        reason,
-        message,
-        warning,
-    }
-}
-
+/// A hold starting now: `Held` about the running process, or `Lost` when none runs.
 fn start_hold(
     input: &PlanInput<'_>,
     slot: i32,
     obs: &SlotObservation,
     why: String,
-    steps: &mut Step,
+    step: &mut Step,
 ) -> MemberStatus {
     let until = held_until(input.now, input.hold);
     let mut m = match running_process(obs) {
-        Some(p) => about(input, slot, MemberState::Held, &p),
-        None => member(input, slot, MemberState::Lost),
+        Some(p) => record_of(input, slot, MemberState::Held, &p),
+        None => fresh_record(input, slot, MemberState::Lost),
     };
     m.held_until = Some(MicroTime(until));
+    m.hold_started_at = Some(MicroTime(floor_micros(input.now)));
     m.message = Some(format!("{why}; held until {until}"));
-    steps.events.push(event(
+    step.tell(
         slot,
         "HoldStarted",
         format!("{}: {why}; fenced until {until} (hold {:?})", m.name, input.hold),
         false,
-    ));
+    );
     m
+}
+
+/// A process serving clients while its record says it must be held (someone ran `ACL
+/// SETUSER`, an edited ACL Secret): fence it again and hold it in full from now.
+fn refence(
+    input: &PlanInput<'_>,
+    next: MemberStatus,
+    until: Timestamp,
+    run_id: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    step.fence = Some(run_id.to_owned());
+    let next = restart_hold(
+        input,
+        next,
+        until,
+        "found serving clients while it must be held; fenced again",
+    );
+    let extended = next.held_until.as_ref().expect("just set").0;
+    step.tell(
+        next.slot,
+        "Refenced",
+        format!(
+            "{}: process {run_id} served lock clients during its hold (its client ACL user was turned on outside the operator); fenced again and held until {extended}",
+            next.name
+        ),
+        true,
+    );
+    next
+}
+
+/// A hold that just started (or restarted) about a process that already serves clients (an
+/// edited ACL Secret let it start unfenced): fence it too. The hold already counts from now.
+fn fence_if_serving(held: MemberStatus, p: Option<&Process<'_>>, step: &mut Step) -> MemberStatus {
+    if let Some(p) = p
+        && p.client_enabled == Some(true)
+        && let Some(run_id) = p.run_id
+    {
+        step.fence = Some(run_id.to_owned());
+        step.tell(
+            held.slot,
+            "Refenced",
+            format!(
+                "{}: process {run_id} started serving lock clients without a release (its client ACL user is on: an edited ACL Secret?); fenced",
+                held.name
+            ),
+            true,
+        );
+    }
+    held
 }
 
 /// One slot that should exist (slot < N).
 fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, obs: &SlotObservation) -> Step {
-    let mut step = Step::default();
-    let pod_missing = obs.pod == PodState::Missing;
-    let process = running_process(obs);
-    // A finished pod (Failed, e.g. evicted) never runs again and blocks its name: remove it so
-    // the slot can be replaced. Its process is gone, so deleting it ends nothing that serves.
-    step.delete_pod = matches!(obs.pod, PodState::Finished { .. });
-
-    let Some(prev) = prev else {
-        // No record of this slot. With no pod it is new: record `Starting` first (so a later
-        // reconcile can tell "new" from "status lost"), then create the pod.
-        let m = match (&obs.pod, &process) {
-            (PodState::Missing, _) => {
-                step.create_pod = true;
-                step.events.push(event(
-                    slot,
-                    "InstanceCreated",
-                    format!("creating {}", slot_name(input.cluster, slot)),
-                    false,
-                ));
-                member(input, slot, MemberState::Starting)
-            }
-            // A process already serving clients: someone released it; adopting it is all
-            // that can be done (fencing it now would not undo what it served).
-            (_, Some(p)) if p.client_enabled == Some(true) => {
-                let mut m = about(input, slot, MemberState::Ready, p);
-                m.message = Some("adopted a process that already serves clients".into());
-                m
-            }
-            // A pod the operator knows nothing about: unknown means unsafe, full hold from now.
-            _ => start_hold(
-                input,
-                slot,
-                obs,
-                "unknown process (no record of this slot)".into(),
-                &mut step,
-            ),
-        };
-        step.member = Some(m);
-        return step;
+    let mut step = Step {
+        // A finished pod (Failed, e.g. evicted) never runs again and blocks its name: remove it
+        // so the slot can be replaced. Its process is gone, so deleting it ends nothing that
+        // serves.
+        delete_pod: matches!(obs.pod, PodState::Finished { .. }),
+        ..Step::default()
     };
+    let next = match (prev, &obs.pod) {
+        (_, PodState::Foreign { owner }) => name_taken(input, slot, prev, owner, &mut step),
+        (None, _) => unrecorded(input, slot, obs, &mut step),
+        (Some(prev), _) => match prev.state {
+            MemberState::Starting => starting(input, prev, obs, &mut step),
+            MemberState::Ready => ready(input, prev, obs, &mut step),
+            MemberState::Held | MemberState::Lost => holding(input, prev, obs, &mut step),
+        },
+    };
+    step.member = Some(match prev {
+        // A state that did not change keeps its `since`, so an unchanged cluster recomputes an
+        // identical status (no writes in steady state).
+        Some(prev) if prev.state == next.state => MemberStatus {
+            since: prev.since.clone(),
+            ..next
+        },
+        _ => next,
+    });
+    step
+}
 
-    let mut next = prev.clone();
-    match prev.state {
-        MemberState::Starting => {
-            step.create_pod = pod_missing;
+/// No record of this slot (a new slot, or a status lost or restored without it).
+fn unrecorded(input: &PlanInput<'_>, slot: i32, obs: &SlotObservation, step: &mut Step) -> MemberStatus {
+    match (&obs.pod, running_process(obs)) {
+        // Record `Starting` first (so a later reconcile can tell "new" from "status lost"),
+        // then create the pod. Its first process is held in full (see `starting`).
+        (PodState::Missing, _) => {
+            step.create_pod = true;
+            step.tell(
+                slot,
+                "InstanceCreated",
+                format!("creating {}", slot_name(input.cluster, slot)),
+                false,
+            );
+            fresh_record(input, slot, MemberState::Starting)
+        }
+        // A process already serving clients: someone released it; adopting it is all that can
+        // be done (fencing it now would not undo what it served, and it has its keys).
+        (_, Some(p)) if p.client_enabled == Some(true) => {
+            let mut m = record_of(input, slot, MemberState::Ready, &p);
+            m.message = Some("adopted a process that already serves clients".into());
+            m
+        }
+        // A pod the operator knows nothing about: unknown means unsafe, full hold from now.
+        _ => start_hold(
+            input,
+            slot,
+            obs,
+            "unknown process (no record of this slot)".into(),
+            step,
+        ),
+    }
+}
+
+/// `Starting`: the slot has never had a process the operator saw.
+fn starting(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    step.create_pod = obs.pod == PodState::Missing;
+    let p = running_process(obs);
+    match p.as_ref().and_then(|p| Some((p, p.run_id?))) {
+        Some((p, run_id)) if p.client_enabled == Some(true) => {
+            // Clients got in without a release (an edited ACL Secret): fenced and held in full.
+            let until = held_until(input.now, input.hold);
+            refence(input, record_of(input, slot, MemberState::Held, p), until, run_id, step)
+        }
+        // The first process the operator sees. Nothing proves it is the first ever behind this
+        // name (delete and re-create, a status wiped or restored): held in full from now.
+        Some(_) => start_hold(
+            input,
+            slot,
+            obs,
+            "first process of the slot; held in full, since an earlier process of this name may have granted locks that are still valid".into(),
+            step,
+        ),
+        None => MemberStatus {
             // Say why it is not up yet (e.g. the scheduler cannot place it).
-            next.message = match &obs.pod {
+            message: match &obs.pod {
                 PodState::NotRunning { reason } => Some(reason.clone()),
                 _ => None,
-            };
-            if let Some(p) = &process
-                && let Some(run_id) = p.run_id
-            {
-                // Never released before: nothing it could have granted, no hold.
-                next = ready_and_release(input, slot, p, run_id, &mut step);
+            },
+            ..prev.clone()
+        },
+    }
+}
+
+/// `Ready`: released; it serves until its process is seen gone or replaced.
+fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step: &mut Step) -> MemberStatus {
+    let slot = prev.slot;
+    let process = running_process(obs);
+    let lost = match (&obs.pod, &process) {
+        (PodState::Missing, _) => Some("pod deleted".to_owned()),
+        (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
+        (PodState::NotRunning { reason }, _) => Some(format!("container not running ({reason})")),
+        (_, Some(p)) if is_other_process(prev, p) => Some("new process (restarted)".to_owned()),
+        // A fenced process the record cannot vouch for (no run id on record: an edited or
+        // restored status). Releasing it could unfence a new, empty process: count it lost.
+        (_, Some(p)) if prev.run_id.is_none() && p.client_enabled == Some(false) => {
+            Some("fenced process the record has no run id for (status edited or restored)".to_owned())
+        }
+        _ => None,
+    };
+    if let Some(why) = lost {
+        step.tell(
+            slot,
+            "InstanceLost",
+            format!("{}: {why}; its keys are gone", prev.name),
+            true,
+        );
+        step.create_pod = obs.pod == PodState::Missing;
+        let held = start_hold(input, slot, obs, why, step);
+        return fence_if_serving(held, process.as_ref(), step);
+    }
+    let mut next = prev.clone();
+    let Some(p) = &process else {
+        return next;
+    };
+    // Same process. Fill in what was unknown; release again if a crash between the status
+    // write and the release left it fenced.
+    fill_identity(&mut next, p);
+    if p.client_enabled == Some(false)
+        && let Some(run_id) = p.run_id
+    {
+        step.release = Some(run_id.to_owned());
+    }
+    next.message = match (&obs.pod, &obs.redis) {
+        // A terminating pod (also one evicted from a node that stopped reporting) may still
+        // run a process that serves old clients: the hold cannot start and no replacement can
+        // be made until the pod is gone.
+        (
+            PodState::Running {
+                terminating: true, ..
+            },
+            _,
+        ) => Some(format!(
+            "pod terminating{}; its process may still serve, so the hold starts once it is known to be gone (container stopped or pod removed)",
+            match &obs.redis {
+                None => format!(
+                    " and not answering the operator ({})",
+                    obs.redis_error.as_deref().unwrap_or("unreachable")
+                ),
+                Some(_) => String::new(),
+            }
+        )),
+        (_, None) => Some(format!(
+            "not answering the operator ({}); keys presumed intact while the container runs",
+            obs.redis_error.as_deref().unwrap_or("unreachable")
+        )),
+        _ => None,
+    };
+    next
+}
+
+/// When `m`'s running hold ends, lengthened to the hold in force: a raised maxLockTTL applies
+/// to holds already running, counted from when each started. A record without an end (an
+/// edited status, a removed process of unknown history) gets a full hold from now: unknown
+/// means unsafe.
+fn hold_end(input: &PlanInput<'_>, m: &MemberStatus) -> (Timestamp, Timestamp) {
+    let Some(until) = m.held_until.as_ref().map(|t| t.0) else {
+        return (held_until(input.now, input.hold), floor_micros(input.now));
+    };
+    let hold = SignedDuration::try_from(input.hold).expect("hold fits a SignedDuration");
+    let started = match &m.hold_started_at {
+        Some(t) => t.0,
+        // Records from before `holdStartedAt` existed: the start that gives their end.
+        None => until.checked_sub(hold).unwrap_or(until),
+    };
+    (until.max(held_until(started, input.hold)), started)
+}
+
+/// `Held` or `Lost`: a hold runs until `heldUntil`.
+fn holding(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    let (until, started) = hold_end(input, prev);
+    let mut next = prev.clone();
+    next.held_until = Some(MicroTime(until));
+    next.hold_started_at = Some(MicroTime(started));
+    if prev.held_until.as_ref().is_some_and(|t| t.0 < until) {
+        next.message = Some(format!(
+            "hold lengthened to the maxLockTTL in force; held until {until}"
+        ));
+    }
+    match running_process(obs) {
+        Some(p) if is_other_process(prev, &p) => {
+            let held = extend_hold(
+                input,
+                record_of(input, slot, MemberState::Held, &p),
+                until,
+                "restarted again during its hold",
+                "restarted during its hold",
+                step,
+            );
+            fence_if_serving(held, Some(&p), step)
+        }
+        Some(p) => {
+            if prev.state == MemberState::Lost {
+                next.state = MemberState::Held;
+                next.since = Some(MicroTime(floor_micros(input.now)));
+            }
+            fill_identity(&mut next, &p);
+            match (p.run_id, p.client_enabled) {
+                (Some(run_id), Some(true)) if until > input.now => refence(input, next, until, run_id, step),
+                (Some(run_id), _) if until <= input.now => ready_and_release(input, slot, &p, run_id, step),
+                _ => next,
             }
         }
-        MemberState::Ready => {
-            let lost = match (&obs.pod, &process) {
-                (PodState::Missing, _) => Some("pod deleted".to_owned()),
-                (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
-                (PodState::NotRunning { reason }, _) => Some(format!("container not running ({reason})")),
-                (_, Some(p)) if is_other_process(prev, p) => Some("new process (restarted)".to_owned()),
-                _ => None,
-            };
-            if let Some(why) = lost {
-                step.events.push(event(
-                    slot,
-                    "InstanceLost",
-                    format!("{}: {why}; its keys are gone", prev.name),
-                    true,
-                ));
-                next = start_hold(input, slot, obs, why, &mut step);
-                step.create_pod = pod_missing;
-            } else if let Some(p) = &process {
-                // Same process. Fill in what was unknown; release again if a crash between the
-                // status write and the release left it fenced.
-                fill_identity(&mut next, p);
-                if p.client_enabled == Some(false)
-                    && let Some(run_id) = p.run_id
-                {
-                    step.release = Some(run_id.to_owned());
-                }
-                next.message = match (&obs.pod, &obs.redis) {
-                    // A terminating pod (also one evicted from a node that stopped reporting)
-                    // may still run a process that serves old clients: the hold cannot start
-                    // and no replacement can be made until the pod is gone.
-                    (
-                        PodState::Running {
-                            terminating: true, ..
-                        },
-                        _,
-                    ) => Some(format!(
-                        "pod terminating{}; its process may still serve, so the hold starts once it is known to be gone (container stopped or pod removed)",
-                        match &obs.redis {
-                            None => format!(
-                                " and not answering the operator ({})",
-                                obs.redis_error.as_deref().unwrap_or("unreachable")
-                            ),
-                            Some(_) => String::new(),
-                        }
-                    )),
-                    (_, None) => Some(format!(
-                        "not answering the operator ({}); keys presumed intact while the container runs",
-                        obs.redis_error.as_deref().unwrap_or("unreachable")
-                    )),
-                    _ => None,
-                };
-            }
-        }
-        MemberState::Held | MemberState::Lost => {
-            // A hold without an end on record (an edited status, a removed process of unknown
-            // history): unknown means unsafe, so a full hold from now.
-            let until = prev
-                .held_until
-                .as_ref()
-                .map_or_else(|| held_until(input.now, input.hold), |t| t.0);
-            next.held_until = Some(MicroTime(until));
-            match &process {
-                Some(p) if is_other_process(prev, p) => {
-                    next = extend_hold(
-                        input,
-                        about(input, slot, MemberState::Held, p),
-                        until,
-                        "restarted again during its hold",
-                        "restarted during its hold",
-                        &mut step,
-                    );
-                }
-                Some(p) => {
-                    if prev.state == MemberState::Lost {
-                        next.state = MemberState::Held;
-                        next.since = Some(MicroTime(floor_micros(input.now)));
-                    }
-                    fill_identity(&mut next, p);
-                    if until <= input.now
-                        && let Some(run_id) = p.run_id
-                    {
-                        next = ready_and_release(input, slot, p, run_id, &mut step);
-                    }
-                }
-                None => {
-                    step.create_pod = pod_missing;
-                    if prev.state == MemberState::Held {
-                        // The fenced replacement died too: count the hold again from now.
-                        let lost = "replacement lost during its hold";
-                        next = extend_hold(
-                            input,
-                            member(input, slot, MemberState::Lost),
-                            until,
-                            lost,
-                            lost,
-                            &mut step,
-                        );
-                    }
-                }
+        None => {
+            step.create_pod = obs.pod == PodState::Missing;
+            if prev.state == MemberState::Held {
+                // The fenced replacement died too: count the hold again from now.
+                let lost = "replacement lost during its hold";
+                extend_hold(
+                    input,
+                    fresh_record(input, slot, MemberState::Lost),
+                    until,
+                    lost,
+                    lost,
+                    step,
+                )
+            } else {
+                next
             }
         }
     }
-    // A state that did not change keeps its `since`, so an unchanged cluster recomputes an
-    // identical status (no writes in steady state).
-    if next.state == prev.state {
-        next.since = prev.since.clone();
+}
+
+/// The slot's pod name is taken by a pod this cluster does not control. Whatever runs there
+/// may serve lock clients (the slot's Service selects by labels), and nothing of ours can run
+/// under the name: nothing is created, released or replaced, and a slot that had a process of
+/// ours records it `Lost` with no end, so its full hold starts once the name is free.
+fn name_taken(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    owner: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    let name = slot_name(input.cluster, slot);
+    let message = format!(
+        "{NAME_TAKEN}: pod {name} exists but is not controlled by this RedlockCluster ({owner}); nothing is created, released or replaced for this slot while it exists, and the slot is held in full once it is gone"
+    );
+    let reported = prev.is_some_and(|p| p.message.as_deref() == Some(message.as_str()));
+    if !reported {
+        step.tell(slot, "NameConflict", message.clone(), true);
     }
-    step.member = Some(next);
-    step
+    let mut next = match prev {
+        None => fresh_record(input, slot, MemberState::Starting),
+        Some(p) if p.state == MemberState::Starting => p.clone(),
+        Some(p) => MemberStatus {
+            state: MemberState::Lost,
+            run_id: None,
+            container_id: None,
+            held_until: None,
+            hold_started_at: None,
+            since: Some(MicroTime(floor_micros(input.now))),
+            ..p.clone()
+        },
+    };
+    next.message = Some(message);
+    next
 }
 
 /// A slot at or above N: its pod goes; a slot that ever served keeps a `Lost` record until
@@ -420,6 +617,12 @@ fn retire_member(
     prev: Option<&MemberStatus>,
     obs: &SlotObservation,
 ) -> Step {
+    if let PodState::Foreign { owner } = &obs.pod {
+        // Never delete a pod this cluster does not control.
+        let mut step = Step::default();
+        step.member = Some(name_taken(input, slot, prev, owner, &mut step));
+        return step;
+    }
     let mut step = Step {
         delete_pod: obs.pod != PodState::Missing,
         ..Step::default()
@@ -427,7 +630,7 @@ fn retire_member(
     let Some(prev) = prev else {
         if obs.pod != PodState::Missing {
             // A process with no record may have served clients: hold the slot once it is gone.
-            let mut m = member(input, slot, MemberState::Lost);
+            let mut m = fresh_record(input, slot, MemberState::Lost);
             m.message = Some("unknown process being removed; the slot is held once it is gone".into());
             step.member = Some(m);
         }
@@ -438,18 +641,15 @@ fn retire_member(
         step.member = Some(prev.clone());
         return step;
     }
-    let until = match prev.state {
-        MemberState::Starting => None,
-        MemberState::Ready => Some(held_until(input.now, input.hold)),
-        MemberState::Held | MemberState::Lost => Some(
-            prev.held_until
-                .as_ref()
-                .map_or_else(|| held_until(input.now, input.hold), |t| t.0),
-        ),
+    let (until, started) = match prev.state {
+        MemberState::Starting => return step,
+        MemberState::Ready => (held_until(input.now, input.hold), floor_micros(input.now)),
+        MemberState::Held | MemberState::Lost => hold_end(input, prev),
     };
-    if let Some(until) = until.filter(|u| *u > input.now) {
-        let mut m = member(input, slot, MemberState::Lost);
+    if until > input.now {
+        let mut m = fresh_record(input, slot, MemberState::Lost);
         m.held_until = Some(MicroTime(until));
+        m.hold_started_at = Some(MicroTime(started));
         m.message = Some(format!(
             "removed by scale-down; the slot can be reused without a hold after {until}"
         ));
@@ -511,11 +711,21 @@ mod tests {
         }
     }
 
+    /// When a full hold ending at `until` started.
+    fn started_for(until: Timestamp) -> Option<MicroTime> {
+        micro(
+            until
+                .checked_sub(SignedDuration::try_from(HOLD).unwrap())
+                .unwrap(),
+        )
+    }
+
     fn held(slot: i32, run: &str, container: &str, until: Timestamp) -> MemberStatus {
         MemberStatus {
             run_id: Some(run.into()),
             container_id: Some(container.into()),
             held_until: micro(until),
+            hold_started_at: started_for(until),
             message: Some("held".into()),
             ..record(slot, MemberState::Held)
         }
@@ -524,6 +734,7 @@ mod tests {
     fn lost(slot: i32, until: Timestamp) -> MemberStatus {
         MemberStatus {
             held_until: micro(until),
+            hold_started_at: started_for(until),
             message: Some("pod deleted".into()),
             ..record(slot, MemberState::Lost)
         }
@@ -638,6 +849,7 @@ mod tests {
         create: bool,
         delete: bool,
         release: Option<&'static str>,
+        fence: Option<&'static str>,
         /// (reason, warning) in order.
         events: &'static [(&'static str, bool)],
         next: Option<Duration>,
@@ -660,6 +872,7 @@ mod tests {
                 create: false,
                 delete: false,
                 release: None,
+                fence: None,
                 events: &[],
                 next: None,
             }
@@ -682,6 +895,12 @@ mod tests {
         fn release(self, run: &'static str) -> Case {
             Case {
                 release: Some(run),
+                ..self
+            }
+        }
+        fn fence(self, run: &'static str) -> Case {
+            Case {
+                fence: Some(run),
                 ..self
             }
         }
@@ -744,6 +963,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             "{name}: releases"
         );
+        assert_eq!(
+            p.fences,
+            c.fence.map(|r| (0, r.to_owned())).into_iter().collect::<Vec<_>>(),
+            "{name}: fences"
+        );
         let events: Vec<_> = p.events.iter().map(|e| (e.reason, e.warning)).collect();
         assert_eq!(events, c.events, "{name}: events");
         for e in &p.events {
@@ -772,7 +996,16 @@ mod tests {
         // Pure: the same input plans the same.
         assert_eq!(plan(&input(1, &members, c.now), &obs), p, "{name}: deterministic");
         // Planning again from what was just written, with nothing changed, changes no state,
-        // run id, hold or `since`, and tells nothing new.
+        // run id, hold or `since`, and tells nothing new. A fence did change something: the
+        // process no longer lets clients in.
+        let mut obs = obs;
+        if !p.fences.is_empty() {
+            for o in obs.values_mut() {
+                if let Some(r) = &mut o.redis {
+                    r.client_enabled = false;
+                }
+            }
+        }
         let again = plan(&input(1, &p.members, c.now), &obs);
         let strip = |m: &MemberStatus| MemberStatus {
             message: None,
@@ -830,27 +1063,35 @@ mod tests {
                 unreachable("c1"),
                 starting(0),
             ),
-            // 2: the first process of a slot never served: released at once.
+            // The first process of a slot: nothing proves no earlier process of this name
+            // granted locks that are still valid (delete and re-create, a wiped status), so it
+            // is held in full from when it is first seen.
             Case::new(
-                "starting, fenced process up",
+                "starting, fenced process up: held in full",
                 Some(starting(0)),
                 running("R", false, "c1"),
                 MemberStatus {
                     since: since_now.clone(),
-                    ..ready(0, "R", "c1")
+                    ..held(0, "R", "c1", hold_from_now())
                 },
             )
-            .release("R"),
-            // 3
+            .msg("first process of the slot; held in full")
+            .events(&[("HoldStarted", false)])
+            .next(HOLD),
+            // Clients got in without a release (an edited ACL Secret): fenced, held in full.
             Case::new(
-                "starting, process already enabled",
+                "starting, process already enabled: fenced and held",
                 Some(starting(0)),
                 running("R", true, "c1"),
                 MemberStatus {
                     since: since_now.clone(),
-                    ..ready(0, "R", "c1")
+                    ..held(0, "R", "c1", hold_from_now())
                 },
-            ),
+            )
+            .msg("fenced again")
+            .fence("R")
+            .events(&[("Refenced", true)])
+            .next(HOLD),
             Case::new(
                 "starting, pod failed",
                 Some(starting(0)),
@@ -902,12 +1143,28 @@ mod tests {
             .events(LOST)
             .next(HOLD),
             Case::new(
-                "ready, new run id already enabled: still a new process",
+                "ready, new run id already enabled: a new process, fenced",
                 r(),
                 running("Q", true, "c2"),
                 held_now(Some("Q"), "c2"),
             )
             .msg("new process (restarted)")
+            .fence("Q")
+            .events(&[("InstanceLost", true), ("HoldStarted", false), ("Refenced", true)])
+            .next(HOLD),
+            // A Ready record without a run id cannot vouch for a fenced process: it may be a
+            // new, empty one (an edited or restored status). Lost, never released.
+            Case::new(
+                "ready without a run id, fenced process: a loss, not a release",
+                Some(MemberStatus {
+                    run_id: None,
+                    container_id: None,
+                    ..ready(0, "R", "c1")
+                }),
+                running("Q", false, "c2"),
+                held_now(Some("Q"), "c2"),
+            )
+            .msg("no run id")
             .events(LOST)
             .next(HOLD),
             // 6
@@ -1043,13 +1300,18 @@ mod tests {
                 held(0, "Q", "c2", later),
             )
             .next(secs(10)),
+            // Someone turned the client user on (ACL SETUSER, an edited ACL Secret): fenced
+            // again at once and held in full from now.
             Case::new(
-                "held, enabled by someone else before its end: not adopted as ready",
+                "held, enabled by someone else before its end: fenced again, held in full",
                 h(later),
                 running("Q", true, "c2"),
-                held(0, "Q", "c2", later),
+                held(0, "Q", "c2", hold_from_now()),
             )
-            .next(secs(10)),
+            .msg("found serving clients while it must be held; fenced again")
+            .fence("Q")
+            .events(&[("Refenced", true)])
+            .next(HOLD),
             Case::new(
                 "held, before its end, process not answering",
                 h(later),
@@ -1126,7 +1388,12 @@ mod tests {
                 "held, restarted again: never earlier than the running hold",
                 h(at(NOW + 100)),
                 running("Q2", false, "c3"),
-                extended(Some("Q2"), "c3", at(NOW + 100)),
+                // The hold counts from this loss (a later raise of maxLockTTL lengthens it from
+                // here), and still ends no earlier than before.
+                MemberStatus {
+                    hold_started_at: micro(at(NOW)),
+                    ..extended(Some("Q2"), "c3", at(NOW + 100))
+                },
             )
             .msg("restarted again during its hold")
             .events(EXTENDED)
@@ -1177,7 +1444,10 @@ mod tests {
                 "held, process lost after a long hold: never earlier than the running hold",
                 h(at(NOW + 100)),
                 missing(),
-                lost_extended(at(NOW + 100)),
+                MemberStatus {
+                    hold_started_at: micro(at(NOW)),
+                    ..lost_extended(at(NOW + 100))
+                },
             )
             .msg("replacement lost during its hold")
             .create()
@@ -1292,6 +1562,7 @@ mod tests {
         let u = hold_from_now();
         let fresh = |state| MemberStatus {
             held_until: micro(u),
+            hold_started_at: micro(at(NOW)),
             since: micro(at(NOW)),
             ..record(0, state)
         };
@@ -1522,6 +1793,7 @@ mod tests {
                     run_id: None,
                     container_id: None,
                     held_until: None,
+                    hold_started_at: None,
                     since: Some(MicroTime(at(NOW))),
                     message: None,
                 }),
@@ -1804,5 +2076,129 @@ mod tests {
         assert!(!p.awaiting_process && p.releases.len() == 1, "released now");
         let p = plan(&input(1, &[], at(NOW)), &observed([]));
         assert!(p.awaiting_process, "a new slot is released as soon as it answers");
+    }
+
+    fn foreign() -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Foreign {
+                owner: "controlled by RedlockCluster locks (uid old)".into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A pod of the slot's name that this cluster does not control (an earlier incarnation's
+    /// pod awaiting garbage collection, an orphan): reported, nothing created, released or
+    /// replaced, and the slot's hold starts in full once the name is free.
+    #[test]
+    fn name_taken_by_a_pod_of_another_owner() {
+        const CONFLICT: &[(&str, bool)] = &[("NameConflict", true)];
+        let lost_no_end = |since| MemberStatus {
+            state: MemberState::Lost,
+            since,
+            ..record(0, MemberState::Lost)
+        };
+        run(vec![
+            Case::new(
+                "no record, foreign pod: starting, reported",
+                None,
+                foreign(),
+                MemberStatus {
+                    since: micro(at(NOW)),
+                    ..starting(0)
+                },
+            )
+            .msg("pod name taken: pod locks-0 exists but is not controlled by this RedlockCluster")
+            .events(CONFLICT),
+            Case::new("starting, foreign pod", Some(starting(0)), foreign(), starting(0))
+                .msg("uid old")
+                .events(CONFLICT),
+            Case::new(
+                "ready, foreign pod: lost with no end yet",
+                Some(ready(0, "R", "c1")),
+                foreign(),
+                lost_no_end(micro(at(NOW))),
+            )
+            .msg("held in full once it is gone")
+            .events(CONFLICT),
+            Case::new(
+                "held, foreign pod: the hold restarts once it is gone",
+                Some(held(0, "Q", "c2", at(NOW + 10))),
+                foreign(),
+                lost_no_end(micro(at(NOW))),
+            )
+            .msg("pod name taken")
+            .events(CONFLICT),
+        ]);
+        // The name is free again: a full hold from then, and the pod is created.
+        let taken = plan(
+            &input(1, &[ready(0, "R", "c1")], at(NOW)),
+            &observed([(0, foreign())]),
+        );
+        let later = at(NOW + 100);
+        let freed = plan(&input(1, &taken.members, later), &observed([(0, missing())]));
+        let m = &freed.members[0];
+        assert_eq!(m.state, MemberState::Lost);
+        assert_eq!(m.held_until.as_ref().unwrap().0, held_until(later, HOLD));
+        assert_eq!(freed.create_pods, vec![0]);
+        assert!(freed.releases.is_empty());
+        // A retired slot's foreign pod is never deleted.
+        let retired = plan(
+            &input(0, &[ready(0, "R", "c1")], at(NOW)),
+            &observed([(0, foreign())]),
+        );
+        assert!(retired.delete_pods.is_empty(), "{:?}", retired.delete_pods);
+        assert_eq!(reasons(&retired), vec![(0, "NameConflict")]);
+    }
+
+    /// A raised maxLockTTL lengthens holds already running, counted from when each started;
+    /// a lower hold never shortens one.
+    #[test]
+    fn the_hold_in_force_lengthens_running_holds() {
+        let started = at(NOW - 10);
+        let until = held_until(started, HOLD);
+        let h = MemberStatus {
+            hold_started_at: micro(started),
+            ..held(0, "Q", "c2", until)
+        };
+        for (hold, want) in [
+            (
+                Duration::from_secs(120),
+                held_until(started, Duration::from_secs(120)),
+            ),
+            (HOLD, until),
+            (Duration::from_secs(3), until),
+        ] {
+            let p = plan(
+                &PlanInput {
+                    hold,
+                    ..input(1, std::slice::from_ref(&h), at(NOW))
+                },
+                &observed([(0, running("Q", false, "c2"))]),
+            );
+            assert_eq!(p.members[0].held_until.as_ref().unwrap().0, want, "{hold:?}");
+            assert_eq!(p.members[0].hold_started_at.as_ref().unwrap().0, started);
+            assert!(p.releases.is_empty() && p.events.is_empty());
+        }
+        // A Lost slot's hold too, and a retired slot's.
+        let l = MemberStatus {
+            hold_started_at: micro(started),
+            ..lost(0, until)
+        };
+        let long = Duration::from_secs(120);
+        for instances in [1, 0] {
+            let p = plan(
+                &PlanInput {
+                    hold: long,
+                    ..input(instances, std::slice::from_ref(&l), at(NOW))
+                },
+                &observed([(0, missing())]),
+            );
+            assert_eq!(
+                p.members[0].held_until.as_ref().unwrap().0,
+                held_until(started, long),
+                "N={instances}"
+            );
+        }
     }
 }

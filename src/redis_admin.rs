@@ -36,17 +36,18 @@ impl std::fmt::Debug for AdminAccess {
     }
 }
 
+/// Why a command guarded by a run-id check (release, re-fence) was not carried out.
 #[derive(Debug, thiserror::Error)]
-pub enum ReleaseError {
+pub enum GuardedError {
     #[error("cannot reach {0}: {1}")]
     Unreachable(IpAddr, String),
-    #[error("{addr} now runs process {found}, not {expected}: not released")]
+    #[error("{addr} now runs process {found}, not {expected}: not done")]
     OtherProcess {
         addr: IpAddr,
         expected: String,
         found: String,
     },
-    #[error("release command on {0} failed: {1}")]
+    #[error("command on {0} failed: {1}")]
     Command(IpAddr, String),
 }
 
@@ -107,35 +108,69 @@ impl AdminAccess {
         })
     }
 
-    /// Lets lock clients in — only if `ip` still runs `expected_run_id`. The check and the
-    /// command travel on one fresh connection, so a restart in between makes the command fail
-    /// instead of unfencing the new, empty process.
-    pub async fn release(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), ReleaseError> {
+    /// A fresh connection to `ip` that has checked the process is `expected_run_id`, and that
+    /// process's version. Commands sent on it can only reach that process: if it restarts,
+    /// the connection dies with it.
+    async fn connect_to_process(
+        &self,
+        ip: IpAddr,
+        expected_run_id: &str,
+    ) -> Result<(MultiplexedConnection, String), GuardedError> {
         let mut conn = self
             .connect(ip)
             .await
-            .map_err(|e| ReleaseError::Unreachable(ip, e))?;
+            .map_err(|e| GuardedError::Unreachable(ip, e))?;
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut conn)
             .await
-            .map_err(|e| ReleaseError::Unreachable(ip, e.to_string()))?;
+            .map_err(|e| GuardedError::Unreachable(ip, e.to_string()))?;
         let (run_id, version) = parse_info_server(&info)
-            .ok_or_else(|| ReleaseError::Command(ip, "INFO server has no run_id".into()))?;
+            .ok_or_else(|| GuardedError::Command(ip, "INFO server has no run_id".into()))?;
         if run_id != expected_run_id {
-            return Err(ReleaseError::OtherProcess {
+            return Err(GuardedError::OtherProcess {
                 addr: ip,
                 expected: expected_run_id.to_owned(),
                 found: run_id,
             });
         }
+        Ok((conn, version))
+    }
+
+    /// Lets lock clients in — only if `ip` still runs `expected_run_id`. The check and the
+    /// command travel on one fresh connection, so a restart in between makes the command fail
+    /// instead of unfencing the new, empty process.
+    pub async fn release(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
+        let (mut conn, version) = self.connect_to_process(ip, expected_run_id).await?;
         let () = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
             .arg(release_rules(&version))
             .query_async(&mut conn)
             .await
-            .map_err(|e| ReleaseError::Command(ip, e.to_string()))?;
+            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Shuts lock clients out of `expected_run_id` again: the client user `off` (no new
+    /// logins) and its connections killed (`off` alone leaves logged-in connections working).
+    /// Sent on a connection that checked the run id, like a release.
+    pub async fn fence(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
+        let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&self.client_user)
+            .arg("off")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+        let _killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&self.client_user)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
         Ok(())
     }
 

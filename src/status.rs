@@ -6,7 +6,9 @@ use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
 use crate::conditions::{self, Desired};
-use crate::crd::{FailureDomains, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::crd::{
+    FailureDomains, HoldPolicy, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus,
+};
 use crate::failure_domains;
 use crate::observe::{PodState, SlotObservation};
 use crate::resources::endpoints::server_address;
@@ -19,6 +21,8 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 pub const SPEC_ACCEPTED: &str = "SpecAccepted";
 pub const TTL_POLICY: &str = "TTLPolicy";
+pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
+pub const CHILDREN_APPLIED: &str = "ChildrenApplied";
 
 /// What the reconcile found besides member states: spec problems and the TTL audit.
 #[derive(Debug, Clone, Default)]
@@ -26,8 +30,14 @@ pub struct Findings {
     pub rejections: Vec<Rejection>,
     /// `None` until the audit has swept a member once.
     pub ttl: Option<ttl_audit::Report>,
-    /// `spec.maxLockTTL` as written back in messages.
+    /// The maxLockTTL in force (`status.hold`), as written back in messages.
     pub max_lock_ttl: String,
+    /// The hold policy in force.
+    pub hold: Option<HoldPolicy>,
+    /// Child objects and pod names taken by objects another owner controls.
+    pub conflicts: Vec<String>,
+    /// Child objects whose apply failed for another reason.
+    pub apply_problems: Vec<String>,
     /// The rolling replacement's state.
     pub rollout: Rollout,
     /// Placement of the members; `None` leaves failure domains unreported.
@@ -133,6 +143,8 @@ pub fn compute(
         spec_accepted(&findings.rejections),
     ];
     desired.extend(ttl_policy(findings));
+    desired.push(ownership_conflict(&findings.conflicts));
+    desired.push(children_applied(&findings.apply_problems));
     if let Some(d) = &findings.failure_domains {
         desired.push(failure_domains::condition(
             instances,
@@ -148,6 +160,7 @@ pub fn compute(
         held_instances: Some(held),
         quorum: Some(quorum),
         updated_instances: Some(instances - findings.rollout.outdated.len() as i32),
+        hold: findings.hold.clone(),
         failure_domains: findings.failure_domains.clone(),
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
@@ -241,6 +254,45 @@ fn spec_accepted(rejections: &[Rejection]) -> Desired {
             "{}. Running instances are kept as they are, and none is created or removed, until the spec is fixed",
             problems.join("; ")
         ),
+    }
+}
+
+/// `OwnershipConflict`: True while a name the cluster needs is taken by an object it does not
+/// control. Nothing of that name is overwritten, created or deleted meanwhile.
+fn ownership_conflict(conflicts: &[String]) -> Desired {
+    if conflicts.is_empty() {
+        return Desired {
+            type_: OWNERSHIP_CONFLICT,
+            status: false,
+            reason: "NoConflict",
+            message: "every child object and pod name is this cluster's own".into(),
+        };
+    }
+    Desired {
+        type_: OWNERSHIP_CONFLICT,
+        status: true,
+        reason: "NameTaken",
+        message: conflicts.join("; "),
+    }
+}
+
+/// `ChildrenApplied`: False while a child object could not be applied (quota, webhook, API
+/// error). Holds, releases and status go on regardless; pods are created only once the
+/// cluster's own ACL Secret and configuration are in place.
+fn children_applied(problems: &[String]) -> Desired {
+    if problems.is_empty() {
+        return Desired {
+            type_: CHILDREN_APPLIED,
+            status: true,
+            reason: "Applied",
+            message: "every child object is applied".into(),
+        };
+    }
+    Desired {
+        type_: CHILDREN_APPLIED,
+        status: false,
+        reason: "ApplyFailed",
+        message: problems.join("; "),
     }
 }
 

@@ -260,9 +260,11 @@ async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Logi
 #[tokio::test]
 async fn client_user_runs_redlock_clients_and_nothing_that_breaks_safety() {
     let env = Env::start(1).await;
-    env.create_cluster(NAME, json!({"instances": 1, "maxLockTTL": "30s"}))
+    // 10s: the commands below set 10s locks (PX within maxLockTTL); the first process is held
+    // for one hold (10.1s + 1s) before it serves.
+    env.create_cluster(NAME, json!({"instances": 1, "maxLockTTL": "10s"}))
         .await;
-    env.wait_ready(NAME, 1, Duration::from_secs(30)).await;
+    env.wait_ready(NAME, 1, Duration::from_secs(40)).await;
     let ip = env.pod_ip(NAME, 0).await;
     let client = env.client_login(NAME).await;
     let admin = env.admin_login(NAME).await;
@@ -327,7 +329,7 @@ async fn pods_pass_restricted_pod_security_and_the_network_policy_follows_the_sp
     let app = json!({"matchLabels": {"app": "checkout"}});
     env.create_cluster(
         NAME,
-        json!({"instances": 2, "maxLockTTL": "30s",
+        json!({"instances": 2, "maxLockTTL": "3s",
                "networkPolicy": {"enabled": true, "clientPodSelector": app}}),
     )
     .await;

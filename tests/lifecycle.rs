@@ -1,5 +1,5 @@
 //! Instance lifecycle on the real control plane with real redis-server processes: fenced at
-//! start, released at once when new, held after a loss, released at `heldUntil`.
+//! start, held in full (also a slot's first process), released at `heldUntil`.
 
 mod support;
 
@@ -32,15 +32,50 @@ fn assert_released_on_time(until: Timestamp, served: Timestamp) {
     );
 }
 
+/// A new cluster's first processes are held in full: nothing the operator can read proves that
+/// no earlier process of the same pod name (an earlier incarnation of the cluster, a status
+/// wiped or restored) granted locks that are still valid.
 #[tokio::test]
-async fn new_cluster_is_available_without_a_hold_and_enforces_its_settings() {
+async fn new_cluster_holds_its_first_processes_in_full_and_enforces_its_settings() {
     let env = Env::start(3).await;
-    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "30s"}))
-        .await;
-    let started = Instant::now();
-    let c = env.wait_ready(NAME, 3, Duration::from_secs(25)).await;
-    // Faster than the 31.3s hold: new slots never held locks, so they are released at once.
-    assert!(started.elapsed() < Duration::from_secs(25));
+    env.create_cluster(NAME, short_spec()).await;
+    let client = env.client_login(NAME).await;
+    // Every member is held first, with the full hold (3.53 s) from when its process was seen.
+    let mut held = vec![];
+    for slot in 0..3 {
+        let (m, until) = wait_held(&env, NAME, slot, "none").await;
+        assert_eq!(m.state, MemberState::Held, "{m:?}");
+        let started = m.hold_started_at.as_ref().expect("holdStartedAt").0;
+        assert!(
+            until.duration_since(started) >= SignedDuration::from_millis(3_530),
+            "{m:?}"
+        );
+        assert!(
+            m.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("first process of the slot"),
+            "{m:?}"
+        );
+        held.push((slot, until));
+    }
+    // A lock client gets in no earlier than heldUntil, and soon after it (all slots watched at
+    // once: their holds end within moments of each other).
+    let mut tries = vec![];
+    for (slot, until) in held {
+        let ip = env.pod_ip(NAME, slot).await;
+        let client = client.clone();
+        tries.push(async move {
+            (
+                until,
+                first_client_write(ip, &client, Duration::from_secs(20)).await,
+            )
+        });
+    }
+    for (until, served) in futures::future::join_all(tries).await {
+        assert_released_on_time(until, served.unwrap());
+    }
+    let c = env.wait_ready(NAME, 3, Duration::from_secs(10)).await;
     let s = c.status.unwrap();
     assert_eq!(
         (s.instances, s.quorum, s.held_instances),

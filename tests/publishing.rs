@@ -93,11 +93,11 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
         );
     }
     let services: Api<Service> = Api::namespaced(env.cp.client(), &ns);
-    let headless = services.get(NAME).await.unwrap();
+    let headless = services.get(&format!("{NAME}-headless")).await.unwrap();
     assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     assert_eq!(
         resolver
-            .resolve(&format!("{NAME}.{ns}.svc:6379"))
+            .resolve(&format!("{NAME}-headless.{ns}.svc:6379"))
             .await
             .unwrap()
             .len(),
@@ -264,7 +264,8 @@ async fn ttl_audit_flags_keys_that_outlive_max_lock_ttl_and_clears() {
 #[tokio::test]
 async fn a_spec_the_schema_cannot_refuse_is_reported_and_nothing_running_is_touched() {
     let env = Env::start(5).await;
-    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "30s"}))
+    // Short TTL: every first process is held once before the cluster is Available.
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "3s"}))
         .await;
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
     let uids = pod_uids(&env).await;

@@ -35,6 +35,13 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_instances: Option<i32>,
 
+    /// The hold the operator applies now, and the maxLockTTL it was computed from. This is the
+    /// longest TTL a client may still be using, which is not always `spec.maxLockTTL`: a raise
+    /// applies at once, a lowering only once every lock taken under the old value has expired,
+    /// and a spec the operator rejects changes nothing here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldPolicy>,
+
     /// Where the members run and how many node or zone failures leave a quorum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domains: Option<FailureDomains>,
@@ -52,6 +59,39 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The hold rule's parameters in force (`status.hold`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldPolicy {
+    /// The maxLockTTL holds are computed from: the longest TTL a client may still use.
+    #[serde(rename = "maxLockTTL")]
+    pub max_lock_ttl: kube::core::Duration,
+
+    /// The clock drift factor of the last accepted spec.
+    pub clock_drift_factor: f64,
+
+    /// The hold margin of the last accepted spec.
+    pub hold_margin: kube::core::Duration,
+
+    /// How long an instance that lost its keys is held:
+    /// maxLockTTL + ceil(maxLockTTL x clockDriftFactor) + holdMargin.
+    pub duration: kube::core::Duration,
+
+    /// The maxLockTTL clients are told (`<name>-endpoints`, key `maxLockTTL`), as last seen by
+    /// the operator; absent until it has been published.
+    #[serde(
+        default,
+        rename = "publishedMaxLockTTL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub published_max_lock_ttl: Option<kube::core::Duration>,
+
+    /// While the published maxLockTTL is lower than the one in force: when the lower value
+    /// takes effect (every lock taken under an older, longer TTL has expired by then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lowers_at: Option<MicroTime>,
 }
 
 /// Placement of the members over failure domains.
@@ -105,6 +145,12 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_until: Option<MicroTime>,
 
+    /// While Held or Lost: when the running hold started (the observation it counts from).
+    /// `heldUntil` is never earlier than this plus the hold in force, so raising maxLockTTL
+    /// lengthens running holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_started_at: Option<MicroTime>,
+
     /// When the member entered its current state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<MicroTime>,
@@ -125,6 +171,7 @@ impl MemberStatus {
             run_id: None,
             container_id: None,
             held_until: None,
+            hold_started_at: None,
             since: None,
             message: None,
         }
@@ -143,4 +190,11 @@ pub enum MemberState {
     /// The released process is gone and no replacement is up yet; the hold runs from when
     /// the loss was observed.
     Lost,
+}
+
+impl MemberState {
+    /// Whether the state carries a hold (`heldUntil`): the slot may not serve clients yet.
+    pub fn is_holding(self) -> bool {
+        matches!(self, MemberState::Held | MemberState::Lost)
+    }
 }

@@ -1,4 +1,4 @@
-//! What lock clients are configured from (DESIGN §4): the `<name>-endpoints` ConfigMap and the
+//! What lock clients are configured from (docs/design.md §4): the `<name>-endpoints` ConfigMap and the
 //! addresses in the `<name>-client` Secret. Clients must be given **all N** stable addresses
 //! and compute the quorum from N, never from the servers that happen to be up, so `servers`
 //! and `urls` always list every slot, held or not.
@@ -13,6 +13,9 @@ use kube::api::ObjectMeta;
 use super::names::{REDIS_PORT, cluster_labels, endpoints_config_map_name, slot_name};
 use crate::crd::RedlockCluster;
 use crate::status::quorum;
+
+/// Key of the `<name>-endpoints` ConfigMap that tells clients the maxLockTTL in milliseconds.
+pub const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";
 
 /// Stable `host:port` of a slot: its Service's cluster DNS name. `<svc>.<ns>.svc` resolves
 /// from every namespace with the default pod DNS search path, whatever the cluster domain.
@@ -71,7 +74,7 @@ pub fn endpoints_config_map(cluster: &RedlockCluster, ready_slots: &[i32]) -> Co
             ("maxLockTTL".to_owned(), cluster.spec.max_lock_ttl.to_string()),
             // Most clients take the TTL in milliseconds; spare them parsing a duration.
             (
-                "maxLockTTLMillis".to_owned(),
+                MAX_LOCK_TTL_MILLIS.to_owned(),
                 Duration::from(cluster.spec.max_lock_ttl).as_millis().to_string(),
             ),
             ("ready".to_owned(), lines(&ready)),

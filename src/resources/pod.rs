@@ -288,26 +288,32 @@ fn placement(
     };
     let mut affinity = cluster.spec.scheduling.affinity.clone().unwrap_or_default();
     let mut spread = vec![];
+    let one_per_node = |affinity: &mut Affinity, selector: LabelSelector| {
+        affinity
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                label_selector: Some(selector),
+                topology_key: HOSTNAME_KEY.into(),
+                ..Default::default()
+            });
+    };
     match cluster.spec.scheduling.spread {
-        Spread::Host => {
-            let anti = affinity
-                .pod_anti_affinity
-                .get_or_insert_with(PodAntiAffinity::default);
-            anti.required_during_scheduling_ignored_during_execution
-                .get_or_insert_with(Vec::new)
-                .push(PodAffinityTerm {
-                    label_selector: Some(selector),
-                    topology_key: HOSTNAME_KEY.into(),
-                    ..Default::default()
-                });
+        Spread::Host => one_per_node(&mut affinity, selector),
+        // Even over zones, and never two on one node: a zone spread alone would let the
+        // scheduler put two members of one zone on the same node.
+        Spread::Zone => {
+            one_per_node(&mut affinity, selector.clone());
+            spread.push(TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: ZONE_KEY.into(),
+                when_unsatisfiable: "DoNotSchedule".into(),
+                label_selector: Some(selector),
+                ..Default::default()
+            });
         }
-        Spread::Zone => spread.push(TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: ZONE_KEY.into(),
-            when_unsatisfiable: "DoNotSchedule".into(),
-            label_selector: Some(selector),
-            ..Default::default()
-        }),
         Spread::None => {}
     }
     let empty = affinity.node_affinity.is_none()
@@ -516,6 +522,16 @@ mod tests {
             spec.topology_spread_constraints.unwrap()[0].topology_key,
             "topology.kubernetes.io/zone"
         );
+        // And one per node, as with `host`.
+        let terms = spec
+            .affinity
+            .unwrap()
+            .pod_anti_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(terms.len(), 1);
+        assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
         let n = pod(
             &cluster(json!({"maxLockTTL": "30s", "scheduling": {"spread": "none"}})),
             0,

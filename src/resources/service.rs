@@ -32,16 +32,23 @@ pub fn slot_service(cluster: &RedlockCluster, slot: i32) -> Service {
     )
 }
 
-/// `<cluster>`: headless, every serving member, for discovery (DNS A records per Ready pod).
+/// `<cluster>-headless`: headless, every serving member, for discovery (DNS A records per
+/// Ready pod). Not `<cluster>`: that is slot k's Service name of a cluster named `<cluster>`
+/// minus a `-k` suffix (the headless Service of `locks-1` would be slot 1's of `locks`).
+/// `-headless` cannot collide: a slot Service name ends in digits.
 pub fn headless_service(cluster: &RedlockCluster) -> Service {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     service(
         cluster,
-        name.clone(),
+        headless_service_name(&name),
         cluster_labels(&name),
         selector(&name),
         Some("None".into()),
     )
+}
+
+pub fn headless_service_name(cluster: &str) -> String {
+    format!("{cluster}-headless")
 }
 
 /// The slot a Service of this operator serves, if it is a per-slot Service.
@@ -127,7 +134,7 @@ mod tests {
     #[test]
     fn headless_service_selects_every_member() {
         let s = headless_service(&cluster());
-        assert_eq!(s.metadata.name.as_deref(), Some("locks"));
+        assert_eq!(s.metadata.name.as_deref(), Some("locks-headless"));
         assert_eq!(service_slot(&s), None);
         let spec = s.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));

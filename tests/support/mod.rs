@@ -269,3 +269,106 @@ pub async fn wait_held(env: &Env, name: &str, slot: i32, old_run: &str) -> (Memb
     })
     .await
 }
+
+/// One Redlock acquisition as the reference clients make it: `SET key value NX PX ttl` on
+/// every address, a success when a majority took it within the TTL (minus 1 % drift); on
+/// failure, the partial locks are released again (compare-and-delete). Returns how many
+/// instances granted the lock and whether that made a valid Redlock lock.
+pub async fn redlock_attempt(
+    ips: &[IpAddr],
+    login: &Login,
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> (usize, bool) {
+    let started = Instant::now();
+    let tries = ips.iter().map(|ip| lock(*ip, login, key, value, ttl));
+    let granted: Vec<IpAddr> = futures::future::join_all(tries)
+        .await
+        .into_iter()
+        .zip(ips)
+        .filter_map(|(r, ip)| matches!(r, Ok(true)).then_some(*ip))
+        .collect();
+    let drift = ttl / 100 + Duration::from_millis(2);
+    let valid = granted.len() > ips.len() / 2 && started.elapsed() + drift < ttl;
+    if !valid {
+        for ip in &granted {
+            if let Ok(mut c) = connect(*ip, login).await {
+                let _: redis::RedisResult<i64> = redis::cmd("EVAL")
+                    .arg(r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#)
+                    .arg(1)
+                    .arg(key)
+                    .arg(value)
+                    .query_async(&mut c)
+                    .await;
+            }
+        }
+    }
+    (granted.len(), valid)
+}
+
+impl Env {
+    /// The current pod IP of every slot `0..n` that has one.
+    pub async fn member_ips(&self, name: &str, n: i32) -> Vec<IpAddr> {
+        let mut ips = vec![];
+        for slot in 0..n {
+            if let Ok(pod) = self.pods().get(&format!("{name}-{slot}")).await
+                && let Some(ip) = pod.status.and_then(|s| s.pod_ip).and_then(|ip| ip.parse().ok())
+            {
+                ips.push(ip);
+            }
+        }
+        ips
+    }
+
+    /// A second client tries, every 50 ms until `until`, to take a Redlock lock on `key` over
+    /// all N members while the first holder's lock is still valid: panics if it ever gets one.
+    /// Returns how many attempts were made.
+    pub async fn no_second_holder_until(
+        &self,
+        name: &str,
+        n: i32,
+        key: &str,
+        ttl: Duration,
+        until: Instant,
+    ) -> usize {
+        let login = self.client_login(name).await;
+        let mut attempts = 0;
+        while Instant::now() < until {
+            let ips = self.member_ips(name, n).await;
+            let (granted, valid) = redlock_attempt(&ips, &login, key, "second-holder", ttl).await;
+            attempts += 1;
+            assert!(
+                !valid || Instant::now() >= until,
+                "a second client got a majority ({granted} of {n}) {:?} before the first lock expired",
+                until.saturating_duration_since(Instant::now())
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        attempts
+    }
+
+    /// The cluster's `status.hold`, once `f` accepts it.
+    pub async fn wait_hold(
+        &self,
+        name: &str,
+        what: &str,
+        f: impl Fn(&redlock_operator::crd::HoldPolicy) -> bool,
+    ) -> redlock_operator::crd::HoldPolicy {
+        wait_for(what, Duration::from_secs(20), async || {
+            let c = self.cluster(name).await;
+            Ok(c.status.and_then(|s| s.hold).filter(|h| f(h)))
+        })
+        .await
+    }
+
+    /// Whether an event with `reason` was published in the namespace.
+    pub async fn has_event(&self, reason: &str) -> bool {
+        let list: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.cp.client(), &self.ns)
+                .list(&Default::default())
+                .await
+                .unwrap();
+        list.items.iter().any(|e| e.reason.as_deref() == Some(reason))
+    }
+}

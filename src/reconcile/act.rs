@@ -1,0 +1,140 @@
+//! Acting on a decision that is on record: events, the endpoints clients read, pods, fences
+//! and releases, in that order.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use super::inputs::Inputs;
+use super::persist::OnRecord;
+use crate::apply;
+use crate::context::Context;
+use crate::crd::{MemberStatus, RedlockCluster};
+use crate::error::Result;
+use crate::events;
+use crate::observe::SlotObservation;
+use crate::resources::names::slot_name;
+use crate::resources::{endpoints, pod};
+use crate::status;
+
+/// What acting came to.
+pub struct Acted {
+    /// Some process was released: its readiness is worth a look soon.
+    pub released: bool,
+}
+
+pub async fn act(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+    observed: &BTreeMap<i32, SlotObservation>,
+    on_record: OnRecord,
+    now: Timestamp,
+) -> Result<Acted> {
+    let d = on_record.decision();
+    let access = &inputs.access;
+    let name = cluster.name_any();
+    ctx.metrics
+        .observe_members(ns, &name, &d.status.members, cluster.spec.instances, now);
+    if let Some(keys) = d.ttl_violations {
+        ctx.metrics.ttl_violations(ns, &name, keys);
+    }
+    super::publish_condition_changes(ctx, cluster, &d.status).await;
+    for (change, message) in &d.cluster_events {
+        tracing::info!(reason = change.reason(), "{message}");
+        events::publish_for_cluster(&ctx.recorder, cluster, change.reason(), message.clone(), false).await;
+    }
+    for e in &d.plan.events {
+        if e.reason == "InstanceLost" {
+            ctx.metrics.instance_lost(ns, &name);
+        }
+        tracing::info!(slot = e.slot, reason = e.reason, "{}", e.message);
+        events::publish_for_slot(
+            &ctx.recorder,
+            cluster,
+            e.slot,
+            e.reason,
+            e.message.clone(),
+            e.warning,
+        )
+        .await;
+    }
+
+    if inputs.accepted() {
+        let serving = status::serving_slots(&d.status.members, observed, cluster.spec.instances);
+        let desired_cm = endpoints::endpoints_config_map(cluster, &serving);
+        let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+        if let Err(e) = apply::apply_if_changed(&cm_api, &ctx.config_maps, desired_cm).await {
+            // Reported like any other child; fences and releases below must still happen.
+            tracing::warn!(error = %e, "endpoints ConfigMap not applied");
+        }
+    }
+
+    for (slot, run_id) in &d.plan.fences {
+        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
+            continue;
+        };
+        // A fence only ever shuts clients out; no leadership check could make it unsafe, but
+        // a replica that lost the lease should not act at all.
+        ctx.leadership.check()?;
+        match access.fence(ip, run_id).await {
+            Ok(()) => tracing::warn!(slot, %run_id, "fenced again"),
+            // The next probe sees it still serving and fences again.
+            Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
+        }
+    }
+    let mut released = false;
+    for (slot, run_id) in &d.plan.releases {
+        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
+            continue;
+        };
+        // No release once the lease may have passed to another process. The check is a point
+        // in time: a release already under way can still land a little later. That is safe on
+        // its own, because a release names the run_id whose hold ended and is sent on the
+        // connection that just read that run_id, so it can never free a newer process.
+        ctx.leadership.check()?;
+        match access.release(ip, run_id).await {
+            Ok(()) => {
+                released = true;
+                let previous = cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.members.as_slice())
+                    .unwrap_or_default();
+                ctx.metrics.released(ns, &name, hold_length(previous, *slot, now));
+                let msg = format!(
+                    "{}: released process {run_id} to lock clients",
+                    slot_name(&name, *slot)
+                );
+                tracing::info!(slot, "{msg}");
+                events::publish_for_slot(&ctx.recorder, cluster, *slot, "InstanceReleased", msg, false).await;
+            }
+            // Not an error of the reconcile: the next observation decides (a lost process
+            // becomes a hold; an unreachable one is retried).
+            Err(e) => tracing::warn!(slot, error = %e, "release not done"),
+        }
+    }
+    // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
+    // fences and releases above from happening.
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.leadership.check()?;
+    for slot in &d.plan.create_pods {
+        apply::create_pod(&pods, &pod::pod(cluster, *slot)).await?;
+    }
+    for slot in &d.plan.delete_pods {
+        let uid = observed.get(slot).and_then(|o| o.pod_uid.as_deref());
+        apply::delete(&pods, &slot_name(&name, *slot), uid).await?;
+    }
+    Ok(Acted { released })
+}
+
+/// How long the hold that a release of `slot` ends lasted: from its (last) start to now.
+fn hold_length(previous: &[MemberStatus], slot: i32, now: Timestamp) -> Option<f64> {
+    let m = previous.iter().find(|m| m.slot == slot && m.state.is_holding())?;
+    let started = m.hold_started_at.as_ref()?.0;
+    Some(now.duration_since(started).as_secs_f64().max(0.0))
+}

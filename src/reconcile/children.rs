@@ -1,0 +1,138 @@
+//! Applying the cluster's child objects other than pods: Secrets, redis.conf, Services, the
+//! PodDisruptionBudget and the NetworkPolicy. A failure here is reported, never fatal: holds,
+//! releases and the status write go on, because a quota or a webhook refusing a Service must
+//! not keep a held member from being released.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+
+use super::inputs::Inputs;
+use crate::apply;
+use crate::context::Context;
+use crate::crd::RedlockCluster;
+use crate::error::{Error, Result};
+use crate::resources::names::LABEL_INSTANCE;
+use crate::resources::{config, network_policy, pdb, secrets, service};
+
+/// What applying the children came to.
+#[derive(Debug, Default, Clone)]
+pub struct ChildrenReport {
+    /// Names taken by objects another owner controls.
+    pub conflicts: Vec<String>,
+    /// Other failures.
+    pub problems: Vec<String>,
+    /// The ACL Secret, the credentials and redis.conf are this cluster's own and current: only
+    /// then may pods be created (a pod would otherwise mount someone else's files).
+    pub config_ready: bool,
+}
+
+impl ChildrenReport {
+    /// Records the outcome of one apply; a lost leadership stops the reconcile.
+    fn record(&mut self, outcome: Result<bool>) -> Result<bool> {
+        match outcome {
+            Ok(_) => Ok(true),
+            Err(Error::NotLeader) => Err(Error::NotLeader),
+            Err(e @ Error::OwnedByOther { .. }) => {
+                self.conflicts.push(e.to_string());
+                Ok(false)
+            }
+            Err(e) => {
+                self.problems.push(e.to_string());
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Applies every child; with a rejected spec, none (nothing that runs is changed).
+pub async fn apply(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+) -> Result<ChildrenReport> {
+    let mut report = ChildrenReport::default();
+    if !inputs.accepted() {
+        return Ok(report);
+    }
+    ctx.leadership.check()?;
+    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let mut config_ready = true;
+    for desired in [
+        secrets::admin_secret(cluster, &inputs.credentials),
+        secrets::client_secret(cluster, &inputs.credentials),
+        secrets::acl_secret(cluster, &inputs.credentials),
+    ] {
+        config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, desired).await)?;
+    }
+    let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    config_ready &= report
+        .record(apply::apply_if_changed(&cm_api, &ctx.config_maps, config::config_map(cluster)).await)?;
+    report.config_ready = config_ready;
+
+    let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let desired = (0..cluster.spec.instances)
+        .map(|slot| service::slot_service(cluster, slot))
+        .chain([service::headless_service(cluster)]);
+    for svc in desired {
+        report.record(apply::apply_if_changed(&svc_api, &ctx.services, svc).await)?;
+    }
+    for name in retired_services(ctx, cluster, ns) {
+        report.record(apply::delete(&svc_api, &name, None).await)?;
+    }
+    let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
+    let desired = pdb::pod_disruption_budget(cluster);
+    report.record(apply::apply_if_changed(&pdb_api, &ctx.pod_disruption_budgets, desired).await)?;
+    report.record(apply_network_policy(ctx, cluster, ns).await)?;
+    Ok(report)
+}
+
+/// This cluster's Services that are no longer wanted: slots at or above N, and the headless
+/// Service under its old name `<cluster>` (it is `<cluster>-headless` now, because `<cluster>`
+/// is slot k's Service name of a cluster named like `<cluster>` minus a `-k` suffix).
+fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Vec<String> {
+    let name = cluster.name_any();
+    let owner = service::headless_service(cluster);
+    ctx.services
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.namespace().as_deref() == Some(ns)
+                && s.labels().get(LABEL_INSTANCE) == Some(&name)
+                && apply::ownership(s.as_ref(), &owner) == apply::Ownership::Ours
+        })
+        .filter(|s| match service::service_slot(s) {
+            Some(slot) => slot >= cluster.spec.instances,
+            None => s.name_any() == name,
+        })
+        .map(|s| s.name_any())
+        .collect()
+}
+
+/// The NetworkPolicy when the spec enables one; deleted (if this cluster made it) when not.
+async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<bool> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    match network_policy::network_policy(cluster, ctx.operator_namespace.as_deref()) {
+        Some(desired) => apply::apply_if_changed(&api, &ctx.network_policies, desired).await,
+        None => {
+            let name = network_policy::network_policy_name(&cluster.name_any());
+            let ours = ctx
+                .network_policies
+                .get(&ObjectRef::new(&name).within(ns))
+                .filter(|np| np.labels().get(LABEL_INSTANCE) == Some(&cluster.name_any()))
+                .filter(|np| {
+                    np.owner_references()
+                        .iter()
+                        .any(|o| Some(&o.uid) == cluster.meta().uid.as_ref())
+                });
+            match ours {
+                Some(np) => apply::delete(&api, &name, np.uid().as_deref()).await,
+                None => Ok(false),
+            }
+        }
+    }
+}

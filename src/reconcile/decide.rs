@@ -1,0 +1,380 @@
+//! The decision of one reconcile, from what was read and observed: the status to persist, the
+//! pod changes, fences, releases and events that follow, and when to look again. Pure; the
+//! clock is an argument.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::children::ChildrenReport;
+use super::observation::Observation;
+use crate::crd::{RedlockCluster, RedlockClusterStatus};
+use crate::hold_policy::{self, Change};
+use crate::observe::PodState;
+use crate::plan::{MemberEvent, Plan, PlanInput, plan};
+use crate::resources::names::slot_name;
+use crate::validate::Rejection;
+use crate::{hold, rollout, status};
+
+/// Everything one reconcile will do, decided before anything is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The status to persist first (write-ahead).
+    pub status: RedlockClusterStatus,
+    /// Pod creations and deletions, fences, releases and member events, acted on only once
+    /// `status` is on record.
+    pub plan: Plan,
+    /// Events about the cluster as a whole (the maxLockTTL in force).
+    pub cluster_events: Vec<(Change, String)>,
+    /// The hold in force.
+    pub hold: Duration,
+    /// When to look again (a release shortens it further, see `act`).
+    pub requeue: Duration,
+    /// Keys the TTL audit found breaking the policy, once it has swept a member.
+    pub ttl_violations: Option<u64>,
+}
+
+/// What `decide` needs besides the cluster and the clock.
+pub struct Facts<'a> {
+    pub rejections: &'a [Rejection],
+    pub children: &'a ChildrenReport,
+    pub observation: &'a Observation,
+    pub probe_period: Duration,
+}
+
+pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> Decision {
+    let accepted = facts.rejections.is_empty();
+    let obs = facts.observation;
+    let previous = cluster.status.clone().unwrap_or_default();
+    let policy = hold_policy::next(
+        previous.hold.as_ref(),
+        &cluster.spec,
+        accepted,
+        obs.published_ttl,
+        now,
+    );
+    let hold = hold_policy::hold_of(&policy.policy);
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut plan = plan(
+        &PlanInput {
+            cluster: &name,
+            instances: cluster.spec.instances,
+            members: &previous.members,
+            now,
+            hold,
+        },
+        &obs.slots,
+    );
+    rollout::pace_scaling(
+        cluster.spec.instances,
+        &previous.members,
+        &plan.members,
+        &obs.slots,
+        &mut plan.create_pods,
+        &mut plan.delete_pods,
+    );
+    let rollout = rollout::decide(
+        cluster.spec.instances,
+        &plan.members,
+        &obs.slots,
+        &rollout::spec_hash(&cluster.spec),
+    );
+    if !accepted {
+        // A rejected spec changes nothing that runs.
+        plan.create_pods.clear();
+        plan.delete_pods.clear();
+    } else if let Some(slot) = rollout.replace {
+        // The hold starts when the old process is observed gone, as for any other loss.
+        plan.delete_pods.push(slot);
+        plan.events.push(MemberEvent {
+            slot,
+            reason: "RollingReplacement",
+            message: format!(
+                "{}: replacing for a spec change ({} left); the new process is held for {hold:?}",
+                slot_name(&name, slot),
+                rollout.outdated.len(),
+            ),
+            warning: false,
+        });
+    }
+    if !facts.children.config_ready {
+        // A new pod would mount an ACL file and config that are not (or not yet) ours.
+        plan.create_pods.clear();
+    }
+
+    let mut conflicts = facts.children.conflicts.clone();
+    conflicts.extend(obs.slots.iter().filter_map(|(slot, o)| match &o.pod {
+        PodState::Foreign { owner } => Some(format!("pod {} is {owner}", slot_name(&name, *slot))),
+        _ => None,
+    }));
+    let findings = status::Findings {
+        rejections: facts.rejections.to_vec(),
+        ttl: obs.ttl.clone(),
+        max_lock_ttl: policy.policy.max_lock_ttl.to_string(),
+        hold: Some(policy.policy.clone()),
+        conflicts,
+        apply_problems: facts.children.problems.clone(),
+        rollout,
+        failure_domains: Some(obs.failure_domains.clone()),
+    };
+    let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
+    let requeue = requeue(&plan, &policy.policy, facts.probe_period, obs.next_audit, now);
+    Decision {
+        status,
+        plan,
+        cluster_events: policy.changes,
+        hold,
+        requeue,
+        ttl_violations: obs.ttl.as_ref().map(|r| r.violations),
+    }
+}
+
+/// When to look again: exactly when the next hold ends or a lowered maxLockTTL takes effect,
+/// soon while a process is awaited, otherwise at the next probe or audit period.
+fn requeue(
+    plan: &Plan,
+    policy: &crate::crd::HoldPolicy,
+    probe_period: Duration,
+    next_audit: Duration,
+    now: Timestamp,
+) -> Duration {
+    let mut after = probe_period.min(next_audit);
+    if let Some(hold_end) = plan.next_hold_end {
+        after = after.min(hold_end);
+    }
+    if let Some(at) = &policy.lowers_at {
+        after = after.min(hold::remaining(now, at.0).max(Duration::from_millis(1)));
+    }
+    if plan.awaiting_process || !plan.fences.is_empty() {
+        after = after.min(Duration::from_millis(100));
+    }
+    after
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::crd::{FailureDomains, MemberState, RedlockClusterSpec};
+    use crate::observe::{RedisInfo, SlotObservation};
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn cluster(spec: serde_json::Value) -> RedlockCluster {
+        let spec: RedlockClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut c = RedlockCluster::new("locks", spec);
+        c.metadata.namespace = Some("team".into());
+        c.metadata.uid = Some("u1".into());
+        c.metadata.generation = Some(1);
+        c
+    }
+
+    fn observation(slots: BTreeMap<i32, SlotObservation>, published_ms: Option<u64>) -> Observation {
+        Observation {
+            slots,
+            ttl: None,
+            next_audit: Duration::from_secs(10),
+            failure_domains: FailureDomains::default(),
+            published_ttl: published_ms.map(Duration::from_millis),
+        }
+    }
+
+    fn running(run: &str, enabled: bool) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: Some(format!("c-{run}")),
+                ready: enabled,
+                terminating: false,
+            },
+            redis: Some(RedisInfo {
+                run_id: run.into(),
+                version: "7.0.15".into(),
+                client_enabled: enabled,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn decide_at(
+        c: &RedlockCluster,
+        obs: &Observation,
+        children: &ChildrenReport,
+        rejections: &[Rejection],
+        now: Timestamp,
+    ) -> Decision {
+        decide(
+            c,
+            &Facts {
+                rejections,
+                children,
+                observation: obs,
+                probe_period: Duration::from_secs(1),
+            },
+            now,
+        )
+    }
+
+    fn ready_children() -> ChildrenReport {
+        ChildrenReport {
+            config_ready: true,
+            ..Default::default()
+        }
+    }
+
+    /// Runs the cluster forward: the decision's status becomes the stored status.
+    fn persist(c: &mut RedlockCluster, d: &Decision) {
+        c.status = Some(d.status.clone());
+    }
+
+    #[test]
+    fn a_new_cluster_holds_its_first_processes_in_full() {
+        let mut c = cluster(
+            serde_json::json!({"instances": 3, "maxLockTTL": "30s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
+        );
+        let d = decide_at(
+            &c,
+            &observation(BTreeMap::new(), None),
+            &ready_children(),
+            &[],
+            at(100),
+        );
+        assert_eq!(d.plan.create_pods, vec![0, 1, 2]);
+        persist(&mut c, &d);
+        let up = (0..3).map(|s| (s, running(&format!("r{s}"), false))).collect();
+        let d = decide_at(
+            &c,
+            &observation(up, Some(30_000)),
+            &ready_children(),
+            &[],
+            at(101),
+        );
+        assert!(d.plan.releases.is_empty(), "{:?}", d.plan.releases);
+        for m in &d.status.members {
+            assert_eq!(m.state, MemberState::Held, "{m:?}");
+            assert_eq!(m.held_until.as_ref().unwrap().0, at(131));
+        }
+        assert_eq!(d.requeue, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn children_not_ready_create_no_pods_but_holds_and_status_go_on() {
+        let c = cluster(serde_json::json!({"instances": 1, "maxLockTTL": "30s"}));
+        let children = ChildrenReport {
+            conflicts: vec![
+                "Secret locks-acl exists and is controlled by RedlockCluster locks (uid u0)".into(),
+            ],
+            config_ready: false,
+            ..Default::default()
+        };
+        let d = decide_at(&c, &observation(BTreeMap::new(), None), &children, &[], at(100));
+        assert!(d.plan.create_pods.is_empty());
+        let cond = d
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == status::OWNERSHIP_CONFLICT)
+            .unwrap();
+        assert_eq!(cond.status, "True");
+        assert!(cond.message.contains("locks-acl"), "{}", cond.message);
+    }
+
+    #[test]
+    fn a_rejected_lowering_never_shortens_holds() {
+        // In force 30s; one slot lost at 100. The user lowers to 3s in a rejected spec.
+        let mut c = cluster(
+            serde_json::json!({"instances": 1, "maxLockTTL": "30s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
+        );
+        let d = decide_at(
+            &c,
+            &observation(BTreeMap::from([(0, running("a", false))]), Some(30_000)),
+            &ready_children(),
+            &[],
+            at(90),
+        );
+        persist(&mut c, &d);
+        let d = decide_at(
+            &c,
+            &observation(BTreeMap::from([(0, running("a", false))]), Some(30_000)),
+            &ready_children(),
+            &[],
+            at(121),
+        );
+        assert_eq!(d.plan.releases, vec![(0, "a".into())]);
+        persist(&mut c, &d);
+        c.spec.max_lock_ttl = Duration::from_secs(3).into();
+        let rejected = [Rejection {
+            field: "spec.resources".into(),
+            message: "request above limit".into(),
+        }];
+        let d = decide_at(
+            &c,
+            &observation(BTreeMap::from([(0, running("b", false))]), Some(30_000)),
+            &ready_children(),
+            &rejected,
+            at(200),
+        );
+        let m = &d.status.members[0];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(
+            m.held_until.as_ref().unwrap().0,
+            at(230),
+            "the 30s in force, not 3s"
+        );
+        assert_eq!(
+            d.status.hold.as_ref().unwrap().max_lock_ttl,
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn a_raise_lengthens_a_running_hold_from_its_start() {
+        let mut c = cluster(
+            serde_json::json!({"instances": 1, "maxLockTTL": "10s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
+        );
+        let obs = |run: &str| observation(BTreeMap::from([(0, running(run, false))]), Some(10_000));
+        let d = decide_at(&c, &obs("a"), &ready_children(), &[], at(100));
+        persist(&mut c, &d);
+        assert_eq!(d.status.members[0].held_until.as_ref().unwrap().0, at(110));
+        c.spec.max_lock_ttl = Duration::from_secs(60).into();
+        let d = decide_at(&c, &obs("a"), &ready_children(), &[], at(105));
+        assert_eq!(d.status.members[0].held_until.as_ref().unwrap().0, at(160));
+        assert_eq!(
+            d.cluster_events.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+            [Change::Raised]
+        );
+        assert!(d.plan.releases.is_empty());
+    }
+
+    #[test]
+    fn a_pending_lowering_is_looked_at_when_it_takes_effect() {
+        let mut c = cluster(
+            serde_json::json!({"instances": 1, "maxLockTTL": "30s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
+        );
+        let obs = |ms| observation(BTreeMap::from([(0, running("a", true))]), Some(ms));
+        let d = decide_at(&c, &obs(30_000), &ready_children(), &[], at(100));
+        persist(&mut c, &d);
+        c.spec.max_lock_ttl = Duration::from_secs(3).into();
+        let d = decide_at(&c, &obs(3_000), &ready_children(), &[], at(100));
+        assert_eq!(
+            d.status.hold.as_ref().unwrap().lowers_at.as_ref().unwrap().0,
+            at(130)
+        );
+        let probe_far = decide(
+            &c,
+            &Facts {
+                rejections: &[],
+                children: &ready_children(),
+                observation: &Observation {
+                    next_audit: Duration::from_secs(600),
+                    ..obs(3_000)
+                },
+                probe_period: Duration::from_secs(600),
+            },
+            at(100),
+        );
+        assert_eq!(probe_far.requeue, Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,120 @@
+//! What a reconcile reads before it can look at the instances: the spec's validity, the
+//! credentials, and the TLS CA the operator's connections trust.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::apply::{Ownership, ownership};
+use crate::context::Context;
+use crate::crd::RedlockCluster;
+use crate::error::{Error, Result};
+use crate::events;
+use crate::redis_admin::AdminAccess;
+use crate::resources::config;
+use crate::resources::names::{ADMIN_USER, REDIS_PORT, admin_secret_name, client_secret_name};
+use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
+use crate::validate::{self, Rejection};
+
+pub struct Inputs {
+    /// Why the spec cannot be acted on; empty when it is accepted.
+    pub rejections: Vec<Rejection>,
+    pub credentials: Credentials,
+    pub access: AdminAccess,
+}
+
+impl Inputs {
+    pub fn accepted(&self) -> bool {
+        self.rejections.is_empty()
+    }
+}
+
+pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Inputs> {
+    let rejections = validate::validate(&cluster.spec);
+    let credentials = credentials(ctx, cluster, ns).await?;
+    let tls_ca = match tls_ca(ctx, cluster, ns).await {
+        // Without the CA nothing can be probed or released safely, so the reconcile stops
+        // here; say why where the user looks (`kubectl describe`), not only in our log.
+        Err(e @ Error::TlsSecret(_)) => {
+            let note = format!("{e}; no instance is probed, released or replaced until it is fixed");
+            events::publish_for_cluster(&ctx.recorder, cluster, "TLSSecretInvalid", note, true).await;
+            return Err(e);
+        }
+        other => other?,
+    };
+    let access = AdminAccess {
+        admin_user: ADMIN_USER.into(),
+        admin_password: credentials.admin_password.clone(),
+        client_user: client_user(cluster).into(),
+        port: REDIS_PORT,
+        timeout: ctx.probe_timeout,
+        tls_ca,
+    };
+    Ok(Inputs {
+        rejections,
+        credentials,
+        access,
+    })
+}
+
+/// The CA of `spec.tls.secretName`, which the operator's connections trust. Read from the API
+/// each time (the Secret is the user's, not labelled as the operator's, so not cached): a
+/// read, never a write. Missing means the instances cannot start either; the reconcile fails
+/// and is retried with backoff, and nothing is released meanwhile.
+async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Option<Vec<u8>>> {
+    let Some(tls) = &cluster.spec.tls else {
+        return Ok(None);
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&tls.secret_name)
+        .await?;
+    let ca = secret
+        .and_then(|s| s.data)
+        .and_then(|mut d| d.remove(config::TLS_CA_KEY))
+        .filter(|ca| !ca.0.is_empty())
+        .ok_or_else(|| {
+            Error::TlsSecret(format!(
+                "Secret {ns}/{} has no {}",
+                tls.secret_name,
+                config::TLS_CA_KEY
+            ))
+        })?;
+    Ok(Some(ca.0))
+}
+
+/// Passwords are generated once and then always read back: from the cache, or from the API
+/// when the cache has not caught up, so a lagging cache never rotates them. A Secret this
+/// cluster adopts (an earlier incarnation's, an orphan) keeps its password; one that another
+/// owner controls is not read: it will not be overwritten either, and nothing of ours uses it.
+async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
+    let name = cluster.name_any();
+    let owner = secrets::admin_secret(
+        cluster,
+        &Credentials {
+            admin_password: String::new(),
+            client_password: String::new(),
+        },
+    );
+    let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
+    let admin = ours(cached_or_get(&ctx.secrets, &ctx.client, ns, &admin_secret_name(&name)).await?);
+    let client = ours(cached_or_get(&ctx.secrets, &ctx.client, ns, &client_secret_name(&name)).await?);
+    Ok(Credentials {
+        admin_password: stored_password(admin.as_ref()).unwrap_or_else(generate_password),
+        client_password: stored_password(client.as_ref()).unwrap_or_else(generate_password),
+    })
+}
+
+async fn cached_or_get(
+    store: &Store<Secret>,
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Secret>> {
+    if let Some(s) = store.get(&ObjectRef::new(name).within(ns)) {
+        return Ok(Some((*s).clone()));
+    }
+    Ok(Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?)
+}

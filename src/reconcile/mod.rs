@@ -1,0 +1,162 @@
+//! One reconcile of one RedlockCluster, as a pipeline in the order the safety argument needs:
+//!
+//! 1. guards: caches synced, a fresh read of the cluster, not being deleted;
+//! 2. [`inputs`]: spec validity, credentials, the TLS CA;
+//! 3. [`children`]: Secrets, redis.conf, Services, PDB, NetworkPolicy (failures reported,
+//!    never fatal);
+//! 4. [`observation`]: pods (by name when the cache shows none), probes, TTL audit;
+//! 5. [`decide`]: pure: status, pod changes, fences, releases, events, when to look again;
+//! 6. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`;
+//! 7. [`act`]: needs that `OnRecord`: events, endpoints, pods, fences, releases.
+
+mod act;
+mod children;
+pub mod decide;
+mod inputs;
+mod observation;
+pub mod persist;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+pub use persist::status_patch;
+
+use crate::context::Context;
+use crate::crd::{RedlockCluster, RedlockClusterStatus};
+use crate::error::{Error, Result};
+use crate::{events, status};
+
+pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
+        // An unsynced pod cache looks like "every pod deleted": never plan from it.
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    let _timer = ctx.metrics.reconcile_started();
+    let ns = cached
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(cached.name_any()))?;
+    let api: Api<RedlockCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    // Plan from the stored object, not the cache: the cache may not yet show the status this
+    // operator wrote a moment ago, and planning from an older status could mistake its own
+    // new pods for unknown ones.
+    let Some(cluster) = api.get_opt(&cached.name_any()).await? else {
+        forget(&ctx, &ns, &cached.name_any());
+        return Ok(Action::await_change());
+    };
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // Children go with the owner (garbage collection by owner references).
+        forget(&ctx, &ns, &cluster.name_any());
+        return Ok(Action::await_change());
+    }
+
+    let inputs = inputs::read(&ctx, &cluster, &ns).await?;
+    let children = children::apply(&ctx, &cluster, &ns, &inputs).await?;
+    // The TTL audit compares keys with the maxLockTTL in force before this reconcile.
+    let in_force = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.hold.as_ref())
+        .map_or(cluster.spec.max_lock_ttl, |h| {
+            h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
+        });
+    let observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
+    let now = Timestamp::now();
+    let decision = decide::decide(
+        &cluster,
+        &decide::Facts {
+            rejections: &inputs.rejections,
+            children: &children,
+            observation: &observation,
+            probe_period: ctx.probe_period,
+        },
+        now,
+    );
+    let mut after = decision.requeue;
+    let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
+    let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
+
+    ctx.backoff.succeeded(&ObjectRef::from_obj(&cluster));
+    if acted.released {
+        // Pick up the released pods' readiness soon.
+        after = after.min(Duration::from_millis(300));
+    }
+    Ok(Action::requeue(after))
+}
+
+/// Drops what is kept in memory about a cluster that is gone.
+fn forget(ctx: &Context, ns: &str, name: &str) {
+    ctx.metrics.forget_cluster(ns, name);
+    ctx.ttl_audits
+        .lock()
+        .expect("audit lock is never poisoned")
+        .remove(&format!("{ns}/{name}"));
+}
+
+/// Events for conditions the user must act on, once per change (never once per reconcile:
+/// repeating them would be an API write every period).
+async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desired: &RedlockClusterStatus) {
+    let old = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let find = |list: &[Condition], t: &str| list.iter().find(|c| c.type_ == t).cloned();
+    for (type_, bad_status, bad_reason, good_reason) in [
+        (status::SPEC_ACCEPTED, "False", "SpecRejected", "SpecAccepted"),
+        (
+            status::TTL_POLICY,
+            "False",
+            "TTLPolicyViolated",
+            "TTLPolicyRestored",
+        ),
+        (
+            status::OWNERSHIP_CONFLICT,
+            "True",
+            "OwnershipConflict",
+            "OwnershipConflictResolved",
+        ),
+        (
+            status::CHILDREN_APPLIED,
+            "False",
+            "ChildApplyFailed",
+            "ChildrenApplied",
+        ),
+    ] {
+        let Some(new) = find(&desired.conditions, type_) else {
+            continue;
+        };
+        let before = find(old, type_);
+        let was_bad = before.as_ref().map(|c| c.status == bad_status);
+        let is_bad = new.status == bad_status;
+        let (reason, warning) = match (was_bad, is_bad) {
+            // A changed message of a rejected spec or a conflict is a new problem: tell again.
+            (Some(true), true)
+                if type_ != status::TTL_POLICY
+                    && before.as_ref().map(|c| &c.message) != Some(&new.message) =>
+            {
+                (bad_reason, true)
+            }
+            (Some(true), true) => continue,
+            (_, true) => (bad_reason, true),
+            (Some(true), false) => (good_reason, false),
+            _ => continue,
+        };
+        tracing::info!(reason, "{}", new.message);
+        events::publish_for_cluster(&ctx.recorder, cluster, reason, new.message.clone(), warning).await;
+    }
+}
+
+/// Retry with per-object exponential backoff.
+pub fn error_policy(cluster: Arc<RedlockCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(error);
+    let delay = ctx.backoff.failed(ObjectRef::from_obj(cluster.as_ref()));
+    tracing::warn!(cluster = %cluster.name_any(), ns = ?cluster.namespace(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

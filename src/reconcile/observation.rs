@@ -1,0 +1,185 @@
+//! What exists now for one cluster: its pods (watch cache, then by name for slots the cache
+//! does not show), what each Redis process says, the TTL audit, placement, and what clients
+//! are told. Reads only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::context::Context;
+use crate::crd::{FailureDomains, RedlockCluster};
+use crate::error::Result;
+use crate::observe::{self, PodState, SlotObservation};
+use crate::redis_admin::AdminAccess;
+use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
+use crate::resources::names::{endpoints_config_map_name, slot_name};
+use crate::{failure_domains, ttl_audit};
+
+pub struct Observation {
+    pub slots: BTreeMap<i32, SlotObservation>,
+    /// `None` until the audit has swept a member once.
+    pub ttl: Option<ttl_audit::Report>,
+    /// When the next TTL audit period starts.
+    pub next_audit: Duration,
+    pub failure_domains: FailureDomains,
+    /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
+    /// left by an earlier incarnation of the cluster: its clients were told that).
+    pub published_ttl: Option<Duration>,
+}
+
+pub async fn observe(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    access: &AdminAccess,
+    max_lock_ttl: Duration,
+) -> Result<Observation> {
+    let mut slots = observe::pods_by_slot(cluster, &ctx.pods.state());
+    look_up_missing_by_name(ctx, cluster, ns, &mut slots).await?;
+    probe_all(access, &mut slots).await;
+    let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
+    Ok(Observation {
+        failure_domains: placement(ctx, cluster, &slots),
+        published_ttl: published_ttl(ctx, cluster, ns),
+        slots,
+        ttl,
+        next_audit,
+    })
+}
+
+/// "Pod missing" is decided by name, not by the label-filtered cache: every slot that should
+/// exist or has a record, and that the cache does not show, is looked up with a GET. This costs
+/// requests only while a slot has no pod of ours (creation, replacement, a conflict).
+async fn look_up_missing_by_name(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    slots: &mut BTreeMap<i32, SlotObservation>,
+) -> Result<()> {
+    let name = cluster.name_any();
+    let recorded = cluster
+        .status
+        .iter()
+        .flat_map(|s| s.members.iter().map(|m| m.slot));
+    let unseen: BTreeSet<i32> = (0..cluster.spec.instances)
+        .chain(recorded)
+        .filter(|s| !slots.contains_key(s))
+        .collect();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for slot in unseen {
+        let pod = api.get_opt(&slot_name(&name, slot)).await?;
+        if let Some(o) = observe::by_name(cluster, pod.as_ref()) {
+            slots.insert(slot, o);
+        }
+    }
+    Ok(())
+}
+
+/// Probes every running member in parallel; failures are recorded, not raised.
+async fn probe_all(access: &AdminAccess, observed: &mut BTreeMap<i32, SlotObservation>) {
+    let probes = observed.iter().filter_map(|(slot, o)| {
+        let running = matches!(o.pod, PodState::Running { .. });
+        let ip = o.pod_ip.filter(|_| running)?;
+        Some(async move { (*slot, access.probe(ip).await) })
+    });
+    for (slot, result) in futures::future::join_all(probes).await {
+        let o = observed.get_mut(&slot).expect("probed slots were observed");
+        match result {
+            Ok(info) => o.redis = Some(info),
+            Err(e) => o.redis_error = Some(e),
+        }
+    }
+}
+
+fn published_ttl(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<Duration> {
+    let cm = ctx
+        .config_maps
+        .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns))?;
+    let millis: u64 = cm.data.as_ref()?.get(MAX_LOCK_TTL_MILLIS)?.trim().parse().ok()?;
+    Some(Duration::from_millis(millis))
+}
+
+/// Members per node and zone, from the pods' nodes and the nodes' zone labels.
+fn placement(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> FailureDomains {
+    let member_nodes: BTreeMap<i32, String> = observed
+        .iter()
+        .filter_map(|(slot, o)| Some((*slot, o.node.clone()?)))
+        .collect();
+    let node_zones: BTreeMap<String, String> = ctx
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| member_nodes.values().any(|m| Some(m) == n.metadata.name.as_ref()))
+        .filter_map(|n| {
+            let zone = n.labels().get(failure_domains::ZONE_LABEL)?;
+            Some((n.name_any(), zone.clone()))
+        })
+        .collect();
+    failure_domains::compute(cluster.spec.instances, &member_nodes, &node_zones)
+}
+
+/// One TTL audit period, when due: continues each serving member's `SCAN` for a bounded
+/// number of keys. Returns the cluster's report and when the next period starts. Keys are
+/// checked against the maxLockTTL in force (during a lowering, clients may still use the old
+/// one legitimately).
+async fn audit_ttls(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    access: &AdminAccess,
+    observed: &BTreeMap<i32, SlotObservation>,
+    max_lock_ttl: Duration,
+) -> (Option<ttl_audit::Report>, Duration) {
+    let key = format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    );
+    let serving: Vec<(i32, String, std::net::IpAddr)> = observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let info = o.redis.as_ref().filter(|i| i.client_enabled)?;
+            Some((*slot, info.run_id.clone(), o.pod_ip?))
+        })
+        .filter(|(slot, _, _)| *slot < cluster.spec.instances)
+        .collect();
+    let now = std::time::Instant::now();
+    let cursors = {
+        let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+        let audit = audits
+            .entry(key.clone())
+            .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
+        if !audit.take_due(now, ctx.ttl_audit_period) {
+            let next = audit.next_due.saturating_duration_since(now);
+            return (ttl_audit::report(&audit.members), next);
+        }
+        let ids: Vec<(i32, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
+        audit.retain(&ids)
+    };
+    let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
+        let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
+        Some(async move { (slot, access.sample_ttls(*ip, cursor, ctx.ttl_audit_keys).await) })
+    });
+    let results = futures::future::join_all(samples).await;
+    let max_ms = max_lock_ttl.as_millis() as u64;
+    let name = cluster.name_any();
+    let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+    let audit = audits
+        .entry(key)
+        .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
+    for (slot, result) in results {
+        match (result, audit.members.get_mut(&slot)) {
+            (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
+            (Err(e), _) => tracing::debug!(cluster = %name, slot, error = %e, "TTL audit sample failed"),
+            _ => {}
+        }
+    }
+    (ttl_audit::report(&audit.members), ctx.ttl_audit_period)
+}

@@ -1,0 +1,387 @@
+//! Holds under everyday operations (issue 14), on the real control plane with real
+//! redis-server processes. Each safety test is the way the rule can fail: a first client holds
+//! a lock on a bare majority, an operation plus a crash follows, and a second client tries to
+//! take a majority of its own (SET NX PX on every member, as Redlock clients do) until the
+//! first lock has expired. It must never get one.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+/// Three members, available quickly (the first processes are held for one 2 s hold), then
+/// maxLockTTL raised to `ttl`: a raise applies at once.
+async fn cluster_with_ttl(env: &Env, ttl: &str) {
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    env.patch_spec(NAME, json!({"maxLockTTL": ttl})).await;
+    let want: Duration = ttl.parse::<kube::core::Duration>().unwrap().into();
+    env.wait_hold(NAME, "raise in force and published", |h| {
+        h.max_lock_ttl == want && h.published_max_lock_ttl == Some(want.into())
+    })
+    .await;
+    assert!(env.has_event("MaxLockTTLRaised").await);
+}
+
+/// The first client's lock on `slots`, with `ttl`; returns when it expires at the latest.
+async fn first_lock(env: &Env, slots: &[i32], ttl: Duration) -> Instant {
+    let login = env.client_login(NAME).await;
+    let taken = Instant::now();
+    for slot in slots {
+        let ip = env.pod_ip(NAME, *slot).await;
+        assert!(
+            lock(ip, &login, "orders", "first-holder", ttl).await.unwrap(),
+            "slot {slot}"
+        );
+    }
+    taken + ttl
+}
+
+async fn kill(env: &Env, slot: i32) {
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+        .unwrap();
+}
+
+/// Issue 14, scenario 1: maxLockTTL lowered 10s → 2s while a 10 s lock is held on a bare
+/// majority, then one of its members is killed. The replacement is held with the 10 s still
+/// in force, so no second client gets a majority while the first lock is valid.
+#[tokio::test]
+async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
+    let env = Env::start(3).await;
+    cluster_with_ttl(&env, "10s").await;
+    let expiry = first_lock(&env, &[1, 2], Duration::from_secs(10)).await;
+
+    env.patch_spec(NAME, json!({"maxLockTTL": "2s"})).await;
+    let hold = env
+        .wait_hold(NAME, "lowering published, pending", |h| {
+            h.published_max_lock_ttl == Some(Duration::from_secs(2).into()) && h.lowers_at.is_some()
+        })
+        .await;
+    assert_eq!(hold.max_lock_ttl, Duration::from_secs(10), "{hold:?}");
+    assert!(env.has_event("MaxLockTTLLowering").await);
+    assert_eq!(
+        env.config_map(&format!("{NAME}-endpoints"), "maxLockTTLMillis")
+            .await,
+        "2000"
+    );
+
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    let (m, until) = wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    let started = m.hold_started_at.as_ref().unwrap().0;
+    assert!(
+        until.duration_since(started).as_secs_f64() >= 10.0,
+        "held with the 10s in force: {m:?}"
+    );
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+    assert!(attempts > 20, "{attempts}");
+
+    // Later the lowering takes effect, and the cluster serves again.
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    wait_for("lowered value in force", Duration::from_secs(20), async || {
+        let h = env.cluster(NAME).await.status.and_then(|s| s.hold);
+        Ok(h.filter(|h| h.max_lock_ttl == Duration::from_secs(2) && h.lowers_at.is_none()))
+    })
+    .await;
+    assert!(env.has_event("MaxLockTTLLowered").await);
+}
+
+/// Issue 14, scenario 2: the edit that lowers maxLockTTL is one the operator rejects (a memory
+/// request above its limit). Nothing is published, and the hold keeps the value in force.
+#[tokio::test]
+async fn a_rejected_edit_never_lowers_the_hold() {
+    let env = Env::start(3).await;
+    cluster_with_ttl(&env, "10s").await;
+    let expiry = first_lock(&env, &[1, 2], Duration::from_secs(10)).await;
+
+    env.patch_spec(
+        NAME,
+        json!({"maxLockTTL": "2s", "resources": {
+            "requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}),
+    )
+    .await;
+    wait_for("SpecAccepted False", Duration::from_secs(10), async || {
+        let c = env.cluster(NAME).await;
+        Ok(c.status
+            .filter(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "SpecAccepted" && c.status == "False")
+            })
+            .and_then(|s| s.hold))
+    })
+    .await;
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    let (m, until) = wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    assert!(
+        until
+            .duration_since(m.hold_started_at.as_ref().unwrap().0)
+            .as_secs_f64()
+            >= 10.0,
+        "{m:?}"
+    );
+    let hold = env.cluster(NAME).await.status.unwrap().hold.unwrap();
+    assert_eq!(hold.max_lock_ttl, Duration::from_secs(10), "{hold:?}");
+    assert_eq!(hold.published_max_lock_ttl, Some(Duration::from_secs(10).into()));
+    assert!(hold.lowers_at.is_none());
+    assert_eq!(
+        env.config_map(&format!("{NAME}-endpoints"), "maxLockTTLMillis")
+            .await,
+        "10000"
+    );
+    env.no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+}
+
+/// Issue 14, scenario 3: delete and re-create with the same name (`kubectl replace --force`,
+/// a helm reinstall), while a lock is held on every member. The old pods are removed (here at
+/// once, as an impatient user would); the new object's first processes are held in full, so
+/// no second client gets a majority while the first lock is valid.
+#[tokio::test]
+async fn delete_and_recreate_holds_the_new_processes() {
+    let env = Env::start(3).await;
+    cluster_with_ttl(&env, "12s").await;
+    let expiry = first_lock(&env, &[0, 1, 2], Duration::from_secs(12)).await;
+
+    env.clusters()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("old object gone", Duration::from_secs(10), async || {
+        Ok(env.clusters().get_opt(NAME).await?.is_none().then_some(()))
+    })
+    .await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "12s", "holdMargin": "0s"}),
+    )
+    .await;
+    // The old pods still run (garbage collection takes its time): the new object says so.
+    wait_for("name conflict reported", Duration::from_secs(10), async || {
+        let s = env.cluster(NAME).await.status.unwrap_or_default();
+        Ok(s.conditions
+            .iter()
+            .any(|c| c.type_ == "OwnershipConflict" && c.status == "True")
+            .then_some(()))
+    })
+    .await;
+    env.kubectl(&[
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/instance=locks",
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ])
+    .await;
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+    // The check above could only fail if the new processes existed before the lock expired.
+    let c = env.cluster(NAME).await;
+    let held = c.status.unwrap().members;
+    assert!(
+        held.iter()
+            .all(|m| m.state == MemberState::Held && m.run_id.is_some()),
+        "the new processes ran (held) before the first lock expired: {held:?}"
+    );
+    assert!(attempts > 20);
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+}
+
+/// `kubectl delete rlc --cascade=orphan`, then re-create: the orphans serve on (they have
+/// their keys) and are reported, never adopted, released, or deleted; once one is deleted,
+/// its replacement is held in full.
+#[tokio::test]
+async fn orphans_are_reported_and_their_replacements_held() {
+    let env = Env::start(3).await;
+    cluster_with_ttl(&env, "8s").await;
+    env.kubectl(&["delete", "rlc", NAME, "--cascade=orphan"]).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "8s", "holdMargin": "0s"}),
+    )
+    .await;
+    let s = wait_for("orphans reported", Duration::from_secs(15), async || {
+        let s = env.cluster(NAME).await.status.unwrap_or_default();
+        let all = s.members.len() == 3
+            && s.members.iter().all(|m| {
+                m.message
+                    .as_deref()
+                    .is_some_and(|t| t.contains("pod name taken") && t.contains("no controller"))
+            });
+        Ok(all.then_some(s))
+    })
+    .await;
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "OwnershipConflict" && c.status == "True")
+    );
+    assert!(env.has_event("NameConflict").await);
+    // The orphans serve (they have their keys) and are left alone: a lock on a bare majority.
+    let expiry = first_lock(&env, &[0, 1], Duration::from_secs(8)).await;
+
+    env.kubectl(&["delete", "pod", &format!("{NAME}-0"), "--wait=true"])
+        .await;
+    let deleted_at = Timestamp::now();
+    let (m, until) = wait_held(&env, NAME, 0, "none").await;
+    assert!(
+        until.duration_since(deleted_at).as_secs_f64() >= 8.0,
+        "held in full from after the orphan was gone: {m:?}"
+    );
+    env.no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+}
+
+/// A process found serving clients during its hold (someone ran `ACL SETUSER ... on`) is
+/// fenced again at once, held in full from then, and reported; an edited ACL Secret is
+/// restored by content.
+#[tokio::test]
+async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
+    let env = Env::start(3).await;
+    cluster_with_ttl(&env, "8s").await;
+    let before = env.member(NAME, 0).await.unwrap();
+    kill(&env, 0).await;
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let ip = env.pod_ip(NAME, 0).await;
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    let mut a = connect(ip, &admin).await.unwrap();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&client.user)
+        .arg("on")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let turned_on = Timestamp::now();
+    // A client that got in meanwhile is thrown out, and no new one gets in.
+    wait_for("fenced again", Duration::from_secs(5), async || {
+        Ok(connect(ip, &client).await.is_err().then_some(()))
+    })
+    .await;
+    let m = env.member(NAME, 0).await.unwrap();
+    assert_eq!(m.state, MemberState::Held);
+    let until = m.held_until.as_ref().unwrap().0;
+    assert!(until.duration_since(turned_on).as_secs_f64() >= 8.0, "{m:?}");
+    wait_for("Refenced event", Duration::from_secs(5), async || {
+        Ok(env.has_event("Refenced").await.then_some(()))
+    })
+    .await;
+    for _ in 0..10 {
+        assert!(connect(ip, &client).await.is_err(), "served during its hold");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The ACL Secret edited to start every process unfenced: restored by content, although
+    // the operator's annotation on it was left untouched.
+    let secrets: Api<Secret> = Api::namespaced(env.cp.client(), &env.ns);
+    let acl_name = format!("{NAME}-acl");
+    let original = secrets.get(&acl_name).await.unwrap().data.unwrap()["users.acl"].clone();
+    let text = String::from_utf8(original.0.clone()).unwrap();
+    let edited = text.replace(
+        &format!("user {} off", client.user),
+        &format!("user {} on", client.user),
+    );
+    assert_ne!(edited, text, "{text}");
+    secrets
+        .patch(
+            &acl_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"users.acl": edited}})),
+        )
+        .await
+        .unwrap();
+    wait_for("ACL Secret restored", Duration::from_secs(10), async || {
+        let now = secrets.get(&acl_name).await?.data.unwrap()["users.acl"].clone();
+        Ok((now == original).then_some(()))
+    })
+    .await;
+}
+
+/// Clusters `locks` and `locks-1` in one namespace: `locks-1`'s headless Service used to be
+/// slot 1's Service of `locks`. Now both serve, each Service selects its own cluster's pods,
+/// and neither reports a conflict.
+#[tokio::test]
+async fn clusters_whose_names_overlap_keep_their_own_services() {
+    let env = Env::start(3).await;
+    for name in [NAME, "locks-1"] {
+        env.create_cluster(
+            name,
+            json!({"instances": 2, "maxLockTTL": "2s", "holdMargin": "0s", "scheduling": {"spread": "none"}}),
+        )
+        .await;
+    }
+    for name in [NAME, "locks-1"] {
+        let c = env.wait_ready(name, 2, Duration::from_secs(40)).await;
+        let conflict = c
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "OwnershipConflict")
+            .unwrap();
+        assert_eq!(conflict.status, "False", "{name}: {conflict:?}");
+    }
+    let services: Api<Service> = Api::namespaced(env.cp.client(), &env.ns);
+    let selector = |s: Service| s.spec.unwrap().selector.unwrap();
+    let slot1 = selector(services.get("locks-1").await.unwrap());
+    assert_eq!(slot1["app.kubernetes.io/instance"], "locks");
+    assert_eq!(slot1["redlock.dev/slot"], "1");
+    let headless = selector(services.get("locks-1-headless").await.unwrap());
+    assert_eq!(headless["app.kubernetes.io/instance"], "locks-1");
+}
+
+/// A live pod that drops out of the operator's label-filtered view (a label removed "to
+/// detach it for debugging") is still the slot's pod, decided by name: no loss, no hold, no
+/// replacement attempt.
+#[tokio::test]
+async fn a_pod_dropped_from_the_operators_view_is_still_found_by_name() {
+    let env = Env::start(3).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    env.kubectl(&[
+        "label",
+        "pod",
+        &format!("{NAME}-0"),
+        "app.kubernetes.io/managed-by-",
+    ])
+    .await;
+    // A few probe periods: the member stays Ready with the same process.
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let m = env.member(NAME, 0).await.unwrap();
+        assert_eq!(
+            (m.state, &m.run_id),
+            (MemberState::Ready, &before.run_id),
+            "{m:?}"
+        );
+    }
+    assert!(!env.has_event("InstanceLost").await);
+    assert!(!env.has_event("NameConflict").await);
+}

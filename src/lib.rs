@@ -20,6 +20,7 @@ pub mod observe;
 pub mod plan;
 pub mod reconcile;
 pub mod redis_admin;
+pub mod resize;
 pub mod resources;
 pub mod rollout;
 pub mod status;

@@ -68,6 +68,11 @@ pub struct PlanInput<'a> {
     pub now: Timestamp,
     /// The hold in force (`status.hold.duration`): running holds are lengthened to it.
     pub hold: Duration,
+    /// Servers in the list clients are told (`status.publishedInstances`): a removed slot
+    /// still on it is fenced and held, never deleted.
+    pub published: i32,
+    /// Slots below this may be released (`status.confirmedInstances`).
+    pub confirmed: i32,
 }
 
 /// The start of a message about a slot whose pod name is taken (also how a re-plan tells that
@@ -91,7 +96,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
             retire_member(input, slot, prev, obs)
         };
         if let Some(m) = &step.member
-            && slot < input.instances
+            && slot < input.confirmed
             && step.release.is_none()
             && waits_for_process(m, input.now)
             && obs.redis.is_none()
@@ -549,7 +554,17 @@ fn holding(
             fill_identity(&mut next, &p);
             match (p.run_id, p.client_enabled) {
                 (Some(run_id), Some(true)) if until > input.now => refence(input, next, until, run_id, step),
-                (Some(run_id), _) if until <= input.now => ready_and_release(input, slot, &p, run_id, step),
+                (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
+                    ready_and_release(input, slot, &p, run_id, step)
+                }
+                (Some(_), _) if until <= input.now => MemberStatus {
+                    message: Some(format!(
+                        "hold ended; a new member of a scale-up serves once every client uses the list of {} (annotation {})",
+                        input.instances,
+                        crate::resize::CLIENTS_USE_INSTANCES
+                    )),
+                    ..next
+                },
                 _ => next,
             }
         }
@@ -609,8 +624,10 @@ fn name_taken(
     next
 }
 
-/// A slot at or above N: its pod goes; a slot that ever served keeps a `Lost` record until
-/// its hold has run out, so scaling back up within the hold cannot reuse it unheld.
+/// A slot at or above N. While clients are still told a list that contains it, it is fenced
+/// and held (its locks expire before the shorter list is published); after that its pod goes,
+/// and a slot that ever served keeps a `Lost` record until its hold has run out, so scaling
+/// back up within the hold cannot reuse it unheld.
 fn retire_member(
     input: &PlanInput<'_>,
     slot: i32,
@@ -622,6 +639,9 @@ fn retire_member(
         let mut step = Step::default();
         step.member = Some(name_taken(input, slot, prev, owner, &mut step));
         return step;
+    }
+    if slot < input.published {
+        return fence_removed(input, slot, prev, obs);
     }
     let mut step = Step {
         delete_pod: obs.pod != PodState::Missing,
@@ -658,6 +678,71 @@ fn retire_member(
         }
         step.member = Some(m);
     }
+    step
+}
+
+/// A removed slot that clients are still told about (a scale-down whose shorter list is not
+/// published yet): shut clients out now and hold it, so every lock it granted has expired
+/// before any client is told the shorter list. Its pod stays until then.
+fn fence_removed(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    obs: &SlotObservation,
+) -> Step {
+    let mut step = Step::default();
+    let removing = format!(
+        "removed by scale-down: fenced and held; the list of {} is published once its hold has ended, then its pod is deleted",
+        input.instances
+    );
+    let p = running_process(obs);
+    let next = match (prev, &p) {
+        // Already fenced for removal (or held for another reason): the hold runs on.
+        (Some(prev), _) if prev.state.is_holding() => {
+            let (until, started) = hold_end(input, prev);
+            let mut next = MemberStatus {
+                held_until: Some(MicroTime(until)),
+                hold_started_at: Some(MicroTime(started)),
+                message: Some(removing.clone()),
+                ..prev.clone()
+            };
+            if let Some(p) = &p {
+                if is_other_process(prev, p) {
+                    next = restart_hold(
+                        input,
+                        record_of(input, slot, MemberState::Held, p),
+                        until,
+                        &removing,
+                    );
+                } else {
+                    fill_identity(&mut next, p);
+                    if p.client_enabled == Some(true) {
+                        // Let in again by someone: it may have granted locks since.
+                        next = restart_hold(input, next, until, &removing);
+                    }
+                }
+            }
+            next
+        }
+        // Never released: nothing to wait for.
+        (Some(prev), _) if prev.state == MemberState::Starting => MemberStatus {
+            message: Some(removing.clone()),
+            ..prev.clone()
+        },
+        // Serving (or unknown): the hold starts now.
+        _ => {
+            let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
+            m.message = Some(removing.clone());
+            m
+        }
+    };
+    if let Some(p) = &p
+        && p.client_enabled == Some(true)
+        && let Some(run_id) = p.run_id
+    {
+        step.fence = Some(run_id.to_owned());
+    }
+    step.member = Some(next);
     step
 }
 
@@ -824,6 +909,8 @@ mod tests {
             members,
             now,
             hold: HOLD,
+            published: instances,
+            confirmed: instances,
         }
     }
 
@@ -2200,5 +2287,97 @@ mod tests {
                 "N={instances}"
             );
         }
+    }
+
+    /// A scale-down 3 → 2 while clients are still told the list of 3: the removed member is
+    /// fenced and held first, never deleted; its pod goes only once the shorter list is out.
+    #[test]
+    fn removed_members_are_fenced_and_held_before_the_list_shrinks() {
+        let members = [ready(0, "A", "c0"), ready(1, "B", "c1"), ready(2, "C", "c2")];
+        let obs = observed([
+            (0, running("A", true, "c0")),
+            (1, running("B", true, "c1")),
+            (2, running("C", true, "c2")),
+        ]);
+        let still_published = PlanInput {
+            published: 3,
+            ..input(2, &members, at(NOW))
+        };
+        let p = plan(&still_published, &obs);
+        assert_eq!(p.fences, vec![(2, "C".to_owned())]);
+        assert!(p.delete_pods.is_empty(), "{:?}", p.delete_pods);
+        let m = &p.members[2];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+        // Fenced now; re-planned before the hold ends: same record, nothing more to do.
+        let fenced = observed([
+            (0, running("A", true, "c0")),
+            (1, running("B", true, "c1")),
+            (2, running("C", false, "c2")),
+        ]);
+        let later = at(NOW + 40);
+        let again = plan(
+            &PlanInput {
+                published: 3,
+                ..input(2, &p.members, later)
+            },
+            &fenced,
+        );
+        assert_eq!(again.members[2].held_until, p.members[2].held_until);
+        assert_eq!(again.members[2].state, MemberState::Held, "never released");
+        assert!(again.releases.is_empty() && again.fences.is_empty() && again.delete_pods.is_empty());
+        // Someone lets clients in again meanwhile: fenced again, the hold restarts.
+        let reopened = plan(
+            &PlanInput {
+                published: 3,
+                ..input(2, &p.members, at(NOW + 10))
+            },
+            &obs,
+        );
+        assert_eq!(reopened.fences, vec![(2, "C".to_owned())]);
+        assert_eq!(
+            reopened.members[2].held_until.as_ref().unwrap().0,
+            held_until(at(NOW + 10), HOLD)
+        );
+        // Once the shorter list is published, the pod goes.
+        let published = plan(&input(2, &again.members, later), &fenced);
+        assert_eq!(published.delete_pods, vec![2]);
+    }
+
+    /// A scale-up's new members are held in full, and then stay fenced until every client
+    /// uses the new list (`confirmed`).
+    #[test]
+    fn new_members_stay_fenced_until_the_new_list_is_confirmed() {
+        let until = at(NOW - 1);
+        let members = [
+            ready(0, "A", "c0"),
+            ready(1, "B", "c1"),
+            ready(2, "C", "c2"),
+            held(3, "D", "c3", until),
+        ];
+        let obs = observed([
+            (0, running("A", true, "c0")),
+            (1, running("B", true, "c1")),
+            (2, running("C", true, "c2")),
+            (3, running("D", false, "c3")),
+        ]);
+        let unconfirmed = PlanInput {
+            confirmed: 3,
+            ..input(4, &members, at(NOW))
+        };
+        let p = plan(&unconfirmed, &obs);
+        let m = p.members.iter().find(|m| m.slot == 3).unwrap();
+        assert_eq!(m.state, MemberState::Held);
+        assert!(
+            m.message
+                .as_deref()
+                .unwrap()
+                .contains("redlock.dev/clients-use-instances"),
+            "{m:?}"
+        );
+        assert!(p.releases.is_empty());
+        assert!(!p.awaiting_process, "no fast requeue while waiting for the user");
+        let confirmed = plan(&input(4, &members, at(NOW)), &obs);
+        assert_eq!(confirmed.releases, vec![(3, "D".to_owned())]);
     }
 }

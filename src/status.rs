@@ -23,6 +23,7 @@ pub const SPEC_ACCEPTED: &str = "SpecAccepted";
 pub const TTL_POLICY: &str = "TTLPolicy";
 pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
 pub const CHILDREN_APPLIED: &str = "ChildrenApplied";
+pub const RESIZING: &str = "Resizing";
 
 /// What the reconcile found besides member states: spec problems and the TTL audit.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +39,8 @@ pub struct Findings {
     pub conflicts: Vec<String>,
     /// Child objects whose apply failed for another reason.
     pub apply_problems: Vec<String>,
+    /// The published server list and the slots that may serve (see `resize`).
+    pub limits: Option<crate::resize::Limits>,
     /// The rolling replacement's state.
     pub rollout: Rollout,
     /// Placement of the members; `None` leaves failure domains unreported.
@@ -144,6 +147,22 @@ pub fn compute(
     ];
     desired.extend(ttl_policy(findings));
     desired.push(ownership_conflict(&findings.conflicts));
+    if let Some(limits) = findings.limits {
+        desired.push(match crate::resize::waiting_for(limits, instances, &name) {
+            Some((reason, message)) => Desired {
+                type_: RESIZING,
+                status: true,
+                reason,
+                message,
+            },
+            None => Desired {
+                type_: RESIZING,
+                status: false,
+                reason: "ServerListSettled",
+                message: format!("clients are told all {instances} servers, and every member may serve"),
+            },
+        });
+    }
     desired.push(children_applied(&findings.apply_problems));
     if let Some(d) = &findings.failure_domains {
         desired.push(failure_domains::condition(
@@ -161,6 +180,8 @@ pub fn compute(
         quorum: Some(quorum),
         updated_instances: Some(instances - findings.rollout.outdated.len() as i32),
         hold: findings.hold.clone(),
+        published_instances: findings.limits.map(|l| l.published),
+        confirmed_instances: findings.limits.map(|l| l.confirmed),
         failure_domains: findings.failure_domains.clone(),
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),

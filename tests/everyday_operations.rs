@@ -385,3 +385,128 @@ async fn a_pod_dropped_from_the_operators_view_is_still_found_by_name() {
     assert!(!env.has_event("InstanceLost").await);
     assert!(!env.has_event("NameConflict").await);
 }
+
+/// The server list and quorum a client configured from the `<name>-client` Secret alone sees
+/// now (one object: urls and quorum always agree), as the pod IPs of those slots.
+async fn list_from_the_secret(env: &Env) -> (Vec<std::net::IpAddr>, usize) {
+    let urls = env.secret(&format!("{NAME}-client"), "urls").await;
+    let quorum: usize = env
+        .secret(&format!("{NAME}-client"), "quorum")
+        .await
+        .parse()
+        .unwrap();
+    let slots: Vec<i32> = urls
+        .lines()
+        .map(|u| {
+            let host = u.rsplit('@').next().unwrap();
+            let pod = host.split('.').next().unwrap();
+            pod.rsplit('-').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(quorum, slots.len() / 2 + 1, "urls and quorum of one object agree");
+    let mut ips = vec![];
+    for slot in slots {
+        if let Ok(pod) = env.pods().get(&format!("{NAME}-{slot}")).await
+            && let Some(ip) = pod.status.and_then(|s| s.pod_ip).and_then(|ip| ip.parse().ok())
+        {
+            ips.push(ip);
+        }
+    }
+    (ips, quorum)
+}
+
+/// Clients on the old and the new server list at once, through a scale-up (3 → 5) and a
+/// scale-down (5 → 3). A first client holds a lock on a bare majority of the old list; a
+/// second client, re-reading its list from the Secret every attempt, never gets a majority of
+/// the list it reads before the first lock expires.
+#[tokio::test]
+async fn resizing_is_safe_with_clients_on_both_lists() {
+    let env = Env::start(5).await;
+    cluster_with_ttl(&env, "6s").await;
+    let ttl = Duration::from_secs(6);
+    let login = env.client_login(NAME).await;
+
+    // Scale-up: the longer list is published at once; the new members are held, then stay
+    // fenced until the user confirms.
+    env.patch_spec(NAME, json!({"instances": 5})).await;
+    let s = wait_for(
+        "new members held past their hold",
+        Duration::from_secs(40),
+        async || {
+            let s = env.cluster(NAME).await.status.unwrap_or_default();
+            let waiting = s.members.iter().filter(|m| m.slot >= 3).count() == 2
+                && s.members.iter().filter(|m| m.slot >= 3).all(|m| {
+                    m.state == MemberState::Held
+                        && m.held_until.as_ref().is_some_and(|u| u.0 < Timestamp::now())
+                });
+            Ok(waiting.then_some(s))
+        },
+    )
+    .await;
+    assert_eq!((s.published_instances, s.confirmed_instances), (Some(5), Some(3)));
+    let resizing = s.conditions.iter().find(|c| c.type_ == "Resizing").unwrap();
+    assert_eq!(
+        (resizing.status.as_str(), resizing.reason.as_str()),
+        ("True", "AwaitingClientConfirmation")
+    );
+    assert_eq!(env.config_map(&format!("{NAME}-endpoints"), "quorum").await, "3");
+    let expiry = first_lock(&env, &[1, 2], ttl).await;
+    while Instant::now() < expiry {
+        let (ips, quorum) = list_from_the_secret(&env).await;
+        assert_eq!(quorum, 3);
+        let (granted, valid) =
+            redlock_attempt(&ips, &login, "orders", "new-list", Duration::from_secs(2)).await;
+        assert!(
+            !valid || Instant::now() >= expiry,
+            "new-list client got {granted} of 5 during the old lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.kubectl(&["annotate", "rlc", NAME, "redlock.dev/clients-use-instances=5"])
+        .await;
+    env.wait_ready(NAME, 5, Duration::from_secs(20)).await;
+
+    // Scale-down: the removed members are fenced and held; the shorter list is published only
+    // after that hold, then their pods go.
+    let expiry = first_lock(&env, &[2, 3, 4], ttl).await;
+    let patched = Instant::now();
+    env.patch_spec(NAME, json!({"instances": 3})).await;
+    let mut published_at = None;
+    while Instant::now() < expiry + Duration::from_secs(1) {
+        let (ips, quorum) = list_from_the_secret(&env).await;
+        if quorum == 2 && published_at.is_none() {
+            published_at = Some(Instant::now());
+        }
+        let (granted, valid) =
+            redlock_attempt(&ips, &login, "orders", "other-list", Duration::from_secs(2)).await;
+        assert!(
+            !valid || Instant::now() >= expiry,
+            "a client of the list of {} got {granted} during the old lock",
+            ips.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let published_at = wait_for("shorter list published", Duration::from_secs(20), async || {
+        let (_, quorum) = list_from_the_secret(&env).await;
+        Ok(published_at.or((quorum == 2).then(Instant::now)))
+    })
+    .await;
+    assert!(
+        published_at.duration_since(patched) >= ttl,
+        "published {:?} after the scale-down, before one hold",
+        published_at.duration_since(patched)
+    );
+    wait_for("removed pods deleted", Duration::from_secs(20), async || {
+        let gone = env.pods().get_opt(&format!("{NAME}-4")).await?.is_none()
+            && env.pods().get_opt(&format!("{NAME}-3")).await?.is_none();
+        Ok(gone.then_some(()))
+    })
+    .await;
+    let s = env
+        .wait_ready(NAME, 3, Duration::from_secs(20))
+        .await
+        .status
+        .unwrap();
+    assert_eq!((s.published_instances, s.confirmed_instances), (Some(3), Some(3)));
+    assert_eq!(env.config_map(&format!("{NAME}-endpoints"), "quorum").await, "2");
+}

@@ -17,6 +17,18 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<i32>,
 
+    /// Instances in the server list clients are told (`servers`/`quorum` of `<name>-endpoints`,
+    /// `urls`/`quorum` of `<name>-client`). A scale-down keeps the old list until the removed
+    /// members have been fenced for one full hold; a scale-up publishes the longer list at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_instances: Option<i32>,
+
+    /// Slots below this may serve lock clients. A scale-up's new members stay fenced above it
+    /// until the annotation `redlock.dev/clients-use-instances` confirms that every client uses
+    /// the new list (so any quorum of the new list still needs a quorum of the old members).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_instances: Option<i32>,
+
     /// Instances serving lock clients now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_instances: Option<i32>,

@@ -61,10 +61,17 @@ pub async fn apply(
     }
     ctx.leadership.check()?;
     let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    // The list clients are told, as on record: it changes only after the status says so
+    // (a scale-down's shorter list only after its removed members were held).
+    let published = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.published_instances)
+        .unwrap_or(cluster.spec.instances);
     let mut config_ready = true;
     for desired in [
         secrets::admin_secret(cluster, &inputs.credentials),
-        secrets::client_secret(cluster, &inputs.credentials),
+        secrets::client_secret(cluster, &inputs.credentials, published),
         secrets::acl_secret(cluster, &inputs.credentials),
     ] {
         config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, desired).await)?;
@@ -75,13 +82,16 @@ pub async fn apply(
     report.config_ready = config_ready;
 
     let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    let desired = (0..cluster.spec.instances)
+    // A removed slot keeps its Service while clients may still be told about it (it is fenced,
+    // so its pod is not Ready and the Service has no endpoints).
+    let with_service = cluster.spec.instances.max(published);
+    let desired = (0..with_service)
         .map(|slot| service::slot_service(cluster, slot))
         .chain([service::headless_service(cluster)]);
     for svc in desired {
         report.record(apply::apply_if_changed(&svc_api, &ctx.services, svc).await)?;
     }
-    for name in retired_services(ctx, cluster, ns) {
+    for name in retired_services(ctx, cluster, ns, with_service) {
         report.record(apply::delete(&svc_api, &name, None).await)?;
     }
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
@@ -94,7 +104,7 @@ pub async fn apply(
 /// This cluster's Services that are no longer wanted: slots at or above N, and the headless
 /// Service under its old name `<cluster>` (it is `<cluster>-headless` now, because `<cluster>`
 /// is slot k's Service name of a cluster named like `<cluster>` minus a `-k` suffix).
-fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Vec<String> {
+fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32) -> Vec<String> {
     let name = cluster.name_any();
     let owner = service::headless_service(cluster);
     ctx.services
@@ -106,7 +116,7 @@ fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Vec<St
                 && apply::ownership(s.as_ref(), &owner) == apply::Ownership::Ours
         })
         .filter(|s| match service::service_slot(s) {
-            Some(slot) => slot >= cluster.spec.instances,
+            Some(slot) => slot >= keep,
             None => s.name_any() == name,
         })
         .map(|s| s.name_any())

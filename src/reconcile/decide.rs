@@ -14,7 +14,7 @@ use crate::observe::PodState;
 use crate::plan::{MemberEvent, Plan, PlanInput, plan};
 use crate::resources::names::slot_name;
 use crate::validate::Rejection;
-use crate::{hold, rollout, status};
+use crate::{hold, resize, rollout, status};
 
 /// Everything one reconcile will do, decided before anything is written.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,16 +55,37 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
     );
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
+    let limits = if accepted {
+        resize::before_plan(cluster)
+    } else {
+        // A rejected spec changes nothing that runs: also not which list clients are told.
+        let n = previous.published_instances.unwrap_or(cluster.spec.instances);
+        resize::Limits {
+            published: n,
+            confirmed: previous.confirmed_instances.unwrap_or(n),
+        }
+    };
     let mut plan = plan(
         &PlanInput {
             cluster: &name,
-            instances: cluster.spec.instances,
+            instances: if accepted {
+                cluster.spec.instances
+            } else {
+                limits.published
+            },
             members: &previous.members,
             now,
             hold,
+            published: limits.published,
+            confirmed: limits.confirmed,
         },
         &obs.slots,
     );
+    let limits = if accepted {
+        resize::after_plan(limits, cluster.spec.instances, &plan.members, &obs.slots, now)
+    } else {
+        limits
+    };
     rollout::pace_scaling(
         cluster.spec.instances,
         &previous.members,
@@ -114,6 +135,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
         hold: Some(policy.policy.clone()),
         conflicts,
         apply_problems: facts.children.problems.clone(),
+        limits: Some(limits),
         rollout,
         failure_domains: Some(obs.failure_domains.clone()),
     };

@@ -23,18 +23,24 @@ pub fn server_address(cluster: &str, namespace: &str, slot: i32) -> String {
     format!("{}.{namespace}.svc:{REDIS_PORT}", slot_name(cluster, slot))
 }
 
-/// Every slot's address, in slot order.
-pub fn servers(cluster: &RedlockCluster) -> Vec<String> {
+/// Every published slot's address (`instances` of them: the published list, see `resize`),
+/// in slot order.
+pub fn servers(cluster: &RedlockCluster, instances: i32) -> Vec<String> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-    (0..cluster.spec.instances)
+    (0..instances)
         .map(|slot| server_address(&name, &ns, slot))
         .collect()
 }
 
 /// One URL per slot, in slot order, with the client's credentials when auth is on:
 /// `rediss://` when the instances serve TLS, else `redis://`.
-pub fn client_urls(cluster: &RedlockCluster, username: &str, password: Option<&str>) -> Vec<String> {
+pub fn client_urls(
+    cluster: &RedlockCluster,
+    instances: i32,
+    username: &str,
+    password: Option<&str>,
+) -> Vec<String> {
     let userinfo = match password {
         Some(password) => format!("{username}:{password}@"),
         None => String::new(),
@@ -44,17 +50,18 @@ pub fn client_urls(cluster: &RedlockCluster, username: &str, password: Option<&s
     } else {
         "redis"
     };
-    servers(cluster)
+    servers(cluster, instances)
         .into_iter()
         .map(|server| format!("{scheme}://{userinfo}{server}"))
         .collect()
 }
 
-/// The `<name>-endpoints` ConfigMap. `ready_slots` are the slots serving clients now; it is
-/// the only key that changes while the spec does not.
-pub fn endpoints_config_map(cluster: &RedlockCluster, ready_slots: &[i32]) -> ConfigMap {
+/// The `<name>-endpoints` ConfigMap for the published list of `instances` servers; `servers`
+/// and `quorum` always come from that one number, in this one object. `ready_slots` are the
+/// slots serving clients now; it is the only key that changes while the spec does not.
+pub fn endpoints_config_map(cluster: &RedlockCluster, instances: i32, ready_slots: &[i32]) -> ConfigMap {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    let servers = servers(cluster);
+    let servers = servers(cluster, instances);
     let ready: Vec<&str> = ready_slots
         .iter()
         .filter_map(|slot| servers.get(usize::try_from(*slot).ok()?))
@@ -70,7 +77,7 @@ pub fn endpoints_config_map(cluster: &RedlockCluster, ready_slots: &[i32]) -> Co
         },
         data: Some(BTreeMap::from([
             ("servers".to_owned(), lines(&servers)),
-            ("quorum".to_owned(), quorum(cluster.spec.instances).to_string()),
+            ("quorum".to_owned(), quorum(instances).to_string()),
             ("maxLockTTL".to_owned(), cluster.spec.max_lock_ttl.to_string()),
             // Most clients take the TTL in milliseconds; spare them parsing a duration.
             (
@@ -109,7 +116,7 @@ mod tests {
 
     #[test]
     fn lists_every_slot_whatever_serves() {
-        let cm = endpoints_config_map(&cluster(5, "30s"), &[0, 3]);
+        let cm = endpoints_config_map(&cluster(5, "30s"), 5, &[0, 3]);
         assert_eq!(cm.metadata.name.as_deref(), Some("locks-endpoints"));
         assert_eq!(
             data(&cm, "servers"),
@@ -127,12 +134,12 @@ mod tests {
 
     #[test]
     fn nothing_ready_is_an_empty_list_and_retired_slots_are_ignored() {
-        let cm = endpoints_config_map(&cluster(3, "1m30s"), &[]);
+        let cm = endpoints_config_map(&cluster(3, "1m30s"), 3, &[]);
         assert_eq!(data(&cm, "ready"), "");
         assert_eq!(data(&cm, "quorum"), "2");
         assert_eq!(data(&cm, "maxLockTTL"), "90s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "90000");
-        let cm = endpoints_config_map(&cluster(3, "30s"), &[1, 7]);
+        let cm = endpoints_config_map(&cluster(3, "30s"), 3, &[1, 7]);
         assert_eq!(data(&cm, "ready"), "locks-1.team.svc:6379\n");
     }
 
@@ -140,14 +147,14 @@ mod tests {
     fn urls_carry_credentials_only_when_there_are_some() {
         let c = cluster(2, "30s");
         assert_eq!(
-            client_urls(&c, "redlock-client", Some("s3cret")),
+            client_urls(&c, c.spec.instances, "redlock-client", Some("s3cret")),
             vec![
                 "redis://redlock-client:s3cret@locks-0.team.svc:6379",
                 "redis://redlock-client:s3cret@locks-1.team.svc:6379",
             ]
         );
         assert_eq!(
-            client_urls(&c, "default", None),
+            client_urls(&c, c.spec.instances, "default", None),
             vec!["redis://locks-0.team.svc:6379", "redis://locks-1.team.svc:6379"]
         );
     }
@@ -159,7 +166,7 @@ mod tests {
             secret_name: "locks-tls".into(),
         });
         assert_eq!(
-            client_urls(&c, "redlock-client", Some("s3cret")),
+            client_urls(&c, c.spec.instances, "redlock-client", Some("s3cret")),
             vec![
                 "rediss://redlock-client:s3cret@locks-0.team.svc:6379",
                 "rediss://redlock-client:s3cret@locks-1.team.svc:6379",

@@ -149,7 +149,10 @@ pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secr
     )
 }
 
-pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
+/// The `<name>-client` Secret for the published list of `instances` servers: `urls` and
+/// `quorum` come from that one number, so a client that reads this one object never mixes a
+/// list with another list's quorum.
+pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instances: i32) -> Secret {
     let name = client_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
     let username = client_user(cluster);
     let password = cluster
@@ -157,10 +160,11 @@ pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Sec
         .auth
         .enabled
         .then_some(credentials.client_password.as_str());
-    let urls = endpoints::client_urls(cluster, username, password);
+    let urls = endpoints::client_urls(cluster, instances, username, password);
     let mut data = BTreeMap::from([
         ("username".to_owned(), username.to_owned()),
         ("urls".to_owned(), endpoints::lines(&urls)),
+        ("quorum".to_owned(), crate::status::quorum(instances).to_string()),
     ]);
     if let Some(password) = password {
         data.insert("password".into(), password.to_owned());

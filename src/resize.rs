@@ -1,0 +1,261 @@
+//! Changing N while lock clients run, on the old and the new server list at once. Pure.
+//!
+//! Two numbers, persisted in status, make every mix of old-list and new-list clients safe:
+//! - `publishedInstances`, the list clients are told. A scale-up publishes the longer list at
+//!   once; a scale-down first fences the removed members and publishes the shorter list only
+//!   once they have been fenced for one full hold (every lock they granted has expired), and
+//!   only then are their pods deleted. Old-list clients then need a quorum of the old N among
+//!   the remaining members, which intersects every quorum of the new list.
+//! - `confirmedInstances`: slots at or above it are never released. A scale-up's new members
+//!   are held (their first process is held in full anyway) and then stay fenced until the user
+//!   confirms, with the annotation [`CLIENTS_USE_INSTANCES`], that no client uses the old list
+//!   any more. Until then a new-list quorum can only be formed from old members, and it is
+//!   larger than half of them, so it intersects every old-list quorum.
+
+use crate::crd::{MemberStatus, RedlockCluster};
+use crate::observe::{PodState, SlotObservation};
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+
+/// The annotation a user sets to confirm that every lock client uses the list of N servers:
+/// `kubectl annotate rlc <name> redlock.dev/clients-use-instances=<N>`.
+pub const CLIENTS_USE_INSTANCES: &str = "redlock.dev/clients-use-instances";
+
+/// The two limits for this reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Servers in the published list.
+    pub published: i32,
+    /// Slots below this may be released.
+    pub confirmed: i32,
+}
+
+/// Limits before planning: what the persisted status says, moved on where a change needs no
+/// waiting (a scale-up publishes at once; a confirmation or a scale-down lowers `confirmed`).
+/// A scale-down's `published` moves in [`after_plan`], once the removed members are fenced
+/// and held.
+pub fn before_plan(cluster: &RedlockCluster) -> Limits {
+    let n = cluster.spec.instances;
+    let status = cluster.status.as_ref();
+    let prev_published = status.and_then(|s| s.published_instances);
+    let prev_confirmed = status.and_then(|s| s.confirmed_instances);
+    let (Some(published), Some(confirmed)) = (prev_published, prev_confirmed) else {
+        // A new cluster (or a status from before these fields): nothing was published that a
+        // client could still use alongside this list.
+        return Limits {
+            published: n,
+            confirmed: n,
+        };
+    };
+    let confirmed_by_user = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CLIENTS_USE_INSTANCES))
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        == Some(n);
+    Limits {
+        published: published.max(n),
+        confirmed: if n <= confirmed || confirmed_by_user {
+            n
+        } else {
+            confirmed
+        },
+    }
+}
+
+/// The published list after planning: during a scale-down it shrinks to N once every removed
+/// slot is fenced (or gone) and its hold has ended.
+pub fn after_plan(
+    limits: Limits,
+    instances: i32,
+    members: &[MemberStatus],
+    observed: &BTreeMap<i32, SlotObservation>,
+    now: Timestamp,
+) -> Limits {
+    if limits.published <= instances {
+        return limits;
+    }
+    let done = (instances..limits.published).all(|slot| {
+        let Some(m) = members.iter().find(|m| m.slot == slot) else {
+            // No record: never created, or gone after its hold.
+            return observed.get(&slot).is_none_or(|o| o.pod == PodState::Missing);
+        };
+        let fenced = observed
+            .get(&slot)
+            .and_then(|o| o.redis.as_ref())
+            .is_none_or(|r| !r.client_enabled);
+        let held_out = match m.state {
+            crate::crd::MemberState::Starting => true,
+            _ => m.held_until.as_ref().is_some_and(|u| u.0 <= now),
+        };
+        m.state != crate::crd::MemberState::Ready && fenced && held_out
+    });
+    Limits {
+        published: if done { instances } else { limits.published },
+        ..limits
+    }
+}
+
+/// What the `Resizing` condition says: `None` when the list is settled.
+pub fn waiting_for(limits: Limits, instances: i32, name: &str) -> Option<(&'static str, String)> {
+    if limits.published > instances {
+        return Some((
+            "ScaleDown",
+            format!(
+                "removing members {instances}..{}: fenced and held for one full hold before the list of {instances} is published; clients may keep using the list of {} until then",
+                limits.published - 1,
+                limits.published
+            ),
+        ));
+    }
+    if limits.confirmed < instances {
+        return Some((
+            "AwaitingClientConfirmation",
+            format!(
+                "the list of {instances} is published; new members {}..{} stay fenced until every client uses it: kubectl annotate rlc {name} {CLIENTS_USE_INSTANCES}={instances}",
+                limits.confirmed,
+                instances - 1
+            ),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{MemberState, RedlockClusterSpec, RedlockClusterStatus};
+    use crate::observe::RedisInfo;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn cluster(
+        n: i32,
+        published: Option<i32>,
+        confirmed: Option<i32>,
+        annotation: Option<&str>,
+    ) -> RedlockCluster {
+        let spec: RedlockClusterSpec =
+            serde_json::from_value(serde_json::json!({"instances": n, "maxLockTTL": "30s"})).unwrap();
+        let mut c = RedlockCluster::new("locks", spec);
+        c.status = Some(RedlockClusterStatus {
+            published_instances: published,
+            confirmed_instances: confirmed,
+            ..Default::default()
+        });
+        if let Some(a) = annotation {
+            c.metadata.annotations = Some([(CLIENTS_USE_INSTANCES.to_owned(), a.to_owned())].into());
+        }
+        c
+    }
+
+    fn limits(published: i32, confirmed: i32) -> Limits {
+        Limits { published, confirmed }
+    }
+
+    #[test]
+    fn before_plan_in_every_direction() {
+        for (n, published, confirmed, annotation, want) in [
+            // New cluster: everything at once.
+            (3, None, None, None, limits(3, 3)),
+            // Steady.
+            (3, Some(3), Some(3), None, limits(3, 3)),
+            // Scale-up: published at once, new members wait for the confirmation.
+            (5, Some(3), Some(3), None, limits(5, 3)),
+            (5, Some(3), Some(3), Some("3"), limits(5, 3)),
+            (5, Some(3), Some(3), Some("7"), limits(5, 3)),
+            (5, Some(3), Some(3), Some("five"), limits(5, 3)),
+            (5, Some(3), Some(3), Some("5"), limits(5, 5)),
+            (5, Some(5), Some(3), Some(" 5 "), limits(5, 5)),
+            // Scale-down: confirmed drops at once (removed members never serve again),
+            // published waits.
+            (3, Some(5), Some(5), None, limits(5, 3)),
+            // Down during an unconfirmed scale-up.
+            (4, Some(5), Some(3), None, limits(5, 3)),
+        ] {
+            let c = cluster(n, published, confirmed, annotation);
+            assert_eq!(
+                before_plan(&c),
+                want,
+                "{n} {published:?} {confirmed:?} {annotation:?}"
+            );
+        }
+    }
+
+    fn member(slot: i32, state: MemberState, until: Option<i64>) -> MemberStatus {
+        MemberStatus {
+            held_until: until.map(|s| MicroTime(Timestamp::from_second(s).unwrap())),
+            ..MemberStatus::new(format!("locks-{slot}"), slot, state)
+        }
+    }
+
+    fn fenced(enabled: bool) -> SlotObservation {
+        SlotObservation {
+            pod: PodState::Running {
+                container_id: None,
+                ready: false,
+                terminating: false,
+            },
+            redis: Some(RedisInfo {
+                run_id: "r".into(),
+                version: "7.0.15".into(),
+                client_enabled: enabled,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_shorter_list_is_published_only_after_one_hold_of_fenced_removed_members() {
+        let now = Timestamp::from_second(100).unwrap();
+        let l = limits(5, 3);
+        let obs = |a, b| BTreeMap::from([(3, fenced(a)), (4, fenced(b))]);
+        let held = |u3, u4| {
+            vec![
+                member(3, MemberState::Held, Some(u3)),
+                member(4, MemberState::Held, Some(u4)),
+            ]
+        };
+        // Holds running: not yet.
+        assert_eq!(
+            after_plan(l, 3, &held(90, 110), &obs(false, false), now).published,
+            5
+        );
+        // Both ended, both fenced: published.
+        assert_eq!(
+            after_plan(l, 3, &held(90, 100), &obs(false, false), now).published,
+            3
+        );
+        // One still lets clients in: not yet (it is being fenced).
+        assert_eq!(
+            after_plan(l, 3, &held(90, 100), &obs(false, true), now).published,
+            5
+        );
+        // A member still on record as Ready (not fenced yet): not yet.
+        let ready = vec![
+            member(3, MemberState::Ready, None),
+            member(4, MemberState::Held, Some(90)),
+        ];
+        assert_eq!(after_plan(l, 3, &ready, &obs(false, false), now).published, 5);
+        // Gone with no record, or never created: fine.
+        assert_eq!(after_plan(l, 3, &[], &BTreeMap::new(), now).published, 3);
+        assert_eq!(after_plan(l, 3, &[], &obs(false, false), now).published, 5);
+        // Nothing to shrink.
+        assert_eq!(
+            after_plan(limits(3, 3), 3, &[], &BTreeMap::new(), now),
+            limits(3, 3)
+        );
+    }
+
+    #[test]
+    fn the_condition_says_what_it_waits_for() {
+        assert_eq!(waiting_for(limits(3, 3), 3, "locks"), None);
+        let (reason, msg) = waiting_for(limits(5, 3), 3, "locks").unwrap();
+        assert_eq!(reason, "ScaleDown");
+        assert!(msg.contains("members 3..4"), "{msg}");
+        let (reason, msg) = waiting_for(limits(5, 3), 5, "locks").unwrap();
+        assert_eq!(reason, "AwaitingClientConfirmation");
+        assert!(msg.contains("redlock.dev/clients-use-instances=5"), "{msg}");
+    }
+}

@@ -48,17 +48,29 @@ pub trait Child:
     }
 }
 
+// Every key the operator sets must have its value; keys someone else added are left alone
+// (server-side apply never removes another manager's key, so demanding equality would
+// re-apply forever). Redis reads only the operator's keys.
 impl Child for ConfigMap {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        live.data.clone().unwrap_or_default() == desired.data.clone().unwrap_or_default()
-            && live.binary_data.clone().unwrap_or_default() == desired.binary_data.clone().unwrap_or_default()
+        contains(
+            &live.data.clone().unwrap_or_default(),
+            &desired.data.clone().unwrap_or_default(),
+        ) && contains(
+            &live.binary_data.clone().unwrap_or_default(),
+            &desired.binary_data.clone().unwrap_or_default(),
+        )
     }
 }
 
 impl Child for Secret {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        secret_bytes(live) == secret_bytes(desired) && live.type_ == desired.type_
+        contains(&secret_bytes(live), &secret_bytes(desired)) && live.type_ == desired.type_
     }
+}
+
+fn contains<V: PartialEq>(live: &BTreeMap<String, V>, desired: &BTreeMap<String, V>) -> bool {
+    desired.iter().all(|(k, v)| live.get(k) == Some(v))
 }
 
 /// A Secret's content as the API server stores it (`stringData` is folded into `data`).
@@ -254,6 +266,17 @@ mod tests {
             ..applied(secret(""), &h)
         };
         assert!(is_current(Some(&via_string), &secret("user c off"), &h));
+        // A key someone else added is no drift; a removed one is.
+        let mut extra = applied(secret("user c off"), &h);
+        extra
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("note".into(), ByteString(b"x".to_vec()));
+        assert!(is_current(Some(&extra), &secret("user c off"), &h));
+        let mut removed = applied(secret("user c off"), &h);
+        removed.data = Some(BTreeMap::new());
+        assert!(!is_current(Some(&removed), &secret("user c off"), &h));
     }
 
     fn owned_by(uid: &str) -> ConfigMap {

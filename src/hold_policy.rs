@@ -99,7 +99,9 @@ pub fn next(
         } else if told < ttl {
             // Locks taken under the value told before may live until its TTL has passed from
             // now; locks under older values until a lowering already pending.
-            let before = prev_published.unwrap_or(prev_ttl);
+            // The value in force, not only the one last seen published: a raise may have been
+            // published (and used) without the operator's cache ever showing it.
+            let before = prev_ttl;
             let hold = hold_duration(
                 before,
                 drift.max(prev.clock_drift_factor),
@@ -138,6 +140,26 @@ pub fn next(
             ));
             ttl = target;
         }
+    }
+    // In force above everything clients may be told now (a raise that was reverted before it
+    // was seen published): lower it like any lowering, one hold of the value in force later.
+    let told_now = kept_published
+        .unwrap_or(ttl)
+        .max(if accepted { spec_ttl } else { Duration::ZERO });
+    if lowers_at.is_none() && told_now < ttl {
+        let at = held_until(
+            now,
+            hold_duration(ttl, drift.max(prev.clock_drift_factor), margin.max(prev_margin)),
+        );
+        lowers_at = Some(at);
+        changes.push((
+            Change::Lowering,
+            format!(
+                "clients are told maxLockTTL {}; holds keep using {} until {at}, when every lock taken under a longer TTL has expired",
+                fmt(told_now),
+                fmt(ttl)
+            ),
+        ));
     }
     // Never below what clients are told (also when the record itself said otherwise: an
     // edited status).
@@ -317,17 +339,34 @@ mod tests {
         let a = next(Some(&p), &spec("50s"), true, Some(s(50)), at(0));
         assert_eq!(a.policy.lowers_at, Some(MicroTime(at(100))));
         let b = next(Some(&a.policy), &spec("10s"), true, Some(s(10)), at(80));
-        // Locks under 50s taken up to 80 live until 130.
-        assert_eq!(b.policy.lowers_at, Some(MicroTime(at(130))));
+        // Counted from the value in force (100s), not the 50s last seen published: a value
+        // published in between may never have shown in the operator's cache.
+        assert_eq!(b.policy.lowers_at, Some(MicroTime(at(180))));
         assert_eq!(ttl(&b.policy), s(100));
-        let c = next(Some(&b.policy), &spec("10s"), true, Some(s(10)), at(130));
+        let c = next(Some(&b.policy), &spec("10s"), true, Some(s(10)), at(180));
         assert_eq!(ttl(&c.policy), s(10));
-        // The other order: 100 → 10 at 0 (until 100), → 50 at 5 (locks under 10s: until 15).
+        // The other order: 100 → 10 at 0 (until 100), → 50 at 5 (one hold of the 100s in
+        // force from then: 105).
         let a = next(Some(&p), &spec("10s"), true, Some(s(10)), at(0));
         let b = next(Some(&a.policy), &spec("50s"), true, Some(s(50)), at(5));
-        assert_eq!(b.policy.lowers_at, Some(MicroTime(at(100))));
-        let c = next(Some(&b.policy), &spec("50s"), true, Some(s(50)), at(100));
+        assert_eq!(b.policy.lowers_at, Some(MicroTime(at(105))));
+        let c = next(Some(&b.policy), &spec("50s"), true, Some(s(50)), at(105));
         assert_eq!(ttl(&c.policy), s(50));
+    }
+
+    #[test]
+    fn a_raise_reverted_before_it_was_seen_published_is_lowered_like_any_lowering() {
+        // 60s in force (raised), clients still seen told 30s, and the spec is back at 30s.
+        let p = prev(60, Some(30), None);
+        let u = next(Some(&p), &spec("30s"), true, Some(s(30)), at(100));
+        assert_eq!(ttl(&u.policy), s(60));
+        assert_eq!(u.policy.lowers_at, Some(MicroTime(at(160))));
+        assert_eq!(changes(&u), [Change::Lowering]);
+        let done = next(Some(&u.policy), &spec("30s"), true, Some(s(30)), at(160));
+        assert_eq!(ttl(&done.policy), s(30));
+        // While the raise is being published, nothing is lowered.
+        let pending = next(Some(&p), &spec("60s"), true, Some(s(30)), at(100));
+        assert_eq!(pending.policy.lowers_at, None);
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
             && step.release.is_none()
             && waits_for_process(m, input.now)
             && obs.redis.is_none()
+            && !matches!(obs.pod, PodState::Foreign { .. })
         {
             plan.awaiting_process = true;
         }
@@ -553,7 +554,11 @@ fn holding(
             }
             fill_identity(&mut next, &p);
             match (p.run_id, p.client_enabled) {
-                (Some(run_id), Some(true)) if until > input.now => refence(input, next, until, run_id, step),
+                // Serving during its hold, or after it while it must not serve yet (a scale-up's
+                // new member before the new list is confirmed).
+                (Some(run_id), Some(true)) if until > input.now || slot >= input.confirmed => {
+                    refence(input, next, until, run_id, step)
+                }
                 (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
                     ready_and_release(input, slot, &p, run_id, step)
                 }
@@ -683,7 +688,10 @@ fn retire_member(
 
 /// A removed slot that clients are still told about (a scale-down whose shorter list is not
 /// published yet): shut clients out now and hold it, so every lock it granted has expired
-/// before any client is told the shorter list. Its pod stays until then.
+/// before any client is told the shorter list. The hold counts only from an observation that
+/// proves it cannot grant locks any more (seen fenced, or its process gone): a fence sent but
+/// not yet landed, or a process that does not answer, proves nothing. Its pod stays until the
+/// shorter list is out.
 fn fence_removed(
     input: &PlanInput<'_>,
     slot: i32,
@@ -695,54 +703,77 @@ fn fence_removed(
         "removed by scale-down: fenced and held; the list of {} is published once its hold has ended, then its pod is deleted",
         input.instances
     );
+    let unproven = format!(
+        "removed by scale-down: being fenced; its hold starts once it is seen fenced or gone, then the list of {} is published",
+        input.instances
+    );
+    let held_since = |m: &MemberStatus| m.state.is_holding() && m.held_until.is_some();
     let p = running_process(obs);
-    let next = match (prev, &p) {
-        // Already fenced for removal (or held for another reason): the hold runs on.
-        (Some(prev), _) if prev.state.is_holding() => {
-            let (until, started) = hold_end(input, prev);
-            let mut next = MemberStatus {
-                held_until: Some(MicroTime(until)),
-                hold_started_at: Some(MicroTime(started)),
-                message: Some(removing.clone()),
-                ..prev.clone()
-            };
-            if let Some(p) = &p {
-                if is_other_process(prev, p) {
-                    next = restart_hold(
-                        input,
-                        record_of(input, slot, MemberState::Held, p),
-                        until,
-                        &removing,
-                    );
-                } else {
-                    fill_identity(&mut next, p);
-                    if p.client_enabled == Some(true) {
-                        // Let in again by someone: it may have granted locks since.
-                        next = restart_hold(input, next, until, &removing);
-                    }
+    let answer = p.as_ref().and_then(|p| Some((p, p.run_id?, p.client_enabled?)));
+    let next = match (answer, &p) {
+        // Lets clients in: fence it; no hold yet.
+        (Some((p, run_id, true)), _) => {
+            step.fence = Some(run_id.to_owned());
+            MemberStatus {
+                held_until: None,
+                hold_started_at: None,
+                message: Some(unproven),
+                ..record_of(input, slot, MemberState::Held, p)
+            }
+        }
+        // Seen fenced: the hold runs (from now, unless it already ran for this process).
+        (Some((p, _, false)), _) => match prev {
+            Some(prev) if held_since(prev) && !is_other_process(prev, p) => {
+                let (until, started) = hold_end(input, prev);
+                let mut next = MemberStatus {
+                    held_until: Some(MicroTime(until)),
+                    hold_started_at: Some(MicroTime(started)),
+                    message: Some(removing.clone()),
+                    ..prev.clone()
+                };
+                fill_identity(&mut next, p);
+                next
+            }
+            _ => {
+                let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
+                m.message = Some(removing.clone());
+                m
+            }
+        },
+        // Running but not answering: nothing is proven; a hold already running stays.
+        (None, Some(_)) => match prev {
+            Some(prev) if held_since(prev) => prev.clone(),
+            Some(prev) if prev.state == MemberState::Starting => prev.clone(),
+            _ => MemberStatus {
+                message: Some(unproven),
+                ..fresh_record(input, slot, MemberState::Held)
+            },
+        },
+        // No process (pod gone, not running, finished): it grants nothing from now on.
+        (None, None) => match prev {
+            Some(prev) if prev.state == MemberState::Starting => prev.clone(),
+            Some(prev) if held_since(prev) => {
+                let (until, started) = hold_end(input, prev);
+                MemberStatus {
+                    held_until: Some(MicroTime(until)),
+                    hold_started_at: Some(MicroTime(started)),
+                    ..prev.clone()
                 }
             }
-            next
-        }
-        // Never released: nothing to wait for.
-        (Some(prev), _) if prev.state == MemberState::Starting => MemberStatus {
-            message: Some(removing.clone()),
-            ..prev.clone()
+            _ => {
+                let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
+                m.message = Some(removing.clone());
+                m
+            }
         },
-        // Serving (or unknown): the hold starts now.
-        _ => {
-            let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
-            m.message = Some(removing.clone());
-            m
-        }
     };
-    if let Some(p) = &p
-        && p.client_enabled == Some(true)
-        && let Some(run_id) = p.run_id
-    {
-        step.fence = Some(run_id.to_owned());
-    }
-    step.member = Some(next);
+    step.member = Some(match prev {
+        Some(prev) if prev.state == next.state => MemberStatus {
+            since: prev.since.clone(),
+            ..next
+        },
+        _ => next,
+    });
     step
 }
 
@@ -2308,13 +2339,37 @@ mod tests {
         assert!(p.delete_pods.is_empty(), "{:?}", p.delete_pods);
         let m = &p.members[2];
         assert_eq!(m.state, MemberState::Held);
-        assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
-        // Fenced now; re-planned before the hold ends: same record, nothing more to do.
+        // The fence is not proven yet: the hold starts once it is seen fenced.
+        assert_eq!(m.held_until, None);
+        // Not answering proves nothing either.
+        let silent = observed([
+            (0, running("A", true, "c0")),
+            (1, running("B", true, "c1")),
+            (2, unreachable("c2")),
+        ]);
+        let p = plan(
+            &PlanInput {
+                published: 3,
+                ..input(2, &p.members, at(NOW))
+            },
+            &silent,
+        );
+        assert_eq!(p.members[2].held_until, None);
+        // Seen fenced: the hold runs from then.
         let fenced = observed([
             (0, running("A", true, "c0")),
             (1, running("B", true, "c1")),
             (2, running("C", false, "c2")),
         ]);
+        let p = plan(
+            &PlanInput {
+                published: 3,
+                ..input(2, &p.members, at(NOW))
+            },
+            &fenced,
+        );
+        assert_eq!(p.members[2].held_until.as_ref().unwrap().0, hold_from_now());
+        // Re-planned before the hold ends: same record, nothing more to do.
         let later = at(NOW + 40);
         let again = plan(
             &PlanInput {
@@ -2326,7 +2381,8 @@ mod tests {
         assert_eq!(again.members[2].held_until, p.members[2].held_until);
         assert_eq!(again.members[2].state, MemberState::Held, "never released");
         assert!(again.releases.is_empty() && again.fences.is_empty() && again.delete_pods.is_empty());
-        // Someone lets clients in again meanwhile: fenced again, the hold restarts.
+        // Someone lets clients in again meanwhile: fenced again, and the hold starts over once
+        // it is seen fenced.
         let reopened = plan(
             &PlanInput {
                 published: 3,
@@ -2335,10 +2391,7 @@ mod tests {
             &obs,
         );
         assert_eq!(reopened.fences, vec![(2, "C".to_owned())]);
-        assert_eq!(
-            reopened.members[2].held_until.as_ref().unwrap().0,
-            held_until(at(NOW + 10), HOLD)
-        );
+        assert_eq!(reopened.members[2].held_until, None);
         // Once the shorter list is published, the pod goes.
         let published = plan(&input(2, &again.members, later), &fenced);
         assert_eq!(published.delete_pods, vec![2]);

@@ -23,45 +23,60 @@ use k8s_openapi::jiff::Timestamp;
 pub const CLIENTS_USE_INSTANCES: &str = "redlock.dev/clients-use-instances";
 
 /// The two limits for this reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Servers in the published list.
     pub published: i32,
     /// Slots below this may be released.
     pub confirmed: i32,
+    /// While a scale-up waits: the exact annotation value that confirms it, `<N>-<generation>`
+    /// (the generation at which the wait began). A value left from an earlier resize, or set
+    /// in the same commit as the scale-up, can therefore never confirm it.
+    pub token: Option<String>,
 }
 
 /// Limits before planning: what the persisted status says, moved on where a change needs no
 /// waiting (a scale-up publishes at once; a confirmation or a scale-down lowers `confirmed`).
 /// A scale-down's `published` moves in [`after_plan`], once the removed members are fenced
 /// and held.
-pub fn before_plan(cluster: &RedlockCluster) -> Limits {
+pub fn before_plan(cluster: &RedlockCluster, told: Option<i32>) -> Limits {
     let n = cluster.spec.instances;
     let status = cluster.status.as_ref();
     let prev_published = status.and_then(|s| s.published_instances);
     let prev_confirmed = status.and_then(|s| s.confirmed_instances);
     let (Some(published), Some(confirmed)) = (prev_published, prev_confirmed) else {
-        // A new cluster (or a status from before these fields): nothing was published that a
-        // client could still use alongside this list.
+        // No record (a new cluster, a wiped status): nothing is known to have been confirmed
+        // beyond N, and clients may still be told a longer list that an existing
+        // `<name>-endpoints` ConfigMap shows (`told`): its extra members are removed safely.
         return Limits {
-            published: n,
+            published: told.unwrap_or(n).max(n),
             confirmed: n,
+            token: None,
         };
     };
+    let confirmed = confirmed.min(n);
+    if confirmed >= n {
+        return Limits {
+            published: published.max(n),
+            confirmed: n,
+            token: None,
+        };
+    }
+    let generation = cluster.metadata.generation.unwrap_or_default();
+    let token = status
+        .and_then(|s| s.confirmation_token.clone())
+        .filter(|t| t.starts_with(&format!("{n}-")))
+        .unwrap_or_else(|| format!("{n}-{generation}"));
     let confirmed_by_user = cluster
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(CLIENTS_USE_INSTANCES))
-        .and_then(|v| v.trim().parse::<i32>().ok())
-        == Some(n);
+        .is_some_and(|v| v.trim() == token);
     Limits {
         published: published.max(n),
-        confirmed: if n <= confirmed || confirmed_by_user {
-            n
-        } else {
-            confirmed
-        },
+        confirmed: if confirmed_by_user { n } else { confirmed },
+        token: (!confirmed_by_user).then_some(token),
     }
 }
 
@@ -78,19 +93,23 @@ pub fn after_plan(
         return limits;
     }
     let done = (instances..limits.published).all(|slot| {
+        let obs = observed.get(&slot);
+        // Proof that it grants no lock now: no process, or a process seen fenced. A process
+        // that does not answer proves nothing.
+        let gone = obs.is_none_or(|o| !matches!(o.pod, PodState::Running { .. } | PodState::Foreign { .. }));
+        let fenced = obs
+            .and_then(|o| o.redis.as_ref())
+            .is_some_and(|r| !r.client_enabled);
         let Some(m) = members.iter().find(|m| m.slot == slot) else {
             // No record: never created, or gone after its hold.
-            return observed.get(&slot).is_none_or(|o| o.pod == PodState::Missing);
+            return obs.is_none_or(|o| o.pod == PodState::Missing);
         };
-        let fenced = observed
-            .get(&slot)
-            .and_then(|o| o.redis.as_ref())
-            .is_none_or(|r| !r.client_enabled);
         let held_out = match m.state {
-            crate::crd::MemberState::Starting => true,
+            crate::crd::MemberState::Starting => gone,
+            crate::crd::MemberState::Ready => false,
             _ => m.held_until.as_ref().is_some_and(|u| u.0 <= now),
         };
-        m.state != crate::crd::MemberState::Ready && fenced && held_out
+        held_out && (gone || fenced)
     });
     Limits {
         published: if done { instances } else { limits.published },
@@ -99,7 +118,7 @@ pub fn after_plan(
 }
 
 /// What the `Resizing` condition says: `None` when the list is settled.
-pub fn waiting_for(limits: Limits, instances: i32, name: &str) -> Option<(&'static str, String)> {
+pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(&'static str, String)> {
     if limits.published > instances {
         return Some((
             "ScaleDown",
@@ -114,9 +133,10 @@ pub fn waiting_for(limits: Limits, instances: i32, name: &str) -> Option<(&'stat
         return Some((
             "AwaitingClientConfirmation",
             format!(
-                "the list of {instances} is published; new members {}..{} stay fenced until every client uses it: kubectl annotate rlc {name} {CLIENTS_USE_INSTANCES}={instances}",
+                "the list of {instances} is published; new members {}..{} stay fenced until every client uses it: kubectl annotate --overwrite rlc {name} {CLIENTS_USE_INSTANCES}={}",
                 limits.confirmed,
-                instances - 1
+                instances - 1,
+                limits.token.as_deref().unwrap_or_default()
             ),
         ));
     }
@@ -151,36 +171,98 @@ mod tests {
     }
 
     fn limits(published: i32, confirmed: i32) -> Limits {
-        Limits { published, confirmed }
+        Limits {
+            published,
+            confirmed,
+            token: None,
+        }
     }
 
     #[test]
     fn before_plan_in_every_direction() {
+        let token = |t: &str| Some(t.to_owned());
         for (n, published, confirmed, annotation, want) in [
             // New cluster: everything at once.
             (3, None, None, None, limits(3, 3)),
             // Steady.
             (3, Some(3), Some(3), None, limits(3, 3)),
-            // Scale-up: published at once, new members wait for the confirmation.
-            (5, Some(3), Some(3), None, limits(5, 3)),
-            (5, Some(3), Some(3), Some("3"), limits(5, 3)),
-            (5, Some(3), Some(3), Some("7"), limits(5, 3)),
-            (5, Some(3), Some(3), Some("five"), limits(5, 3)),
-            (5, Some(3), Some(3), Some("5"), limits(5, 5)),
-            (5, Some(5), Some(3), Some(" 5 "), limits(5, 5)),
+            // Scale-up: published at once, new members wait for the confirmation of this very
+            // resize: `5-<generation>` (generation 4 here).
+            (
+                5,
+                Some(3),
+                Some(3),
+                None,
+                Limits {
+                    token: token("5-4"),
+                    ..limits(5, 3)
+                },
+            ),
+            (
+                5,
+                Some(3),
+                Some(3),
+                Some("3"),
+                Limits {
+                    token: token("5-4"),
+                    ..limits(5, 3)
+                },
+            ),
+            // A bare count (left from an earlier resize, or set with the scale-up) never confirms.
+            (
+                5,
+                Some(3),
+                Some(3),
+                Some("5"),
+                Limits {
+                    token: token("5-4"),
+                    ..limits(5, 3)
+                },
+            ),
+            (
+                5,
+                Some(3),
+                Some(3),
+                Some("5-3"),
+                Limits {
+                    token: token("5-4"),
+                    ..limits(5, 3)
+                },
+            ),
+            (5, Some(3), Some(3), Some("5-4"), limits(5, 5)),
+            (5, Some(5), Some(3), Some(" 5-4 "), limits(5, 5)),
             // Scale-down: confirmed drops at once (removed members never serve again),
             // published waits.
             (3, Some(5), Some(5), None, limits(5, 3)),
             // Down during an unconfirmed scale-up.
-            (4, Some(5), Some(3), None, limits(5, 3)),
+            (
+                4,
+                Some(5),
+                Some(3),
+                None,
+                Limits {
+                    token: token("4-4"),
+                    ..limits(5, 3)
+                },
+            ),
         ] {
-            let c = cluster(n, published, confirmed, annotation);
+            let mut c = cluster(n, published, confirmed, annotation);
+            c.metadata.generation = Some(4);
             assert_eq!(
-                before_plan(&c),
+                before_plan(&c, None),
                 want,
                 "{n} {published:?} {confirmed:?} {annotation:?}"
             );
         }
+        // The token of a wait already on record stays, whatever the generation is now.
+        let mut c = cluster(5, Some(5), Some(3), Some("5-2"));
+        c.metadata.generation = Some(9);
+        c.status.as_mut().unwrap().confirmation_token = Some("5-2".into());
+        assert_eq!(before_plan(&c, None), limits(5, 5));
+        // No record, but clients are told a longer list: its extra members are removed safely.
+        let c = cluster(3, None, None, None);
+        assert_eq!(before_plan(&c, Some(5)), limits(5, 3));
+        assert_eq!(before_plan(&c, Some(2)), limits(3, 3));
     }
 
     fn member(slot: i32, state: MemberState, until: Option<i64>) -> MemberStatus {
@@ -219,17 +301,17 @@ mod tests {
         };
         // Holds running: not yet.
         assert_eq!(
-            after_plan(l, 3, &held(90, 110), &obs(false, false), now).published,
+            after_plan(l.clone(), 3, &held(90, 110), &obs(false, false), now).published,
             5
         );
         // Both ended, both fenced: published.
         assert_eq!(
-            after_plan(l, 3, &held(90, 100), &obs(false, false), now).published,
+            after_plan(l.clone(), 3, &held(90, 100), &obs(false, false), now).published,
             3
         );
         // One still lets clients in: not yet (it is being fenced).
         assert_eq!(
-            after_plan(l, 3, &held(90, 100), &obs(false, true), now).published,
+            after_plan(l.clone(), 3, &held(90, 100), &obs(false, true), now).published,
             5
         );
         // A member still on record as Ready (not fenced yet): not yet.
@@ -237,10 +319,31 @@ mod tests {
             member(3, MemberState::Ready, None),
             member(4, MemberState::Held, Some(90)),
         ];
-        assert_eq!(after_plan(l, 3, &ready, &obs(false, false), now).published, 5);
+        assert_eq!(
+            after_plan(l.clone(), 3, &ready, &obs(false, false), now).published,
+            5
+        );
+        // Not answering proves nothing, even with the hold over.
+        let silent = BTreeMap::from([
+            (3, fenced(false)),
+            (
+                4,
+                SlotObservation {
+                    redis: None,
+                    ..fenced(false)
+                },
+            ),
+        ]);
+        assert_eq!(
+            after_plan(l.clone(), 3, &held(90, 100), &silent, now).published,
+            5
+        );
         // Gone with no record, or never created: fine.
-        assert_eq!(after_plan(l, 3, &[], &BTreeMap::new(), now).published, 3);
-        assert_eq!(after_plan(l, 3, &[], &obs(false, false), now).published, 5);
+        assert_eq!(after_plan(l.clone(), 3, &[], &BTreeMap::new(), now).published, 3);
+        assert_eq!(
+            after_plan(l.clone(), 3, &[], &obs(false, false), now).published,
+            5
+        );
         // Nothing to shrink.
         assert_eq!(
             after_plan(limits(3, 3), 3, &[], &BTreeMap::new(), now),
@@ -250,12 +353,16 @@ mod tests {
 
     #[test]
     fn the_condition_says_what_it_waits_for() {
-        assert_eq!(waiting_for(limits(3, 3), 3, "locks"), None);
-        let (reason, msg) = waiting_for(limits(5, 3), 3, "locks").unwrap();
+        assert_eq!(waiting_for(&limits(3, 3), 3, "locks"), None);
+        let (reason, msg) = waiting_for(&limits(5, 3), 3, "locks").unwrap();
         assert_eq!(reason, "ScaleDown");
         assert!(msg.contains("members 3..4"), "{msg}");
-        let (reason, msg) = waiting_for(limits(5, 3), 5, "locks").unwrap();
+        let waiting = Limits {
+            token: Some("5-7".into()),
+            ..limits(5, 3)
+        };
+        let (reason, msg) = waiting_for(&waiting, 5, "locks").unwrap();
         assert_eq!(reason, "AwaitingClientConfirmation");
-        assert!(msg.contains("redlock.dev/clients-use-instances=5"), "{msg}");
+        assert!(msg.contains("redlock.dev/clients-use-instances=5-7"), "{msg}");
     }
 }

@@ -147,7 +147,7 @@ pub fn compute(
     ];
     desired.extend(ttl_policy(findings));
     desired.push(ownership_conflict(&findings.conflicts));
-    if let Some(limits) = findings.limits {
+    if let Some(limits) = &findings.limits {
         desired.push(match crate::resize::waiting_for(limits, instances, &name) {
             Some((reason, message)) => Desired {
                 type_: RESIZING,
@@ -180,8 +180,9 @@ pub fn compute(
         quorum: Some(quorum),
         updated_instances: Some(instances - findings.rollout.outdated.len() as i32),
         hold: findings.hold.clone(),
-        published_instances: findings.limits.map(|l| l.published),
-        confirmed_instances: findings.limits.map(|l| l.confirmed),
+        published_instances: findings.limits.as_ref().map(|l| l.published),
+        confirmed_instances: findings.limits.as_ref().map(|l| l.confirmed),
+        confirmation_token: findings.limits.as_ref().and_then(|l| l.token.clone()),
         failure_domains: findings.failure_domains.clone(),
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),

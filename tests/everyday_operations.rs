@@ -33,7 +33,7 @@ async fn cluster_with_ttl(env: &Env, ttl: &str) {
         h.max_lock_ttl == want && h.published_max_lock_ttl == Some(want.into())
     })
     .await;
-    assert!(env.has_event("MaxLockTTLRaised").await);
+    env.wait_event("MaxLockTTLRaised").await;
 }
 
 /// The first client's lock on `slots`, with `ttl`; returns when it expires at the latest.
@@ -73,7 +73,7 @@ async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
         })
         .await;
     assert_eq!(hold.max_lock_ttl, Duration::from_secs(10), "{hold:?}");
-    assert!(env.has_event("MaxLockTTLLowering").await);
+    env.wait_event("MaxLockTTLLowering").await;
     assert_eq!(
         env.config_map(&format!("{NAME}-endpoints"), "maxLockTTLMillis")
             .await,
@@ -100,7 +100,7 @@ async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
         Ok(h.filter(|h| h.max_lock_ttl == Duration::from_secs(2) && h.lowers_at.is_none()))
     })
     .await;
-    assert!(env.has_event("MaxLockTTLLowered").await);
+    env.wait_event("MaxLockTTLLowered").await;
 }
 
 /// Issue 14, scenario 2: the edit that lowers maxLockTTL is one the operator rejects (a memory
@@ -237,7 +237,7 @@ async fn orphans_are_reported_and_their_replacements_held() {
             .iter()
             .any(|c| c.type_ == "OwnershipConflict" && c.status == "True")
     );
-    assert!(env.has_event("NameConflict").await);
+    env.wait_event("NameConflict").await;
     // The orphans serve (they have their keys) and are left alone: a lock on a bare majority.
     let expiry = first_lock(&env, &[0, 1], Duration::from_secs(8)).await;
 
@@ -267,14 +267,25 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
     let client = env.client_login(NAME).await;
     let admin = env.admin_login(NAME).await;
     let mut a = connect(ip, &admin).await.unwrap();
-    let () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg(&client.user)
-        .arg("on")
-        .query_async(&mut a)
-        .await
-        .unwrap();
-    let turned_on = Timestamp::now();
+    // Let a client in behind the operator's back, and keep its connection open (a fence must
+    // also end connections already logged in, not only refuse new logins).
+    let mut logged_in = None;
+    let mut turned_on = Timestamp::now();
+    for _ in 0..5 {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&client.user)
+            .arg("on")
+            .query_async(&mut a)
+            .await
+            .unwrap();
+        turned_on = Timestamp::now();
+        if let Ok(c) = connect(ip, &client).await {
+            logged_in = Some(c);
+            break;
+        }
+    }
+    let mut logged_in = logged_in.expect("a client logged in while the user was on");
     // A client that got in meanwhile is thrown out, and no new one gets in.
     wait_for("fenced again", Duration::from_secs(5), async || {
         Ok(connect(ip, &client).await.is_err().then_some(()))
@@ -292,6 +303,11 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
         assert!(connect(ip, &client).await.is_err(), "served during its hold");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut logged_in).await;
+    assert!(
+        ping.is_err(),
+        "the connection logged in before the fence still works: {ping:?}"
+    );
 
     // The ACL Secret edited to start every process unfenced: restored by content, although
     // the operator's annotation on it was left untouched.
@@ -462,8 +478,24 @@ async fn resizing_is_safe_with_clients_on_both_lists() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A bare count (as left from an earlier resize, or written with the scale-up) does not
+    // confirm; the token the condition names does.
     env.kubectl(&["annotate", "rlc", NAME, "redlock.dev/clients-use-instances=5"])
         .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = env.cluster(NAME).await.status.unwrap();
+    assert_eq!(s.confirmed_instances, Some(3));
+    let token = s.confirmation_token.expect("the token the user must confirm");
+    let resizing = s.conditions.iter().find(|c| c.type_ == "Resizing").unwrap();
+    assert!(resizing.message.contains(&token), "{}", resizing.message);
+    env.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "rlc",
+        NAME,
+        &format!("redlock.dev/clients-use-instances={token}"),
+    ])
+    .await;
     env.wait_ready(NAME, 5, Duration::from_secs(20)).await;
 
     // Scale-down: the removed members are fenced and held; the shorter list is published only

@@ -158,6 +158,14 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
 
     // The app's view: the URLs printed by the last step, all five, as in the Secret.
     let urls: Vec<String> = outputs.last().unwrap().lines().map(str::to_owned).collect();
+    // `Available` means a quorum serves; each first process is held in full, and their holds
+    // end moments apart. The app below locks on all five, so wait for all five.
+    let clusters: Api<RedlockCluster> = Api::namespaced(cp.client(), APP_NS);
+    wait_for("all five members serve", Duration::from_secs(60), async || {
+        let s = clusters.get("locks").await?.status.unwrap_or_default();
+        Ok((s.ready_instances == Some(5)).then_some(()))
+    })
+    .await;
     assert_eq!(urls.len(), 5, "{urls:?}");
     let resolver = Resolver::new(cp.client());
     let mut locked = 0;
@@ -233,7 +241,6 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
     }
 
     // The lifecycle under the chart's RBAC: a kill -9 is held and released at heldUntil.
-    let clusters: Api<RedlockCluster> = Api::namespaced(cp.client(), APP_NS);
     let quick: RedlockCluster = serde_json::from_value(json!({
         "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
         "metadata": {"name": "quick"},

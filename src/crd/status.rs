@@ -29,6 +29,11 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_instances: Option<i32>,
 
+    /// While a scale-up waits for its confirmation: the value of the annotation
+    /// `redlock.dev/clients-use-instances` that confirms it (`<N>-<generation>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_token: Option<String>,
+
     /// Instances serving lock clients now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_instances: Option<i32>,

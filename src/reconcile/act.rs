@@ -38,6 +38,22 @@ pub async fn act(
     let d = on_record.decision();
     let access = &inputs.access;
     let name = cluster.name_any();
+    // Fences first: a process that lets clients in while it must not should be shut out as
+    // soon as the hold is on record, before anything slower (events, ConfigMaps).
+    for (slot, run_id) in &d.plan.fences {
+        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
+            continue;
+        };
+        // A fence only ever shuts clients out; no leadership check could make it unsafe, but
+        // a replica that lost the lease should not act at all.
+        ctx.leadership.check()?;
+        match access.fence(ip, run_id).await {
+            Ok(()) => tracing::warn!(slot, %run_id, "fenced again"),
+            // The next probe sees it still serving and fences again.
+            Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
+        }
+    }
+
     ctx.metrics
         .observe_members(ns, &name, &d.status.members, cluster.spec.instances, now);
     if let Some(keys) = d.ttl_violations {
@@ -75,19 +91,6 @@ pub async fn act(
         }
     }
 
-    for (slot, run_id) in &d.plan.fences {
-        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
-            continue;
-        };
-        // A fence only ever shuts clients out; no leadership check could make it unsafe, but
-        // a replica that lost the lease should not act at all.
-        ctx.leadership.check()?;
-        match access.fence(ip, run_id).await {
-            Ok(()) => tracing::warn!(slot, %run_id, "fenced again"),
-            // The next probe sees it still serving and fences again.
-            Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
-        }
-    }
     let mut released = false;
     for (slot, run_id) in &d.plan.releases {
         let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {

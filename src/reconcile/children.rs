@@ -72,9 +72,14 @@ pub async fn apply(
     for desired in [
         secrets::admin_secret(cluster, &inputs.credentials),
         secrets::client_secret(cluster, &inputs.credentials, published),
-        secrets::acl_secret(cluster, &inputs.credentials),
     ] {
         config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, desired).await)?;
+    }
+    // The ACL file holds the hashes of those two passwords: written only once both Secrets are
+    // this cluster's, or a password that no Secret keeps would be written, anew each time.
+    if config_ready {
+        let acl = secrets::acl_secret(cluster, &inputs.credentials);
+        config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, acl).await)?;
     }
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     config_ready &= report

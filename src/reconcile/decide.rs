@@ -56,13 +56,14 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
-        resize::before_plan(cluster)
+        resize::before_plan(cluster, obs.published_servers)
     } else {
         // A rejected spec changes nothing that runs: also not which list clients are told.
         let n = previous.published_instances.unwrap_or(cluster.spec.instances);
         resize::Limits {
             published: n,
             confirmed: previous.confirmed_instances.unwrap_or(n),
+            token: previous.confirmation_token.clone(),
         }
     };
     let mut plan = plan(
@@ -201,6 +202,7 @@ mod tests {
             next_audit: Duration::from_secs(10),
             failure_domains: FailureDomains::default(),
             published_ttl: published_ms.map(Duration::from_millis),
+            published_servers: None,
         }
     }
 

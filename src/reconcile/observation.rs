@@ -29,6 +29,8 @@ pub struct Observation {
     /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
     /// left by an earlier incarnation of the cluster: its clients were told that).
     pub published_ttl: Option<Duration>,
+    /// How many servers that ConfigMap lists.
+    pub published_servers: Option<i32>,
 }
 
 pub async fn observe(
@@ -39,12 +41,14 @@ pub async fn observe(
     max_lock_ttl: Duration,
 ) -> Result<Observation> {
     let mut slots = observe::pods_by_slot(cluster, &ctx.pods.state());
-    look_up_missing_by_name(ctx, cluster, ns, &mut slots).await?;
+    let published_servers = published_servers(ctx, cluster, ns);
+    look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
     probe_all(access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
         published_ttl: published_ttl(ctx, cluster, ns),
+        published_servers,
         slots,
         ttl,
         next_audit,
@@ -58,6 +62,7 @@ async fn look_up_missing_by_name(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
+    published_servers: Option<i32>,
     slots: &mut BTreeMap<i32, SlotObservation>,
 ) -> Result<()> {
     let name = cluster.name_any();
@@ -65,7 +70,15 @@ async fn look_up_missing_by_name(
         .status
         .iter()
         .flat_map(|s| s.members.iter().map(|m| m.slot));
-    let unseen: BTreeSet<i32> = (0..cluster.spec.instances)
+    // Every slot clients may be told about, too: a removed member of a longer published list
+    // (also one a wiped status no longer records) must be found to be fenced or removed.
+    let told = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.published_instances)
+        .max(published_servers)
+        .unwrap_or(0);
+    let unseen: BTreeSet<i32> = (0..cluster.spec.instances.max(told))
         .chain(recorded)
         .filter(|s| !slots.contains_key(s))
         .collect();
@@ -93,6 +106,14 @@ async fn probe_all(access: &AdminAccess, observed: &mut BTreeMap<i32, SlotObserv
             Err(e) => o.redis_error = Some(e),
         }
     }
+}
+
+fn published_servers(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<i32> {
+    let cm = ctx
+        .config_maps
+        .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns))?;
+    let servers = cm.data.as_ref()?.get("servers")?;
+    Some(servers.lines().filter(|l| !l.trim().is_empty()).count() as i32)
 }
 
 fn published_ttl(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<Duration> {

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
 use redlock_safety::schedule::{Fault, FaultKind};
+use serde_json::json;
 
 use crate::support::{Env, start_operator, wait_for, wait_held};
 
@@ -94,6 +95,52 @@ impl<'a> ClusterTarget<'a> {
                 let log = format!("operator-{}.log", self.operator_restarts);
                 self.env.operator = start_operator(&self.env.cp, &log).await;
             }
+            FaultKind::TtlLower => {
+                let spec = self.env.cluster(&self.name).await.spec;
+                let ttl: Duration = spec.max_lock_ttl.into();
+                let lower = kube::core::Duration::from(ttl / 4);
+                self.env
+                    .patch_spec(&self.name, json!({"maxLockTTL": lower.to_string()}))
+                    .await;
+                self.wait_hold("lowering published", |h| h.published_max_lock_ttl == Some(lower))
+                    .await;
+                self.kill(f.members[0], Signal::SIGKILL)?;
+                self.wait_recovered(&replaced, &before).await;
+                self.env
+                    .patch_spec(&self.name, json!({"maxLockTTL": spec.max_lock_ttl.to_string()}))
+                    .await;
+                self.wait_hold("raised back", |h| {
+                    h.max_lock_ttl == spec.max_lock_ttl && h.published_max_lock_ttl == Some(spec.max_lock_ttl)
+                })
+                .await;
+            }
+            FaultKind::Recreate => {
+                let old = self.env.cluster(&self.name).await;
+                self.env
+                    .clusters()
+                    .delete(&self.name, &DeleteParams::default())
+                    .await?;
+                let env = &*self.env;
+                wait_for("old object gone", Duration::from_secs(30), async || {
+                    Ok(env.clusters().get_opt(&self.name).await?.is_none().then_some(()))
+                })
+                .await;
+                self.env
+                    .create_cluster(&self.name, serde_json::to_value(&old.spec)?)
+                    .await;
+                let selector = format!("app.kubernetes.io/instance={}", self.name);
+                self.env
+                    .kubectl(&[
+                        "delete",
+                        "pod",
+                        "-l",
+                        &selector,
+                        "--grace-period=0",
+                        "--force",
+                        "--wait=false",
+                    ])
+                    .await;
+            }
             FaultKind::NodeLoss => {
                 let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
                 let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
@@ -104,7 +151,9 @@ impl<'a> ClusterTarget<'a> {
         }
         // Kills and deletions need no undoing: they are healed the moment they happen.
         let healed = match f.kind {
-            FaultKind::StopCont | FaultKind::OperatorKill | FaultKind::NodeLoss => mono_ns(),
+            FaultKind::StopCont | FaultKind::OperatorKill | FaultKind::NodeLoss | FaultKind::TtlLower => {
+                mono_ns()
+            }
             _ => injected,
         };
         self.wait_recovered(&replaced, &before).await;
@@ -116,6 +165,10 @@ impl<'a> ClusterTarget<'a> {
             healed,
             recovered: mono_ns(),
         })
+    }
+
+    async fn wait_hold(&self, what: &str, f: impl Fn(&redlock_operator::crd::HoldPolicy) -> bool) {
+        self.env.wait_hold(&self.name, what, f).await;
     }
 
     /// Every member serves again (Ready, released, Available) and every replaced member runs

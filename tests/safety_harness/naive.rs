@@ -142,8 +142,11 @@ impl NaiveSet {
             FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority | FaultKind::DeletePod => {
                 self.crash_and_restart(&f.members, Duration::ZERO).await?
             }
-            // There is no operator to kill; what the fault does to the member remains.
-            FaultKind::OperatorKill => self.crash_and_restart(&f.members, Duration::ZERO).await?,
+            // There is no operator to kill, no TTL to lower and no object to re-create; what
+            // the fault does to the members remains.
+            FaultKind::OperatorKill | FaultKind::TtlLower | FaultKind::Recreate => {
+                self.crash_and_restart(&f.members, Duration::ZERO).await?
+            }
             FaultKind::NodeLoss => {
                 self.crash_and_restart(&f.members, Duration::from_millis(f.duration_ms))
                     .await?

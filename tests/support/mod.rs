@@ -362,6 +362,15 @@ impl Env {
         .await
     }
 
+    /// Waits until an event with `reason` is published in the namespace (events follow the
+    /// status write they belong to).
+    pub async fn wait_event(&self, reason: &str) {
+        wait_for(&format!("event {reason}"), Duration::from_secs(10), async || {
+            Ok(self.has_event(reason).await.then_some(()))
+        })
+        .await;
+    }
+
     /// Whether an event with `reason` was published in the namespace.
     pub async fn has_event(&self, reason: &str) -> bool {
         let list: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =

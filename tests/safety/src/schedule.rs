@@ -27,10 +27,17 @@ pub enum FaultKind {
     /// The node of one member stops reporting and its processes die; restored after
     /// `duration_ms`.
     NodeLoss,
+    /// An everyday operation: `maxLockTTL` lowered to a quarter while every client keeps using
+    /// the old TTL, then one member is killed; raised back once it serves again.
+    TtlLower,
+    /// An everyday operation: the RedlockCluster is deleted and re-created with the same name
+    /// and spec (`kubectl replace --force`, a GitOps replace), and the old pods are
+    /// force-deleted at once; every member is replaced.
+    Recreate,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -38,6 +45,8 @@ impl FaultKind {
         FaultKind::StopCont,
         FaultKind::OperatorKill,
         FaultKind::NodeLoss,
+        FaultKind::TtlLower,
+        FaultKind::Recreate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +58,8 @@ impl FaultKind {
             FaultKind::StopCont => "stop-cont",
             FaultKind::OperatorKill => "operator-kill",
             FaultKind::NodeLoss => "node-loss",
+            FaultKind::TtlLower => "ttl-lower",
+            FaultKind::Recreate => "recreate",
         }
     }
 
@@ -57,6 +68,7 @@ impl FaultKind {
         match self {
             FaultKind::KillMinority => (n / 2).max(1).min(n.saturating_sub(1).max(1)),
             FaultKind::KillMajority => n / 2 + 1,
+            FaultKind::Recreate => n,
             _ => 1,
         }
     }
@@ -145,8 +157,9 @@ mod tests {
 
     #[test]
     fn every_kind_appears_in_every_round() {
-        let s = schedule(3, 7 * 30, &ScheduleConfig::default());
-        for round in s.chunks(7) {
+        let n = FaultKind::ALL.len();
+        let s = schedule(3, n * 30, &ScheduleConfig::default());
+        for round in s.chunks(n) {
             let mut kinds: Vec<FaultKind> = round.iter().map(|f| f.kind).collect();
             kinds.sort();
             assert_eq!(kinds, FaultKind::ALL.to_vec());

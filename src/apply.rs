@@ -17,23 +17,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::resources::names::FIELD_MANAGER;
 
-/// Annotation holding the hash of the last applied desired state.
-pub const APPLIED_HASH: &str = "redlock.dev/applied-hash";
-
-/// Hash of an object's desired state (hex, 16 chars is plenty to detect a change).
-pub fn desired_hash<K: Serialize>(desired: &K) -> String {
-    let json = serde_json::to_vec(desired).expect("child objects serialize");
-    Sha256::digest(&json)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+use crate::resources::hash::{APPLIED_HASH, desired_hash};
 
 /// A kind of child object, and which part of it is compared by content.
 pub trait Child:

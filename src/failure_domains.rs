@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::conditions::Desired;
 use crate::crd::{FailureDomains, Spread};
-use crate::status::quorum;
+use crate::model::quorum;
 
 pub const FAILURE_INDEPENDENCE: &str = "FailureIndependence";
 

@@ -16,6 +16,7 @@ pub mod hold_policy;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod model;
 pub mod observe;
 pub mod plan;
 pub mod reconcile;

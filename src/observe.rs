@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::crd::RedlockCluster;
+use crate::crd::{MemberState, MemberStatus, RedlockCluster};
+use crate::resources::hash::SPEC_HASH;
 use crate::resources::names::{LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
-use crate::rollout::SPEC_HASH;
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -185,6 +185,25 @@ fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<Strin
             .or(c.reason.as_deref())
             .unwrap_or("unschedulable")
     ))
+}
+
+/// Slots whose member is released and whose pod is Ready: what clients can lock right now.
+pub fn serving_slots(
+    members: &[MemberStatus],
+    observed: &BTreeMap<i32, SlotObservation>,
+    instances: i32,
+) -> Vec<i32> {
+    members
+        .iter()
+        .filter(|m| m.slot < instances && m.state == MemberState::Ready)
+        .filter(|m| {
+            matches!(
+                observed.get(&m.slot).map(|o| &o.pod),
+                Some(PodState::Running { ready: true, .. })
+            )
+        })
+        .map(|m| m.slot)
+        .collect()
 }
 
 #[cfg(test)]

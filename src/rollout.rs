@@ -10,29 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::apply::desired_hash;
-use crate::crd::{MemberState, MemberStatus, RedlockClusterSpec};
-use crate::observe::{PodState, SlotObservation};
-use crate::status::{quorum, serving_slots};
-
-/// Pod annotation: hash of the spec fields the pod was built from.
-pub const SPEC_HASH: &str = "redlock.dev/spec-hash";
-
-/// Hash of every spec field that shapes an instance's pod or its Redis process (image,
-/// resources, redis.conf, auth, scheduling, pod template, TLS). `instances`, `maxLockTTL` and the
-/// hold settings are absent on purpose: changing them needs no replacement.
-pub fn spec_hash(spec: &RedlockClusterSpec) -> String {
-    let shaping = serde_json::json!({
-        "image": spec.image,
-        "resources": spec.resources,
-        "redisConfig": spec.redis_config,
-        "auth": spec.auth,
-        "scheduling": spec.scheduling,
-        "podTemplate": spec.pod_template,
-        "tls": spec.tls,
-    });
-    desired_hash(&shaping)
-}
+use crate::crd::{MemberState, MemberStatus};
+use crate::model::quorum;
+use crate::observe::{PodState, SlotObservation, serving_slots};
 
 /// What the rollout does in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -160,21 +140,6 @@ mod tests {
             .enumerate()
             .map(|(i, s)| MemberStatus::new(format!("locks-{i}"), i as i32, *s))
             .collect()
-    }
-
-    #[test]
-    fn the_hash_covers_pod_shaping_fields_only() {
-        let base: RedlockClusterSpec =
-            serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap();
-        let mut other = base.clone();
-        other.instances = 7;
-        other.hold_margin = kube::core::Duration::from(std::time::Duration::from_secs(5));
-        assert_eq!(spec_hash(&base), spec_hash(&other));
-        other.image = "redis:8.0".into();
-        assert_ne!(spec_hash(&base), spec_hash(&other));
-        let mut config = base.clone();
-        config.redis_config.insert("maxclients".into(), "100".into());
-        assert_ne!(spec_hash(&base), spec_hash(&config));
     }
 
     #[test]

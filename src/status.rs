@@ -10,7 +10,8 @@ use crate::crd::{
     FailureDomains, HoldPolicy, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus,
 };
 use crate::failure_domains;
-use crate::observe::{PodState, SlotObservation};
+use crate::model::quorum;
+use crate::observe::{SlotObservation, serving_slots};
 use crate::resources::endpoints::server_address;
 use crate::rollout::Rollout;
 use crate::ttl_audit;
@@ -45,11 +46,6 @@ pub struct Findings {
     pub rollout: Rollout,
     /// Placement of the members; `None` leaves failure domains unreported.
     pub failure_domains: Option<FailureDomains>,
-}
-
-/// Instances a client must lock: a strict majority of all N, whatever is up right now.
-pub fn quorum(instances: i32) -> i32 {
-    instances / 2 + 1
 }
 
 /// The status to persist: the planned member states plus the counts and conditions that
@@ -187,25 +183,6 @@ pub fn compute(
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
     }
-}
-
-/// Slots whose member is released and whose pod is Ready: what clients can lock right now.
-pub fn serving_slots(
-    members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
-    instances: i32,
-) -> Vec<i32> {
-    members
-        .iter()
-        .filter(|m| m.slot < instances && m.state == MemberState::Ready)
-        .filter(|m| {
-            matches!(
-                observed.get(&m.slot).map(|o| &o.pod),
-                Some(PodState::Running { ready: true, .. })
-            )
-        })
-        .map(|m| m.slot)
-        .collect()
 }
 
 /// `Degraded`: some slot does not serve. The message says which and how many more failures
@@ -351,6 +328,7 @@ fn ttl_policy(findings: &Findings) -> Option<Desired> {
 mod tests {
     use super::*;
     use crate::crd::RedlockClusterSpec;
+    use crate::observe::PodState;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 
     fn cluster(instances: i32, generation: i64) -> RedlockCluster {
@@ -388,13 +366,6 @@ mod tests {
                 terminating: false,
             },
             ..Default::default()
-        }
-    }
-
-    #[test]
-    fn quorum_is_a_strict_majority() {
-        for (n, q) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4), (99, 50)] {
-            assert_eq!(quorum(n), q, "N={n}");
         }
     }
 

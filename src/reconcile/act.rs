@@ -18,7 +18,6 @@ use crate::events;
 use crate::observe::SlotObservation;
 use crate::resources::names::slot_name;
 use crate::resources::{endpoints, pod};
-use crate::status;
 
 /// What acting came to.
 pub struct Acted {
@@ -81,7 +80,7 @@ pub async fn act(
     }
 
     if inputs.accepted() {
-        let serving = status::serving_slots(&d.status.members, observed, cluster.spec.instances);
+        let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
         let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
         let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
         let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);

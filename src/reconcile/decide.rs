@@ -99,7 +99,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
         cluster.spec.instances,
         &plan.members,
         &obs.slots,
-        &rollout::spec_hash(&cluster.spec),
+        &crate::resources::hash::spec_hash(&cluster.spec),
     );
     if !accepted {
         // A rejected spec changes nothing that runs.

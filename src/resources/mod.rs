@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod endpoints;
+pub mod hash;
 pub mod names;
 pub mod network_policy;
 pub mod pdb;

@@ -15,13 +15,13 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 
 use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
+use super::hash::{SPEC_HASH, spec_hash};
 use super::names::{
     LABEL_INSTANCE, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name, config_map_name,
     slot_labels, slot_name,
 };
 use super::secrets::client_user;
 use crate::crd::{RedlockCluster, Spread};
-use crate::rollout::{SPEC_HASH, spec_hash};
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";

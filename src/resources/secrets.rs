@@ -164,7 +164,7 @@ pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instan
     let mut data = BTreeMap::from([
         ("username".to_owned(), username.to_owned()),
         ("urls".to_owned(), endpoints::lines(&urls)),
-        ("quorum".to_owned(), crate::status::quorum(instances).to_string()),
+        ("quorum".to_owned(), crate::model::quorum(instances).to_string()),
     ]);
     if let Some(password) = password {
         data.insert("password".into(), password.to_owned());

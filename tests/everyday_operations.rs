@@ -405,12 +405,15 @@ async fn a_pod_dropped_from_the_operators_view_is_still_found_by_name() {
 /// The server list and quorum a client configured from the `<name>-client` Secret alone sees
 /// now (one object: urls and quorum always agree), as the pod IPs of those slots.
 async fn list_from_the_secret(env: &Env) -> (Vec<std::net::IpAddr>, usize) {
-    let urls = env.secret(&format!("{NAME}-client"), "urls").await;
-    let quorum: usize = env
-        .secret(&format!("{NAME}-client"), "quorum")
+    // One read of the object, as a client reading its mounted Secret does.
+    let secret = Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .get(&format!("{NAME}-client"))
         .await
-        .parse()
         .unwrap();
+    let data = secret.data.unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    let urls = text("urls");
+    let quorum: usize = text("quorum").parse().unwrap();
     let slots: Vec<i32> = urls
         .lines()
         .map(|u| {

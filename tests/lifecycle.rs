@@ -39,7 +39,6 @@ fn assert_released_on_time(until: Timestamp, served: Timestamp) {
 async fn new_cluster_holds_its_first_processes_in_full_and_enforces_its_settings() {
     let env = Env::start(3).await;
     env.create_cluster(NAME, short_spec()).await;
-    let client = env.client_login(NAME).await;
     // Every member is held first, with the full hold (3.53 s) from when its process was seen.
     let mut held = vec![];
     for slot in 0..3 {
@@ -59,6 +58,7 @@ async fn new_cluster_holds_its_first_processes_in_full_and_enforces_its_settings
         );
         held.push((slot, until));
     }
+    let client = env.client_login(NAME).await;
     // A lock client gets in no earlier than heldUntil, and soon after it (all slots watched at
     // once: their holds end within moments of each other).
     let mut tries = vec![];
@@ -300,8 +300,9 @@ async fn seed_scenario_no_second_majority_while_the_first_lock_is_valid() {
     assert!(attempts > 10, "B tried during A's TTL ({attempts} attempts)");
 }
 
-/// Scale up adds slots (released at once), scale down removes the highest slots and keeps
-/// their hold on record; deleting the RedlockCluster removes every child.
+/// Scale up adds slots (held, then released once the new list is confirmed); scale down fences
+/// and holds the highest slots before their pods go; deleting the RedlockCluster removes every
+/// child. (Clients on both lists: tests/everyday_operations.rs.)
 #[tokio::test]
 async fn scale_up_down_and_delete() {
     let env = Env::start(5).await;
@@ -309,6 +310,7 @@ async fn scale_up_down_and_delete() {
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
 
     env.patch_spec(NAME, json!({"instances": 5})).await;
+    env.confirm_resize(NAME).await;
     let grown = env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
     let s = grown.status.unwrap();
     assert_eq!(
@@ -317,10 +319,28 @@ async fn scale_up_down_and_delete() {
     );
     assert!(
         s.members.iter().all(|m| m.held_until.is_none()),
-        "new slots are not held"
+        "served after their hold: {:?}",
+        s.members
     );
 
     env.patch_spec(NAME, json!({"instances": 3})).await;
+    // The removed members are fenced and held first, while their pods still exist.
+    let removing = wait_for(
+        "slot 4 fenced and held for removal",
+        Duration::from_secs(10),
+        async || {
+            Ok(env.member(NAME, 4).await.filter(|m| {
+                m.state == MemberState::Held
+                    && m.held_until.is_some()
+                    && m.message
+                        .as_deref()
+                        .unwrap_or_default()
+                        .contains("removed by scale-down")
+            }))
+        },
+    )
+    .await;
+    let until = removing.held_until.unwrap().0;
     wait_for("slots 3 and 4 removed", Duration::from_secs(30), async || {
         let left: Vec<String> = env
             .pods()
@@ -339,13 +359,10 @@ async fn scale_up_down_and_delete() {
         .status
         .unwrap();
     assert_eq!((shrunk.instances, shrunk.quorum), (Some(3), Some(2)));
-    // A removed slot stays on record as Lost until its hold has run out, then goes.
-    let removed = wait_for("slot 4 on record as Lost", Duration::from_secs(10), async || {
-        Ok(env.member(NAME, 4).await.filter(|m| m.state == MemberState::Lost))
-    })
-    .await;
-    let until = removed.held_until.expect("a removed slot keeps its hold").0;
-    assert!(until > Timestamp::now(), "hold still running when first seen");
+    assert!(
+        Timestamp::now() >= until,
+        "pods deleted only after the removal hold"
+    );
     wait_for(
         "slot 4 record dropped after its hold",
         Duration::from_secs(15),

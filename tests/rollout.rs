@@ -154,7 +154,8 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
     }
     let (_, metrics) = env.operator.get("/metrics").await.unwrap();
     let line = format!(
-        "redlock_hold_length_seconds_count{{namespace=\"{}\",cluster=\"{NAME}\"}} 5",
+        // Five first-process holds and five replacements.
+        "redlock_hold_length_seconds_count{{namespace=\"{}\",cluster=\"{NAME}\"}} 10",
         env.ns
     );
     assert!(metrics.contains(&line), "missing {line} in\n{metrics}");

@@ -362,6 +362,23 @@ impl Env {
         .await
     }
 
+    /// Confirms a scale-up the way a user does: with the token the `Resizing` condition names
+    /// (`status.confirmationToken`), once every client uses the new list.
+    pub async fn confirm_resize(&self, name: &str) {
+        let token = wait_for("confirmation token", Duration::from_secs(20), async || {
+            Ok(self.cluster(name).await.status.and_then(|s| s.confirmation_token))
+        })
+        .await;
+        self.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "rlc",
+            name,
+            &format!("{}={token}", redlock_operator::resize::CLIENTS_USE_INSTANCES),
+        ])
+        .await;
+    }
+
     /// Waits until an event with `reason` is published in the namespace (events follow the
     /// status write they belong to).
     pub async fn wait_event(&self, reason: &str) {

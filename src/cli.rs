@@ -59,6 +59,17 @@ pub struct RunArgs {
     #[arg(long, env = "TTL_AUDIT_PERIOD_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub ttl_audit_period_ms: u64,
 
+    /// Releases wait while the operator's wall clock may be further than this from the API
+    /// server's (milliseconds). Holds do not depend on it (they are timed on the monotonic
+    /// clock); the status times users read (`heldUntil`) are true to within it.
+    #[arg(long, env = "MAX_CLOCK_OFFSET_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1100..=600_000))]
+    pub max_clock_offset_ms: u64,
+
+    /// How often the operator measures its clock offset to the API server (milliseconds;
+    /// one `GET /version` each).
+    #[arg(long, env = "CLOCK_CHECK_PERIOD_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
+    pub clock_check_period_ms: u64,
+
     /// Keys the TTL audit reads per member per period (SCAN + PTTL); bounds its cost on large
     /// keyspaces, which are then swept over several periods.
     #[arg(long, env = "TTL_AUDIT_KEYS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]

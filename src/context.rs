@@ -14,7 +14,10 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::backoff::Backoff;
+use crate::clock_check::ClockCheck;
+use crate::hold_timers::HoldTimers;
 use crate::leader::Leadership;
+use crate::member_clock::ClockTrack;
 use crate::metrics::Metrics;
 use crate::ttl_audit::ClusterAudit;
 
@@ -52,4 +55,10 @@ pub struct Context {
     pub ttl_audit_keys: u64,
     /// Whether this process may write; checked before every group of writes.
     pub leadership: Leadership,
+    /// The process's clock and its measured offset to the API server.
+    pub clock: Arc<ClockCheck>,
+    /// Deadlines this process has timed itself, per cluster UID.
+    pub timers: HoldTimers,
+    /// Each member process's clock as last probed, by (cluster UID, slot).
+    pub member_clocks: Mutex<HashMap<(String, i32), ClockTrack>>,
 }

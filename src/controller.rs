@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::cli::RunArgs;
+use crate::clock_check::ClockCheck;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
@@ -38,6 +39,17 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let election = election_config(&args, &client)?;
 
     let metrics = Arc::new(Metrics::default());
+    // The clock check runs from the start (also on a standby), so a new leader knows its
+    // offset before its first reconcile.
+    let clock = Arc::new(ClockCheck::new(
+        Duration::from_millis(args.max_clock_offset_ms),
+        Duration::from_millis(args.clock_check_period_ms),
+    ));
+    tokio::spawn(
+        clock
+            .clone()
+            .run(client.clone(), metrics.clone(), shutdown.clone()),
+    );
     let ready = Arc::new(AtomicBool::new(false));
     let standby = Arc::new(AtomicBool::new(false));
     let http = tokio::spawn(http::serve(
@@ -150,6 +162,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
         ttl_audit_keys: args.ttl_audit_keys,
         leadership,
+        clock,
+        timers: Default::default(),
+        member_clocks: Default::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
     let controller = controller

@@ -60,6 +60,7 @@ pub fn next(
     accepted: bool,
     published: Option<Duration>,
     now: Timestamp,
+    lowering_not_before: Option<Timestamp>,
 ) -> Update {
     let spec_ttl: Duration = spec.max_lock_ttl.into();
     let Some(prev) = prev else {
@@ -84,7 +85,11 @@ pub fn next(
     };
     let prev_published: Option<Duration> = prev.published_max_lock_ttl.map(Into::into);
     let mut ttl = prev_ttl;
-    let mut lowers_at = prev.lowers_at.as_ref().map(|t| t.0);
+    // A pending lowering never ends before this process has timed it in full itself.
+    let mut lowers_at = prev
+        .lowers_at
+        .as_ref()
+        .map(|t| lowering_not_before.map_or(t.0, |n| t.0.max(n)));
     let mut changes = vec![];
     let mut kept_published = prev_published;
 
@@ -256,25 +261,25 @@ mod tests {
             // A wiped status of a cluster that told clients 120s: 120s until lowered properly.
             ("30s", Some(120), 120),
         ] {
-            let u = next(None, &spec(spec_ttl), true, published.map(s), at(100));
+            let u = next(None, &spec(spec_ttl), true, published.map(s), at(100), None);
             assert_eq!(ttl(&u.policy), s(want), "{spec_ttl} {published:?}");
             assert_eq!(u.policy.published_max_lock_ttl, published.map(|p| s(p).into()));
             assert!(u.policy.lowers_at.is_none() && u.changes.is_empty());
         }
         // Rejected spec, nothing published yet: the spec is all there is to go by.
-        let u = next(None, &spec("30s"), false, None, at(100));
+        let u = next(None, &spec("30s"), false, None, at(100), None);
         assert_eq!(ttl(&u.policy), s(30));
     }
 
     #[test]
     fn raise_applies_at_once_even_before_it_is_published() {
         let p = prev(30, Some(30), None);
-        let u = next(Some(&p), &spec("60s"), true, Some(s(30)), at(100));
+        let u = next(Some(&p), &spec("60s"), true, Some(s(30)), at(100), None);
         assert_eq!(ttl(&u.policy), s(60));
         assert_eq!(u.policy.duration, s(60));
         assert_eq!(changes(&u), [Change::Raised]);
         // Once published: nothing more to say.
-        let again = next(Some(&u.policy), &spec("60s"), true, Some(s(60)), at(101));
+        let again = next(Some(&u.policy), &spec("60s"), true, Some(s(60)), at(101), None);
         assert_eq!(ttl(&again.policy), s(60));
         assert!(again.changes.is_empty(), "{:?}", again.changes);
     }
@@ -286,7 +291,7 @@ mod tests {
             let mut sp = spec(spec_ttl);
             sp.hold_margin = kube::core::Duration::from(Duration::ZERO);
             sp.clock_drift_factor = 0.5;
-            let u = next(Some(&p), &sp, false, Some(s(30)), at(100));
+            let u = next(Some(&p), &sp, false, Some(s(30)), at(100), None);
             assert_eq!(u.policy, p, "{spec_ttl}");
             assert!(u.changes.is_empty());
         }
@@ -296,26 +301,66 @@ mod tests {
     fn lowering_waits_one_old_hold_after_it_is_published() {
         let p = prev(30, Some(30), None);
         // Accepted, not yet published: nothing changes.
-        let u = next(Some(&p), &spec("3s"), true, Some(s(30)), at(100));
+        let u = next(Some(&p), &spec("3s"), true, Some(s(30)), at(100), None);
         assert_eq!(u.policy, p);
         // Published (seen at 105): holds keep 30s until 105 + 30s.
-        let u = next(Some(&p), &spec("3s"), true, Some(s(3)), at(105));
+        let u = next(Some(&p), &spec("3s"), true, Some(s(3)), at(105), None);
         assert_eq!(ttl(&u.policy), s(30));
         assert_eq!(u.policy.published_max_lock_ttl, Some(s(3).into()));
         assert_eq!(u.policy.lowers_at, Some(MicroTime(at(135))));
         assert_eq!(changes(&u), [Change::Lowering]);
         // Re-planned before then: stable, silent.
-        let mid = next(Some(&u.policy), &spec("3s"), true, Some(s(3)), at(134));
+        let mid = next(Some(&u.policy), &spec("3s"), true, Some(s(3)), at(134), None);
         assert_eq!(mid.policy, u.policy);
         assert!(mid.changes.is_empty());
         // At lowersAt: in force.
-        let done = next(Some(&u.policy), &spec("3s"), true, Some(s(3)), at(135));
+        let done = next(Some(&u.policy), &spec("3s"), true, Some(s(3)), at(135), None);
         assert_eq!(ttl(&done.policy), s(3));
         assert_eq!(done.policy.lowers_at, None);
         assert_eq!(changes(&done), [Change::Lowered]);
-        let stable = next(Some(&done.policy), &spec("3s"), true, Some(s(3)), at(200));
+        let stable = next(Some(&done.policy), &spec("3s"), true, Some(s(3)), at(200), None);
         assert_eq!(stable.policy, done.policy);
         assert!(stable.changes.is_empty());
+    }
+
+    #[test]
+    fn a_pending_lowering_waits_for_this_process_to_time_it() {
+        let p = prev(30, Some(30), None);
+        let u = next(Some(&p), &spec("3s"), true, Some(s(3)), at(105), None);
+        assert_eq!(u.policy.lowers_at, Some(MicroTime(at(135))));
+        // A new leader (its clock 20 s ahead: it reads 135 at real 115) first saw the pending
+        // lowering at its 130: not before its 160.
+        let early = next(
+            Some(&u.policy),
+            &spec("3s"),
+            true,
+            Some(s(3)),
+            at(135),
+            Some(at(160)),
+        );
+        assert_eq!(ttl(&early.policy), s(30));
+        assert_eq!(early.policy.lowers_at, Some(MicroTime(at(160))));
+        assert!(early.changes.is_empty());
+        let done = next(
+            Some(&early.policy),
+            &spec("3s"),
+            true,
+            Some(s(3)),
+            at(160),
+            Some(at(160)),
+        );
+        assert_eq!(ttl(&done.policy), s(3));
+        assert_eq!(changes(&done), [Change::Lowered]);
+        // A bound earlier than the record changes nothing.
+        let same = next(
+            Some(&u.policy),
+            &spec("3s"),
+            true,
+            Some(s(3)),
+            at(120),
+            Some(at(110)),
+        );
+        assert_eq!(same.policy.lowers_at, Some(MicroTime(at(135))));
     }
 
     #[test]
@@ -326,7 +371,7 @@ mod tests {
         let mut sp = spec("3s");
         sp.clock_drift_factor = 0.01;
         sp.hold_margin = s(1).into();
-        let u = next(Some(&p), &sp, true, Some(s(3)), at(100));
+        let u = next(Some(&p), &sp, true, Some(s(3)), at(100), None);
         // 30s + 300ms + 1s.
         let want = at(100).checked_add(SignedDuration::from_millis(31_300)).unwrap();
         assert_eq!(u.policy.lowers_at, Some(MicroTime(want)));
@@ -336,21 +381,21 @@ mod tests {
     fn a_second_lowering_never_ends_the_first_earlier() {
         // 100s told; lowered to 50s at 0 (pending until 100); lowered to 10s at 80.
         let p = prev(100, Some(100), None);
-        let a = next(Some(&p), &spec("50s"), true, Some(s(50)), at(0));
+        let a = next(Some(&p), &spec("50s"), true, Some(s(50)), at(0), None);
         assert_eq!(a.policy.lowers_at, Some(MicroTime(at(100))));
-        let b = next(Some(&a.policy), &spec("10s"), true, Some(s(10)), at(80));
+        let b = next(Some(&a.policy), &spec("10s"), true, Some(s(10)), at(80), None);
         // Counted from the value in force (100s), not the 50s last seen published: a value
         // published in between may never have shown in the operator's cache.
         assert_eq!(b.policy.lowers_at, Some(MicroTime(at(180))));
         assert_eq!(ttl(&b.policy), s(100));
-        let c = next(Some(&b.policy), &spec("10s"), true, Some(s(10)), at(180));
+        let c = next(Some(&b.policy), &spec("10s"), true, Some(s(10)), at(180), None);
         assert_eq!(ttl(&c.policy), s(10));
         // The other order: 100 → 10 at 0 (until 100), → 50 at 5 (one hold of the 100s in
         // force from then: 105).
-        let a = next(Some(&p), &spec("10s"), true, Some(s(10)), at(0));
-        let b = next(Some(&a.policy), &spec("50s"), true, Some(s(50)), at(5));
+        let a = next(Some(&p), &spec("10s"), true, Some(s(10)), at(0), None);
+        let b = next(Some(&a.policy), &spec("50s"), true, Some(s(50)), at(5), None);
         assert_eq!(b.policy.lowers_at, Some(MicroTime(at(105))));
-        let c = next(Some(&b.policy), &spec("50s"), true, Some(s(50)), at(105));
+        let c = next(Some(&b.policy), &spec("50s"), true, Some(s(50)), at(105), None);
         assert_eq!(ttl(&c.policy), s(50));
     }
 
@@ -358,25 +403,25 @@ mod tests {
     fn a_raise_reverted_before_it_was_seen_published_is_lowered_like_any_lowering() {
         // 60s in force (raised), clients still seen told 30s, and the spec is back at 30s.
         let p = prev(60, Some(30), None);
-        let u = next(Some(&p), &spec("30s"), true, Some(s(30)), at(100));
+        let u = next(Some(&p), &spec("30s"), true, Some(s(30)), at(100), None);
         assert_eq!(ttl(&u.policy), s(60));
         assert_eq!(u.policy.lowers_at, Some(MicroTime(at(160))));
         assert_eq!(changes(&u), [Change::Lowering]);
-        let done = next(Some(&u.policy), &spec("30s"), true, Some(s(30)), at(160));
+        let done = next(Some(&u.policy), &spec("30s"), true, Some(s(30)), at(160), None);
         assert_eq!(ttl(&done.policy), s(30));
         // While the raise is being published, nothing is lowered.
-        let pending = next(Some(&p), &spec("60s"), true, Some(s(30)), at(100));
+        let pending = next(Some(&p), &spec("60s"), true, Some(s(30)), at(100), None);
         assert_eq!(pending.policy.lowers_at, None);
     }
 
     #[test]
     fn raising_during_a_pending_lowering_cancels_it() {
         let p = prev(30, Some(3), Some(135));
-        let u = next(Some(&p), &spec("60s"), true, Some(s(3)), at(110));
+        let u = next(Some(&p), &spec("60s"), true, Some(s(3)), at(110), None);
         assert_eq!(ttl(&u.policy), s(60));
         assert_eq!(u.policy.lowers_at, None);
         // Published back at the old value: no lowering.
-        let back = next(Some(&p), &spec("30s"), true, Some(s(30)), at(110));
+        let back = next(Some(&p), &spec("30s"), true, Some(s(30)), at(110), None);
         assert_eq!(ttl(&back.policy), s(30));
         assert_eq!(back.policy.lowers_at, None);
         assert!(back.changes.is_empty(), "{:?}", back.changes);
@@ -386,10 +431,10 @@ mod tests {
     fn lowering_never_goes_below_the_accepted_spec() {
         // Told 3s, lowering due; meanwhile the spec went to 10s (not yet published).
         let p = prev(30, Some(3), Some(135));
-        let u = next(Some(&p), &spec("10s"), true, Some(s(3)), at(140));
+        let u = next(Some(&p), &spec("10s"), true, Some(s(3)), at(140), None);
         assert_eq!(ttl(&u.policy), s(10));
         // A rejected spec does not hold it up, nor does it count.
-        let u = next(Some(&p), &spec("1s"), false, Some(s(3)), at(140));
+        let u = next(Some(&p), &spec("1s"), false, Some(s(3)), at(140), None);
         assert_eq!(ttl(&u.policy), s(3));
     }
 
@@ -397,7 +442,7 @@ mod tests {
     fn published_above_the_policy_raises_it() {
         // Someone or something published more than the operator knew about.
         let p = prev(30, Some(30), None);
-        let u = next(Some(&p), &spec("30s"), true, Some(s(90)), at(100));
+        let u = next(Some(&p), &spec("30s"), true, Some(s(90)), at(100), None);
         assert_eq!(ttl(&u.policy), s(90));
         assert_eq!(changes(&u), [Change::Raised]);
     }
@@ -414,8 +459,14 @@ mod tests {
                     for &st in &values {
                         for accepted in [true, false] {
                             for told in [None, Some(1u64), Some(3), Some(30), Some(60)] {
-                                let u =
-                                    next(Some(&p), &spec(&format!("{st}s")), accepted, told.map(s), at(100));
+                                let u = next(
+                                    Some(&p),
+                                    &spec(&format!("{st}s")),
+                                    accepted,
+                                    told.map(s),
+                                    at(100),
+                                    None,
+                                );
                                 let due = pl.is_some_and(|l| l <= 100);
                                 if !due {
                                     assert!(

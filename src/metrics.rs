@@ -51,6 +51,7 @@ struct ClusterSeries {
     members: Family<StateLabels, Gauge>,
     hold_remaining: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     losses: Family<ClusterLabels, Counter>,
+    clock_jumps: Family<ClusterLabels, Counter>,
     releases: Family<ClusterLabels, Counter>,
     hold_length: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     ttl_violations: Family<ClusterLabels, Gauge>,
@@ -75,6 +76,9 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     duration: Histogram,
     clusters: ClusterSeries,
+    clock_offset: Gauge<f64, AtomicU64>,
+    clock_offset_uncertainty: Gauge<f64, AtomicU64>,
+    clock_steps: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -103,6 +107,7 @@ impl Default for Metrics {
             members: Family::default(),
             hold_remaining: Family::default(),
             losses: Family::default(),
+            clock_jumps: Family::default(),
             releases: Family::default(),
             hold_length: Family::new_with_constructor(hold_length_histogram),
             ttl_violations: Family::default(),
@@ -124,6 +129,11 @@ impl Default for Metrics {
             clusters.losses.clone(),
         );
         registry.register(
+            "member_clock_jumps",
+            "Serving members whose clock was seen to jump forward (each fenced and held in full)",
+            clusters.clock_jumps.clone(),
+        );
+        registry.register(
             "instance_releases",
             "Instances released to lock clients",
             clusters.releases.clone(),
@@ -138,12 +148,33 @@ impl Default for Metrics {
             "Keys found by the TTL audit without expiry or with a TTL above maxLockTTL",
             clusters.ttl_violations.clone(),
         );
+        let clock_offset = Gauge::<f64, AtomicU64>::default();
+        let clock_offset_uncertainty = Gauge::<f64, AtomicU64>::default();
+        let clock_steps = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "operator_clock_offset_seconds",
+            "The operator's wall clock minus the API server's (middle of the measured interval)",
+            clock_offset.clone(),
+        );
+        registry.register(
+            "operator_clock_offset_uncertainty_seconds",
+            "Half the width of the interval the clock offset is known to lie in",
+            clock_offset_uncertainty.clone(),
+        );
+        registry.register(
+            "operator_clock_forward_steps_seconds",
+            "Sum of the forward steps of the operator's wall clock since it started (each lengthens running holds)",
+            clock_steps.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             clusters,
+            clock_offset,
+            clock_offset_uncertainty,
+            clock_steps,
         }
     }
 }
@@ -157,6 +188,15 @@ impl Metrics {
             histogram: &self.duration,
             start: Instant::now(),
         }
+    }
+
+    pub fn clock_offset(&self, estimate: f64, uncertainty: f64) {
+        self.clock_offset.set(estimate);
+        self.clock_offset_uncertainty.set(uncertainty);
+    }
+
+    pub fn clock_steps(&self, skipped: f64) {
+        self.clock_steps.set(skipped);
     }
 
     pub fn reconcile_failed(&self, error: &Error) {
@@ -210,6 +250,16 @@ impl Metrics {
         *names = current;
     }
 
+    pub fn member_clock_jump(&self, ns: &str, cluster: &str) {
+        self.clusters
+            .clock_jumps
+            .get_or_create(&ClusterLabels {
+                namespace: ns.to_owned(),
+                cluster: cluster.to_owned(),
+            })
+            .inc();
+    }
+
     pub fn instance_lost(&self, ns: &str, cluster: &str) {
         self.clusters
             .losses
@@ -254,6 +304,7 @@ impl Metrics {
         }
         let labels = cluster_labels(ns, cluster);
         c.losses.remove(&labels);
+        c.clock_jumps.remove(&labels);
         c.releases.remove(&labels);
         c.hold_length.remove(&labels);
         c.ttl_violations.remove(&labels);

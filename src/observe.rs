@@ -63,6 +63,8 @@ pub struct SlotObservation {
     /// The pod's UID: deletes are made conditional on it, so a decision about one pod never
     /// deletes a newer pod of the same name.
     pub pod_uid: Option<String>,
+    /// What this probe's `TIME` said about the member's clock.
+    pub clock: Option<crate::member_clock::Verdict>,
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -168,6 +170,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         spec_hash: pod.annotations().get(SPEC_HASH).cloned(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         pod_uid: pod.uid(),
+        clock: None,
     }
 }
 

@@ -22,8 +22,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use crate::clock::Reading;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::{floor_micros, held_until, remaining};
+use crate::hold_timers::{ClusterTimers, TimerKey};
+use crate::member_clock::Verdict;
 use crate::observe::{PodState, SlotObservation};
 use crate::resources::names::slot_name;
 
@@ -73,6 +76,32 @@ pub struct PlanInput<'a> {
     pub published: i32,
     /// Slots below this may be released (`status.confirmedInstances`).
     pub confirmed: i32,
+    /// This process's own timing of running holds, and what may stop releases.
+    pub timing: Timing<'a>,
+}
+
+/// What this operator process adds to the recorded deadlines (docs/design.md §2.4).
+#[derive(Clone, Copy)]
+pub struct Timing<'a> {
+    /// Holds this process has timed itself: no hold ends before it has seen the hold run in
+    /// full on its own clock.
+    pub timers: &'a ClusterTimers,
+    /// Forward steps of this process's wall clock so far.
+    pub skipped: Duration,
+    /// Why no process may be released now (the operator's clock cannot be trusted), if so.
+    pub release_blocked: Option<&'a str>,
+}
+
+static NO_TIMERS: ClusterTimers = ClusterTimers::new();
+
+impl Default for Timing<'_> {
+    fn default() -> Self {
+        Self {
+            timers: &NO_TIMERS,
+            skipped: Duration::ZERO,
+            release_blocked: None,
+        }
+    }
 }
 
 /// The start of a message about a slot whose pod name is taken (also how a re-plan tells that
@@ -434,10 +463,45 @@ fn starting(
     }
 }
 
-/// `Ready`: released; it serves until its process is seen gone or replaced.
+/// `Ready`: released; it serves until its process is seen gone or replaced, or its clock is
+/// seen to jump forward.
 fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step: &mut Step) -> MemberStatus {
     let slot = prev.slot;
     let process = running_process(obs);
+    if let Some(Verdict::JumpedForward { by }) = obs.clock
+        && let Some(p) = &process
+        && let Some(run_id) = p.run_id
+        && !is_other_process(prev, p)
+    {
+        return clock_jumped(input, prev, obs, run_id, by, step);
+    }
+    match obs.clock {
+        // Locks on it expire late: safe, but the user should know its clock is not kept.
+        Some(Verdict::SteppedBack { by }) => step.tell(
+            slot,
+            "ClockStepBack",
+            format!(
+                "{}: its clock stepped {:.3} s back since the last probe (locks on it expire late, which is safe; check its host's time sync)",
+                prev.name,
+                by.as_secs_f64()
+            ),
+            true,
+        ),
+        Some(Verdict::Drifting { ratio_ppm, over }) => step.tell(
+            slot,
+            "ClockDrift",
+            format!(
+                "{}: its clock ran {} by {:.3}% over the last {:.0} s, more than clockDriftFactor allows (locks on it expire {}); check its host's time sync",
+                prev.name,
+                if ratio_ppm > 0 { "fast" } else { "slow" },
+                ratio_ppm.abs() as f64 / 10_000.0,
+                over.as_secs_f64(),
+                if ratio_ppm > 0 { "early: a faster drift becomes a clock jump" } else { "late, which is safe" }
+            ),
+            true,
+        ),
+        _ => {}
+    }
     let lost = match (&obs.pod, &process) {
         (PodState::Missing, _) => Some("pod deleted".to_owned()),
         (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
@@ -470,6 +534,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     fill_identity(&mut next, p);
     if p.client_enabled == Some(false)
         && let Some(run_id) = p.run_id
+        && input.timing.release_blocked.is_none()
     {
         step.release = Some(run_id.to_owned());
     }
@@ -501,21 +566,91 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     next
 }
 
+/// A serving member whose clock jumped forward: every lock on it may have expired early, as
+/// if it had lost its keys. Fenced at once and held in full (docs/design.md §2.5).
+fn clock_jumped(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    run_id: &str,
+    by: Duration,
+    step: &mut Step,
+) -> MemberStatus {
+    let why = format!(
+        "its clock jumped {:.3} s forward since the last probe: locks on it may have expired early, as if it had lost its keys",
+        by.as_secs_f64()
+    );
+    step.fence = Some(run_id.to_owned());
+    step.tell(
+        prev.slot,
+        "ClockJump",
+        format!("{}: {why}; fenced and held in full", prev.name),
+        true,
+    );
+    let mut m = start_hold(input, prev.slot, obs, why, step);
+    // `start_hold` told HoldStarted; the ClockJump warning says what happened.
+    m.run_id = Some(run_id.to_owned());
+    m
+}
+
 /// When `m`'s running hold ends, lengthened to the hold in force: a raised maxLockTTL applies
 /// to holds already running, counted from when each started. A record without an end (an
 /// edited status, a removed process of unknown history) gets a full hold from now: unknown
 /// means unsafe.
+///
+/// And never before this process has itself seen the hold run in full on its own clock
+/// ([`crate::hold_timers`]): a hold recorded by another leader, or before a step of this
+/// process's wall clock, is timed again, so no operator clock can shorten it.
 fn hold_end(input: &PlanInput<'_>, m: &MemberStatus) -> (Timestamp, Timestamp) {
     let Some(until) = m.held_until.as_ref().map(|t| t.0) else {
         return (held_until(input.now, input.hold), floor_micros(input.now));
     };
-    let hold = SignedDuration::try_from(input.hold).expect("hold fits a SignedDuration");
-    let started = match &m.hold_started_at {
-        Some(t) => t.0,
-        // Records from before `holdStartedAt` existed: the start that gives their end.
-        None => until.checked_sub(hold).unwrap_or(until),
-    };
-    (until.max(held_until(started, input.hold)), started)
+    let started = hold_start(m, input.hold).expect("a hold with an end has a start");
+    let timed = input.timing.timers.earliest_end(
+        TimerKey::Hold {
+            slot: m.slot,
+            started,
+        },
+        input.hold,
+        Reading {
+            wall: input.now,
+            skipped: input.timing.skipped,
+        },
+    );
+    (until.max(held_until(started, input.hold)).max(timed), started)
+}
+
+/// Why this process timed a hold again: it had not seen it start, or its clock stepped.
+fn retimed_why(input: &PlanInput<'_>, slot: i32, started: Timestamp) -> &'static str {
+    if input.timing.timers.knows(TimerKey::Hold { slot, started }) {
+        "hold lengthened by a forward step of the operator's wall clock"
+    } else {
+        "hold timed again in full by this operator process, which did not see it start (a leader change or an operator restart): another operator's clock cannot shorten it"
+    }
+}
+
+/// When `m`'s running hold started (`holdStartedAt`; for records from before it existed,
+/// the start that gives their end). What identifies the hold to [`crate::hold_timers`].
+pub fn hold_start(m: &MemberStatus, hold: Duration) -> Option<Timestamp> {
+    if let Some(t) = &m.hold_started_at {
+        return Some(t.0);
+    }
+    let until = m.held_until.as_ref()?.0;
+    let hold = SignedDuration::try_from(hold).expect("hold fits a SignedDuration");
+    Some(until.checked_sub(hold).unwrap_or(until))
+}
+
+/// The timers the holds of `members` need.
+pub fn hold_timer_keys(members: &[MemberStatus], hold: Duration) -> impl Iterator<Item = TimerKey> + '_ {
+    members
+        .iter()
+        .filter(|m| m.state.is_holding() && m.held_until.is_some())
+        .filter_map(move |m| {
+            Some(TimerKey::Hold {
+                slot: m.slot,
+                started: hold_start(m, hold)?,
+            })
+        })
 }
 
 /// `Held` or `Lost`: a hold runs until `heldUntil`.
@@ -530,10 +665,22 @@ fn holding(
     let mut next = prev.clone();
     next.held_until = Some(MicroTime(until));
     next.hold_started_at = Some(MicroTime(started));
-    if prev.held_until.as_ref().is_some_and(|t| t.0 < until) {
-        next.message = Some(format!(
-            "hold lengthened to the maxLockTTL in force; held until {until}"
-        ));
+    if let Some(recorded) = prev.held_until.as_ref().map(|t| t.0)
+        && recorded < until
+    {
+        let by_policy = recorded.max(held_until(started, input.hold));
+        next.message = Some(if until > by_policy {
+            let why = retimed_why(input, prev.slot, started);
+            step.tell(
+                slot,
+                "HoldExtended",
+                format!("{}: {why}; fenced until {until}", prev.name),
+                false,
+            );
+            format!("{why}; held until {until}")
+        } else {
+            format!("hold lengthened to the maxLockTTL in force; held until {until}")
+        });
     }
     match running_process(obs) {
         Some(p) if is_other_process(prev, &p) => {
@@ -558,6 +705,19 @@ fn holding(
                 // new member before the new list is confirmed).
                 (Some(run_id), Some(true)) if until > input.now || slot >= input.confirmed => {
                     refence(input, next, until, run_id, step)
+                }
+                (Some(_), _)
+                    if until <= input.now
+                        && slot < input.confirmed
+                        && input.timing.release_blocked.is_some() =>
+                {
+                    MemberStatus {
+                        message: Some(format!(
+                            "hold ended; release waits: {}",
+                            input.timing.release_blocked.unwrap_or_default()
+                        )),
+                        ..next
+                    }
                 }
                 (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
                     ready_and_release(input, slot, &p, run_id, step)
@@ -942,7 +1102,28 @@ mod tests {
             hold: HOLD,
             published: instances,
             confirmed: instances,
+            timing: Timing {
+                timers: own_timers(members),
+                ..Timing::default()
+            },
         }
+    }
+
+    /// Timers of a process that saw every recorded hold start (so recorded ends stand).
+    fn own_timers(members: &[MemberStatus]) -> &'static ClusterTimers {
+        let timers = members.iter().fold(ClusterTimers::default(), |t, m| {
+            match (m.state.is_holding(), hold_start(m, HOLD)) {
+                (true, Some(started)) if m.held_until.is_some() => t.with_anchor(
+                    TimerKey::Hold {
+                        slot: m.slot,
+                        started,
+                    },
+                    Reading::at(started),
+                ),
+                _ => t,
+            }
+        });
+        Box::leak(Box::new(timers))
     }
 
     fn observed(slots: impl IntoIterator<Item = (i32, SlotObservation)>) -> BTreeMap<i32, SlotObservation> {
@@ -2432,5 +2613,144 @@ mod tests {
         assert!(!p.awaiting_process, "no fast requeue while waiting for the user");
         let confirmed = plan(&input(4, &members, at(NOW)), &obs);
         assert_eq!(confirmed.releases, vec![(3, "D".to_owned())]);
+    }
+
+    // --- This process's own timing (docs/design.md §2.4) ---
+
+    /// A hold recorded by another leader (whose clock ran 20 s behind, so its record ends 20 s
+    /// early in real time) is timed again in full by this process: not released at its
+    /// recorded end, but one full hold after this process first saw it.
+    #[test]
+    fn an_inherited_hold_is_timed_again_in_full() {
+        let until = at(NOW - 5);
+        let members = [held(0, "A", "c1", until)];
+        let obs = observed([(0, running("A", false, "c1"))]);
+        let fresh = ClusterTimers::default();
+        let new_leader = PlanInput {
+            timing: Timing {
+                timers: &fresh,
+                ..Timing::default()
+            },
+            ..input(1, &members, at(NOW))
+        };
+        let p = plan(&new_leader, &obs);
+        assert!(p.releases.is_empty(), "{:?}", p.releases);
+        let m = &p.members[0];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+        // The hold keeps its identity (its start), so the next reconcile finds its timer.
+        assert_eq!(m.hold_started_at, started_for(until));
+        assert!(
+            m.message.as_deref().unwrap().contains("did not see it start"),
+            "{m:?}"
+        );
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, "HoldExtended");
+
+        // Timers kept as `reconcile` keeps them: released exactly one hold after first sight.
+        let timers = fresh.next(hold_timer_keys(&p.members, HOLD), Reading::at(at(NOW)));
+        let later = |now: Timestamp| PlanInput {
+            timing: Timing {
+                timers: &timers,
+                ..Timing::default()
+            },
+            ..input(1, &p.members, now)
+        };
+        let before = plan(&later(at(NOW + 31)), &obs);
+        assert!(before.releases.is_empty());
+        assert!(before.events.is_empty(), "{:?}", before.events);
+        let after = plan(&later(hold_from_now()), &obs);
+        assert_eq!(after.releases, vec![(0, "A".to_owned())]);
+    }
+
+    /// The wall clock stepped 20 s forward after this process started the hold: the hold
+    /// ends 20 s later on the wall clock, i.e. after a full hold of real time.
+    #[test]
+    fn a_forward_step_of_the_wall_clock_lengthens_running_holds() {
+        let until = hold_from_now();
+        let members = [held(0, "A", "c1", until)];
+        let obs = observed([(0, running("A", false, "c1"))]);
+        let base = input(1, &members, at(NOW + 25));
+        let stepped = PlanInput {
+            timing: Timing {
+                skipped: secs(20),
+                ..base.timing
+            },
+            ..input(1, &members, at(NOW + 25))
+        };
+        // Without the step the hold would end at `until` (< now + 25 s + step).
+        let p = plan(&stepped, &obs);
+        assert!(p.releases.is_empty());
+        let want = until.checked_add(SignedDuration::from_secs(20)).unwrap();
+        assert_eq!(p.members[0].held_until.as_ref().unwrap().0, want);
+        assert!(p.members[0].message.as_deref().unwrap().contains("forward step"));
+        assert_eq!(p.events[0].reason, "HoldExtended");
+        let end = PlanInput { now: want, ..stepped };
+        assert_eq!(plan(&end, &obs).releases.len(), 1);
+    }
+
+    /// While the operator's clock may be too far off the API server's, a hold that has ended
+    /// stays held and says why; the re-release of a `Ready` member left fenced waits too.
+    #[test]
+    fn releases_wait_while_the_clock_is_not_trusted() {
+        let members = [held(0, "A", "c1", at(NOW - 1)), ready(1, "B", "c2")];
+        let obs = observed([(0, running("A", false, "c1")), (1, running("B", false, "c2"))]);
+        let base = input(2, &members, at(NOW));
+        let blocked = PlanInput {
+            timing: Timing {
+                release_blocked: Some("clock off by 20 s"),
+                ..base.timing
+            },
+            ..input(2, &members, at(NOW))
+        };
+        let p = plan(&blocked, &obs);
+        assert!(p.releases.is_empty(), "{:?}", p.releases);
+        assert_eq!(p.members[0].state, MemberState::Held);
+        assert_eq!(
+            p.members[0].message.as_deref(),
+            Some("hold ended; release waits: clock off by 20 s")
+        );
+        assert_eq!(p.members[1].state, MemberState::Ready);
+        let p = plan(&base, &obs);
+        assert_eq!(p.releases, vec![(0, "A".to_owned()), (1, "B".to_owned())]);
+    }
+
+    /// A serving member whose clock jumped forward is fenced and held in full, with a
+    /// ClockJump warning; a backward step is reported and changes nothing.
+    #[test]
+    fn a_member_clock_jump_fences_and_holds_a_serving_member() {
+        let members = [ready(0, "A", "c1")];
+        let jumped = SlotObservation {
+            clock: Some(Verdict::JumpedForward { by: secs(60) }),
+            ..running("A", true, "c1")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, jumped)]));
+        assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+        assert!(p.releases.is_empty());
+        let m = &p.members[0];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(m.run_id.as_deref(), Some("A"));
+        assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+        assert!(
+            m.message
+                .as_deref()
+                .unwrap()
+                .contains("clock jumped 60.000 s forward"),
+            "{m:?}"
+        );
+        let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
+        assert!(
+            reasons.contains(&"ClockJump") && p.events.iter().any(|e| e.warning),
+            "{reasons:?}"
+        );
+
+        let back = SlotObservation {
+            clock: Some(Verdict::SteppedBack { by: secs(60) }),
+            ..running("A", true, "c1")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, back)]));
+        assert!(p.fences.is_empty());
+        assert_eq!(p.members[0].state, MemberState::Ready);
+        assert_eq!(p.events[0].reason, "ClockStepBack");
     }
 }

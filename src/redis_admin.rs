@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
+use crate::member_clock::TimeSample;
 use crate::observe::RedisInfo;
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
@@ -86,8 +87,9 @@ impl AdminAccess {
             .map_err(|e| e.to_string())
     }
 
-    /// Which process runs at `ip` and whether lock clients may use it.
-    pub async fn probe(&self, ip: IpAddr) -> Result<RedisInfo, String> {
+    /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
+    /// timed on this process's monotonic clock).
+    pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
         let mut conn = self.connect(ip).await?;
         let info: String = redis::cmd("INFO")
             .arg("server")
@@ -101,11 +103,24 @@ impl AdminAccess {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(RedisInfo {
-            run_id,
-            version,
-            client_enabled: user_is_enabled(&user),
-        })
+        let sent = std::time::Instant::now();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let received = std::time::Instant::now();
+        Ok((
+            RedisInfo {
+                run_id,
+                version,
+                client_enabled: user_is_enabled(&user),
+            },
+            TimeSample {
+                member_micros: secs * 1_000_000 + micros,
+                sent,
+                received,
+            },
+        ))
     }
 
     /// A fresh connection to `ip` that has checked the process is `expected_run_id`, and that

@@ -64,8 +64,11 @@ pub async fn act(
         events::publish_for_cluster(&ctx.recorder, cluster, change.reason(), message.clone(), false).await;
     }
     for e in &d.plan.events {
-        if e.reason == "InstanceLost" {
+        if e.reason == "InstanceLost" || e.reason == "ClockJump" {
             ctx.metrics.instance_lost(ns, &name);
+        }
+        if e.reason == "ClockJump" {
+            ctx.metrics.member_clock_jump(ns, &name);
         }
         tracing::info!(slot = e.slot, reason = e.reason, "{}", e.message);
         events::publish_for_slot(

@@ -8,10 +8,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::children::ChildrenReport;
 use super::observation::Observation;
+use crate::clock::Reading;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::hold_policy::{self, Change};
+use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::observe::PodState;
-use crate::plan::{MemberEvent, Plan, PlanInput, plan};
+use crate::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
 use crate::resources::names::slot_name;
 use crate::validate::Rejection;
 use crate::{hold, resize, rollout, status};
@@ -32,6 +34,8 @@ pub struct Decision {
     pub requeue: Duration,
     /// Keys the TTL audit found breaking the policy, once it has swept a member.
     pub ttl_violations: Option<u64>,
+    /// This process's timers for the deadlines in `status`, kept once it is on record.
+    pub timers: ClusterTimers,
 }
 
 /// What `decide` needs besides the cluster and the clock.
@@ -40,18 +44,34 @@ pub struct Facts<'a> {
     pub children: &'a ChildrenReport,
     pub observation: &'a Observation,
     pub probe_period: Duration,
+    /// Deadlines this process has timed itself (docs/design.md §2.4).
+    pub timers: &'a ClusterTimers,
+    /// Why no process may be released now (the operator's clock), if so.
+    pub release_blocked: Option<&'a str>,
 }
 
-pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> Decision {
+pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> Decision {
+    let now = clock.wall;
     let accepted = facts.rejections.is_empty();
     let obs = facts.observation;
     let previous = cluster.status.clone().unwrap_or_default();
+    // A pending lowering takes effect no earlier than one hold of the value in force after
+    // this process first saw it pending (another leader's clock cannot hasten it).
+    let lowering_not_before = previous.hold.as_ref().and_then(|h| {
+        h.lowers_at.as_ref()?;
+        Some(
+            facts
+                .timers
+                .earliest_end(TimerKey::Lowering, hold_policy::hold_of(h), clock),
+        )
+    });
     let policy = hold_policy::next(
         previous.hold.as_ref(),
         &cluster.spec,
         accepted,
         obs.published_ttl,
         now,
+        lowering_not_before,
     );
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
@@ -79,6 +99,11 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
             hold,
             published: limits.published,
             confirmed: limits.confirmed,
+            timing: Timing {
+                timers: facts.timers,
+                skipped: clock.skipped,
+                release_blocked: facts.release_blocked,
+            },
         },
         &obs.slots,
     );
@@ -142,6 +167,10 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
     };
     let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
     let requeue = requeue(&plan, &policy.policy, facts.probe_period, obs.next_audit, now);
+    let lowering = policy.policy.lowers_at.is_some().then_some(TimerKey::Lowering);
+    let timers = facts
+        .timers
+        .next(plan::hold_timer_keys(&plan.members, hold).chain(lowering), clock);
     Decision {
         status,
         plan,
@@ -149,6 +178,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, now: Timestamp) -> De
         hold,
         requeue,
         ttl_violations: obs.ttl.as_ref().map(|r| r.violations),
+        timers,
     }
 }
 
@@ -236,9 +266,16 @@ mod tests {
                 children,
                 observation: obs,
                 probe_period: Duration::from_secs(1),
+                timers: &TIMERS.with(|t| t.borrow().clone()),
+                release_blocked: None,
             },
-            now,
+            Reading::at(now),
         )
+    }
+
+    thread_local! {
+        /// The timers of the process these tests play: kept by `persist`, as `reconcile` does.
+        static TIMERS: std::cell::RefCell<ClusterTimers> = std::cell::RefCell::default();
     }
 
     fn ready_children() -> ChildrenReport {
@@ -251,6 +288,7 @@ mod tests {
     /// Runs the cluster forward: the decision's status becomes the stored status.
     fn persist(c: &mut RedlockCluster, d: &Decision) {
         c.status = Some(d.status.clone());
+        TIMERS.with(|t| *t.borrow_mut() = d.timers.clone());
     }
 
     #[test]
@@ -396,8 +434,10 @@ mod tests {
                     ..obs(3_000)
                 },
                 probe_period: Duration::from_secs(600),
+                timers: &ClusterTimers::default(),
+                release_blocked: None,
             },
-            at(100),
+            Reading::at(at(100)),
         );
         assert_eq!(probe_far.requeue, Duration::from_secs(30));
     }

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -47,12 +46,12 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // operator wrote a moment ago, and planning from an older status could mistake its own
     // new pods for unknown ones.
     let Some(cluster) = api.get_opt(&cached.name_any()).await? else {
-        forget(&ctx, &ns, &cached.name_any());
+        forget(&ctx, &ns, &cached.name_any(), cached.metadata.uid.as_deref());
         return Ok(Action::await_change());
     };
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
-        forget(&ctx, &ns, &cluster.name_any());
+        forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
         return Ok(Action::await_change());
     }
 
@@ -67,7 +66,11 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
         });
     let observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
-    let now = Timestamp::now();
+    let clock = ctx.clock.now();
+    let now = clock.wall;
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let timers = ctx.timers.get(&uid);
+    let release_blocked = ctx.clock.release_blocked();
     let decision = decide::decide(
         &cluster,
         &decide::Facts {
@@ -75,11 +78,16 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             children: &children,
             observation: &observation,
             probe_period: ctx.probe_period,
+            timers: &timers,
+            release_blocked: release_blocked.as_deref(),
         },
-        now,
+        clock,
     );
     let mut after = decision.requeue;
+    let next_timers = decision.timers.clone();
     let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
+    // The timers belong to the status now on record.
+    ctx.timers.keep(&uid, next_timers);
     let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
 
     ctx.backoff.succeeded(&ObjectRef::from_obj(&cluster));
@@ -91,8 +99,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
 }
 
 /// Drops what is kept in memory about a cluster that is gone.
-fn forget(ctx: &Context, ns: &str, name: &str) {
+fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     ctx.metrics.forget_cluster(ns, name);
+    if let Some(uid) = uid {
+        ctx.timers.forget(uid);
+        ctx.member_clocks
+            .lock()
+            .expect("clock lock is never poisoned")
+            .retain(|(u, _), _| u != uid);
+    }
     ctx.ttl_audits
         .lock()
         .expect("audit lock is never poisoned")

@@ -17,7 +17,7 @@ use crate::observe::{self, PodState, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
-use crate::{failure_domains, ttl_audit};
+use crate::{failure_domains, member_clock, ttl_audit};
 
 pub struct Observation {
     pub slots: BTreeMap<i32, SlotObservation>,
@@ -43,7 +43,7 @@ pub async fn observe(
     let mut slots = observe::pods_by_slot(cluster, &ctx.pods.state());
     let published_servers = published_servers(ctx, cluster, ns);
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
-    probe_all(access, &mut slots).await;
+    probe_all(ctx, cluster, access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
@@ -92,17 +92,37 @@ async fn look_up_missing_by_name(
     Ok(())
 }
 
-/// Probes every running member in parallel; failures are recorded, not raised.
-async fn probe_all(access: &AdminAccess, observed: &mut BTreeMap<i32, SlotObservation>) {
+/// Probes every running member in parallel; failures are recorded, not raised. Each answer's
+/// `TIME` is judged against the member's last one (docs/design.md §2.5).
+async fn probe_all(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    access: &AdminAccess,
+    observed: &mut BTreeMap<i32, SlotObservation>,
+) {
     let probes = observed.iter().filter_map(|(slot, o)| {
         let running = matches!(o.pod, PodState::Running { .. });
         let ip = o.pod_ip.filter(|_| running)?;
         Some(async move { (*slot, access.probe(ip).await) })
     });
-    for (slot, result) in futures::future::join_all(probes).await {
+    let results = futures::future::join_all(probes).await;
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let mut clocks = ctx.member_clocks.lock().expect("clock lock is never poisoned");
+    for (slot, result) in results {
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
-            Ok(info) => o.redis = Some(info),
+            Ok((info, time)) => {
+                let key = (uid.clone(), slot);
+                let (verdict, track) = member_clock::judge(
+                    clocks.get(&key),
+                    &info.run_id,
+                    time,
+                    cluster.spec.clock_drift_factor,
+                );
+                clocks.insert(key, track);
+                o.clock = Some(verdict);
+                o.redis = Some(info);
+            }
             Err(e) => o.redis_error = Some(e),
         }
     }

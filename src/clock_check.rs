@@ -1,0 +1,101 @@
+//! The running clock check: the process's clock ([`crate::clock`]) and its measured offset to
+//! the API server ([`crate::clock_offset`]), sampled by a background task, exported as metrics
+//! and consulted before every release.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::fmt::rfc2822::DateTimeParser;
+use kube::Client;
+use kube::client::Body;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Reading, SystemClock};
+use crate::clock_offset::{Offset, OffsetTracker, Sample, release_blocked};
+use crate::metrics::Metrics;
+
+pub struct ClockCheck {
+    clock: SystemClock,
+    offsets: Mutex<OffsetTracker>,
+    /// The largest offset to the API server at which releases go on.
+    pub bound: Duration,
+    /// Pause between two samples.
+    pub period: Duration,
+}
+
+impl ClockCheck {
+    pub fn new(bound: Duration, period: Duration) -> Self {
+        Self {
+            clock: SystemClock::new(),
+            // Samples older than a few periods say nothing about now.
+            offsets: Mutex::new(OffsetTracker::new(period * 4)),
+            bound,
+            period,
+        }
+    }
+
+    pub fn now(&self) -> Reading {
+        self.clock.now()
+    }
+
+    pub fn offset(&self) -> Option<Offset> {
+        self.lock().offset(self.clock.uptime())
+    }
+
+    /// Why releases must wait now, if they must.
+    pub fn release_blocked(&self) -> Option<String> {
+        release_blocked(self.offset(), self.bound)
+    }
+
+    /// One timed request to the API server (`GET /version`: tiny, allowed to every
+    /// authenticated user); its `Date` header is the server's clock.
+    pub async fn sample(&self, client: &Client) -> Result<Offset, String> {
+        let request = ::http::Request::get("/version")
+            .body(Body::empty())
+            .map_err(|e| e.to_string())?;
+        let sent = self.clock.now().wall;
+        let response = client.send(request).await.map_err(|e| e.to_string())?;
+        let received = self.clock.now().wall;
+        let date = response
+            .headers()
+            .get(::http::header::DATE)
+            .ok_or("the API server's answer has no Date header")?
+            .to_str()
+            .map_err(|e| e.to_string())?;
+        let date: Timestamp = DateTimeParser::new()
+            .parse_timestamp(date)
+            .map_err(|e| format!("Date header {date:?}: {e}"))?;
+        let mut offsets = self.lock();
+        offsets.add(Sample { sent, received, date }, self.clock.uptime());
+        offsets
+            .offset(self.clock.uptime())
+            .ok_or_else(|| "no offset after a sample".to_owned())
+    }
+
+    /// Samples every `period` (with jitter, so samples fall at different phases of the
+    /// server's second and narrow the estimate) until `shutdown`.
+    pub async fn run(self: Arc<Self>, client: Client, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+        let mut n: u64 = 0;
+        loop {
+            match self.sample(&client).await {
+                Ok(o) => {
+                    metrics.clock_offset(o.estimate().as_secs_f64(), (o.high - o.low).as_secs_f64() / 2.0)
+                }
+                Err(e) => tracing::warn!(error = %e, "clock offset sample failed"),
+            }
+            metrics.clock_steps(self.clock.skipped().as_secs_f64());
+            n = n.wrapping_add(1);
+            // A fixed pattern of phases is enough: 0, 0.37, 0.74, 0.11 ... of a second.
+            let jitter = Duration::from_millis((n * 370) % 1000);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.period + jitter) => {}
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OffsetTracker> {
+        self.offsets.lock().expect("offset lock is never poisoned")
+    }
+}

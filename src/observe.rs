@@ -46,6 +46,9 @@ pub struct RedisInfo {
     pub version: String,
     /// Whether the client ACL user is `on` (the process is released).
     pub client_enabled: bool,
+    /// The UID of the pod the process was started for (its `proc-title-template` carries
+    /// `pod=<uid>`); `None` for processes started before the tag existed.
+    pub pod_uid: Option<String>,
 }
 
 /// Everything known about one slot now.
@@ -65,6 +68,9 @@ pub struct SlotObservation {
     pub pod_uid: Option<String>,
     /// What this probe's `TIME` said about the member's clock.
     pub clock: Option<crate::member_clock::Verdict>,
+    /// The recorded process that was never seen to stop (`unstopped`), looked for at its last
+    /// address: what answered there, or why nothing did.
+    pub unstopped: Option<Result<RedisInfo, String>>,
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -171,6 +177,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         pod_uid: pod.uid(),
         clock: None,
+        unstopped: None,
     }
 }
 

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::clock::Reading;
-use crate::crd::{MemberState, MemberStatus};
+use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::{floor_micros, held_until, remaining};
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
@@ -205,6 +205,8 @@ struct Process<'a> {
     run_id: Option<&'a str>,
     container_id: Option<&'a str>,
     client_enabled: Option<bool>,
+    /// Where it answered the probe (only known when it did).
+    pod_ip: Option<String>,
 }
 
 fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
@@ -213,6 +215,7 @@ fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
             run_id: obs.redis.as_ref().map(|r| r.run_id.as_str()),
             container_id: container_id.as_deref(),
             client_enabled: obs.redis.as_ref().map(|r| r.client_enabled),
+            pod_ip: obs.redis.as_ref().and(obs.pod_ip).map(|ip| ip.to_string()),
         }),
         _ => None,
     }
@@ -232,6 +235,7 @@ fn record_of(input: &PlanInput<'_>, slot: i32, state: MemberState, p: &Process<'
     let mut m = fresh_record(input, slot, state);
     m.run_id = p.run_id.map(str::to_owned);
     m.container_id = p.container_id.map(str::to_owned);
+    m.pod_ip = p.pod_ip.clone();
     m
 }
 
@@ -242,6 +246,9 @@ fn fill_identity(m: &mut MemberStatus, p: &Process<'_>) {
     }
     if m.container_id.is_none() {
         m.container_id = p.container_id.map(str::to_owned);
+    }
+    if m.pod_ip.is_none() {
+        m.pod_ip = p.pod_ip.clone();
     }
 }
 
@@ -522,7 +529,22 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
             true,
         );
         step.create_pod = obs.pod == PodState::Missing;
-        let held = start_hold(input, slot, obs, why, step);
+        let mut held = start_hold(input, slot, obs, why, step);
+        if obs.pod == PodState::Missing
+            && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
+        {
+            // The pod object is gone, but nothing showed its process stop: a node cut off
+            // from the API server keeps serving clients that reach it.
+            held.unstopped = Some(UnstoppedProcess {
+                run_id: run_id.clone(),
+                pod_ip: ip.clone(),
+                fenced: false,
+            });
+            held.message = Some(format!(
+                "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
+                held.message.unwrap_or_default()
+            ));
+        }
         return fence_if_serving(held, process.as_ref(), step);
     }
     let mut next = prev.clone();
@@ -653,8 +675,71 @@ pub fn hold_timer_keys(members: &[MemberStatus], hold: Duration) -> impl Iterato
         })
 }
 
-/// `Held` or `Lost`: a hold runs until `heldUntil`.
+/// `Held` or `Lost`, with a process of the slot that was never seen to stop: it is looked
+/// for at its last address first (docs/design.md §2.6). Found serving: fenced, and the hold
+/// restarts. Found fenced: it grants nothing. Not found: the release (once the hold has run)
+/// relies on it being dead, and says so.
 fn holding(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let Some(u) = &prev.unstopped else {
+        return hold_runs(input, prev, obs, step);
+    };
+    let found = match &obs.unstopped {
+        Some(Ok(info)) if info.run_id == u.run_id => Some(info.client_enabled),
+        _ => None,
+    };
+    if found == Some(true) {
+        step.fence = Some(u.run_id.clone());
+        let (until, _) = hold_end(input, prev);
+        let why = format!(
+            "process {} at {} outlived its pod and still lets lock clients in (its node is cut off or was deleted while it ran); fenced, and the hold restarts",
+            u.run_id, u.pod_ip
+        );
+        step.tell(
+            prev.slot,
+            "UnstoppedProcessFenced",
+            format!("{}: {why}", prev.name),
+            true,
+        );
+        return MemberStatus {
+            unstopped: Some(UnstoppedProcess {
+                fenced: false,
+                ..u.clone()
+            }),
+            ..restart_hold(input, prev.clone(), until, &why)
+        };
+    }
+    let mut next = hold_runs(input, prev, obs, step);
+    let fenced = u.fenced || found == Some(false);
+    if next.state == MemberState::Ready {
+        if step.release.is_some() && !fenced {
+            let seen = match &obs.unstopped {
+                Some(Ok(other)) => format!("{} now answers there as process {}", u.pod_ip, other.run_id),
+                Some(Err(e)) => format!("nothing answered at {} ({e})", u.pod_ip),
+                None => format!("{} was not probed", u.pod_ip),
+            };
+            step.tell(
+                prev.slot,
+                "ReleaseAssumesProcessGone",
+                format!(
+                    "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts",
+                    prev.name, u.run_id
+                ),
+                true,
+            );
+        }
+    } else {
+        next.unstopped = Some(UnstoppedProcess { fenced, ..u.clone() });
+    }
+    next
+}
+
+/// `Held` or `Lost`: a hold runs until `heldUntil`.
+fn hold_runs(
     input: &PlanInput<'_>,
     prev: &MemberStatus,
     obs: &SlotObservation,
@@ -1035,6 +1120,7 @@ mod tests {
                 run_id: run.into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
+                pod_uid: None,
             }),
             ..Default::default()
         }
@@ -2095,6 +2181,8 @@ mod tests {
                     hold_started_at: None,
                     since: Some(MicroTime(at(NOW))),
                     message: None,
+                    pod_ip: None,
+                    unstopped: None,
                 }),
                 true,
             ),
@@ -2752,5 +2840,127 @@ mod tests {
         assert!(p.fences.is_empty());
         assert_eq!(p.members[0].state, MemberState::Ready);
         assert_eq!(p.events[0].reason, "ClockStepBack");
+    }
+
+    // --- A process that outlived its pod (docs/design.md §2.6) ---
+
+    fn zombie_answers(run: &str, enabled: bool) -> Option<Result<RedisInfo, String>> {
+        Some(Ok(RedisInfo {
+            run_id: run.into(),
+            version: "7.0.15".into(),
+            client_enabled: enabled,
+            pod_uid: None,
+        }))
+    }
+
+    #[test]
+    fn a_pod_that_vanishes_while_its_process_runs_leaves_an_unstopped_process() {
+        let members = [MemberStatus {
+            pod_ip: Some("10.1.0.7".into()),
+            ..ready(0, "A", "c1")
+        }];
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, missing())]));
+        let m = &p.members[0];
+        assert_eq!(m.state, MemberState::Lost);
+        assert_eq!(
+            m.unstopped,
+            Some(UnstoppedProcess {
+                run_id: "A".into(),
+                pod_ip: "10.1.0.7".into(),
+                fenced: false
+            })
+        );
+        assert!(
+            m.message.as_deref().unwrap().contains("looked for at 10.1.0.7"),
+            "{m:?}"
+        );
+        assert_eq!(p.create_pods, vec![0]);
+        // A container seen stopped is a process seen to stop: nothing to look for.
+        let stopped = SlotObservation {
+            pod: PodState::NotRunning {
+                reason: "Error".into(),
+            },
+            ..Default::default()
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, stopped)]));
+        assert_eq!(p.members[0].unstopped, None);
+    }
+
+    fn with_unstopped(m: MemberStatus, fenced: bool) -> MemberStatus {
+        MemberStatus {
+            unstopped: Some(UnstoppedProcess {
+                run_id: "A".into(),
+                pod_ip: "10.1.0.7".into(),
+                fenced,
+            }),
+            ..m
+        }
+    }
+
+    #[test]
+    fn an_unstopped_process_found_serving_is_fenced_and_the_hold_restarts() {
+        // The replacement B has served its hold; the old process A still answers at its
+        // address and lets clients in.
+        let members = [with_unstopped(held(0, "B", "c2", at(NOW - 1)), false)];
+        let obs = SlotObservation {
+            unstopped: zombie_answers("A", true),
+            ..running("B", false, "c2")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
+        assert!(p.releases.is_empty(), "{:?}", p.releases);
+        assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+        let m = &p.members[0];
+        assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+        assert!(!m.unstopped.as_ref().unwrap().fenced);
+        assert_eq!(p.events[0].reason, "UnstoppedProcessFenced");
+
+        // Seen fenced at the next probe: recorded, and the hold runs out without a warning.
+        let obs = SlotObservation {
+            unstopped: zombie_answers("A", false),
+            ..running("B", false, "c2")
+        };
+        let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, obs.clone())]));
+        assert!(p2.members[0].unstopped.as_ref().unwrap().fenced);
+        let p3 = plan(&input(1, &p2.members, hold_from_now()), &observed([(0, obs)]));
+        assert_eq!(p3.releases, vec![(0, "B".to_owned())]);
+        assert!(p3.events.iter().all(|e| e.reason != "ReleaseAssumesProcessGone"));
+        assert_eq!(p3.members[0].unstopped, None);
+    }
+
+    #[test]
+    fn a_release_without_finding_the_unstopped_process_says_what_it_relies_on() {
+        let members = [with_unstopped(held(0, "B", "c2", at(NOW - 1)), false)];
+        let obs = SlotObservation {
+            unstopped: Some(Err("connect timed out".into())),
+            ..running("B", false, "c2")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
+        assert_eq!(p.releases, vec![(0, "B".to_owned())]);
+        let e = p
+            .events
+            .iter()
+            .find(|e| e.reason == "ReleaseAssumesProcessGone")
+            .expect("told");
+        assert!(e.warning);
+        assert!(
+            e.message
+                .contains("nothing answered at 10.1.0.7 (connect timed out)"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("relies on that process being dead"),
+            "{}",
+            e.message
+        );
+        // Before the hold ends it is only carried along.
+        let members = [with_unstopped(held(0, "B", "c2", at(NOW + 5)), false)];
+        let obs = SlotObservation {
+            unstopped: Some(Err("connect timed out".into())),
+            ..running("B", false, "c2")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
+        assert!(p.releases.is_empty() && p.events.is_empty());
+        assert!(p.members[0].unstopped.is_some());
     }
 }

@@ -48,6 +48,12 @@ pub enum GuardedError {
         expected: String,
         found: String,
     },
+    #[error("{addr} runs a process of pod {found}, not of pod {expected}: not done")]
+    OtherPod {
+        addr: IpAddr,
+        expected: String,
+        found: String,
+    },
     #[error("command on {0} failed: {1}")]
     Command(IpAddr, String),
 }
@@ -103,6 +109,7 @@ impl AdminAccess {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
+        let pod_uid = process_pod_uid(&mut conn).await.map_err(|e| e.to_string())?;
         let sent = std::time::Instant::now();
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut conn)
@@ -114,6 +121,7 @@ impl AdminAccess {
                 run_id,
                 version,
                 client_enabled: user_is_enabled(&user),
+                pod_uid,
             },
             TimeSample {
                 member_micros: secs * 1_000_000 + micros,
@@ -152,11 +160,29 @@ impl AdminAccess {
         Ok((conn, version))
     }
 
-    /// Lets lock clients in — only if `ip` still runs `expected_run_id`. The check and the
-    /// command travel on one fresh connection, so a restart in between makes the command fail
-    /// instead of unfencing the new, empty process.
-    pub async fn release(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
+    /// Lets lock clients in — only if `ip` still runs `expected_run_id`, started for the pod
+    /// `expected_pod` (an address reused by another slot's process is never released). The
+    /// checks and the command travel on one fresh connection, so a restart in between makes
+    /// the command fail instead of unfencing the new, empty process.
+    pub async fn release(
+        &self,
+        ip: IpAddr,
+        expected_run_id: &str,
+        expected_pod: Option<&str>,
+    ) -> Result<(), GuardedError> {
         let (mut conn, version) = self.connect_to_process(ip, expected_run_id).await?;
+        if let Some(expected) = expected_pod {
+            let found = process_pod_uid(&mut conn)
+                .await
+                .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+            if found.as_deref().is_some_and(|f| f != expected) {
+                return Err(GuardedError::OtherPod {
+                    addr: ip,
+                    expected: expected.to_owned(),
+                    found: found.unwrap_or_default(),
+                });
+            }
+        }
         let () = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
@@ -283,8 +309,42 @@ fn text(v: &redis::Value) -> Option<&str> {
     }
 }
 
+/// What a process's `proc-title-template` says about the pod it was started for: the
+/// `pod=<uid>` word the pod's command line puts there ([`crate::resources::pod`]).
+async fn process_pod_uid(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("proc-title-template")
+        .query_async(conn)
+        .await?;
+    Ok(pair.get(1).and_then(|t| pod_uid_of_title(t)))
+}
+
+/// `pod=<uid>` in a process title template.
+pub fn pod_uid_of_title(template: &str) -> Option<String> {
+    template
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(POD_UID_TAG))
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+}
+
+/// The word of a process title that names the pod.
+pub const POD_UID_TAG: &str = "pod=";
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_pod_uid_is_read_from_the_process_title_template() {
+        assert_eq!(
+            pod_uid_of_title("{title} {listen-addr} {server-mode} pod=0f1e-22").as_deref(),
+            Some("0f1e-22")
+        );
+        assert_eq!(pod_uid_of_title("{title} {listen-addr} {server-mode}"), None);
+        // An unexpanded variable or an empty tag names no pod.
+        assert_eq!(pod_uid_of_title("{title} pod="), None);
+    }
     use super::*;
     use redis::Value;
 

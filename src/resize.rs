@@ -283,6 +283,7 @@ mod tests {
                 run_id: "r".into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
+                pod_uid: None,
             }),
             ..Default::default()
         }

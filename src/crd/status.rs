@@ -175,6 +175,31 @@ pub struct MemberStatus {
     /// Human-readable detail about the state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+
+    /// The pod IP of the process this record is about: where it would still answer if it
+    /// outlived its pod.
+    #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+
+    /// A process of this slot that was never seen to stop: its pod vanished while it ran (its
+    /// node deleted or tainted out-of-service, the pod force-deleted) and it may still serve
+    /// clients that reach it. Looked for at its last address before the slot is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unstopped: Option<UnstoppedProcess>,
+}
+
+/// A process that outlived its pod object as far as the operator knows.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UnstoppedProcess {
+    /// Its Redis `run_id`.
+    pub run_id: String,
+    /// Its last pod IP.
+    #[serde(rename = "podIP")]
+    pub pod_ip: String,
+    /// Seen fenced there (it grants no lock; it starts fenced again if restarted).
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 impl MemberStatus {
@@ -191,6 +216,8 @@ impl MemberStatus {
             hold_started_at: None,
             since: None,
             message: None,
+            pod_ip: None,
+            unstopped: None,
         }
     }
 }

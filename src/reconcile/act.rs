@@ -40,7 +40,16 @@ pub async fn act(
     // Fences first: a process that lets clients in while it must not should be shut out as
     // soon as the hold is on record, before anything slower (events, ConfigMaps).
     for (slot, run_id) in &d.plan.fences {
-        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
+        // A process that outlived its pod is fenced where it was last seen.
+        let unstopped_ip = d
+            .status
+            .members
+            .iter()
+            .find(|m| m.slot == *slot)
+            .and_then(|m| m.unstopped.as_ref())
+            .filter(|u| &u.run_id == run_id)
+            .and_then(|u| u.pod_ip.parse().ok());
+        let Some(ip) = unstopped_ip.or_else(|| observed.get(slot).and_then(|o| o.pod_ip)) else {
             continue;
         };
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
@@ -95,7 +104,10 @@ pub async fn act(
 
     let mut released = false;
     for (slot, run_id) in &d.plan.releases {
-        let Some(ip) = observed.get(slot).and_then(|o| o.pod_ip) else {
+        let Some(o) = observed.get(slot) else {
+            continue;
+        };
+        let Some(ip) = o.pod_ip else {
             continue;
         };
         // No release once the lease may have passed to another process. The check is a point
@@ -103,7 +115,7 @@ pub async fn act(
         // its own, because a release names the run_id whose hold ended and is sent on the
         // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
-        match access.release(ip, run_id).await {
+        match access.release(ip, run_id, o.pod_uid.as_deref()).await {
             Ok(()) => {
                 released = true;
                 let previous = cluster

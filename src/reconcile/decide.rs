@@ -247,6 +247,7 @@ mod tests {
                 run_id: run.into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
+                pod_uid: None,
             }),
             ..Default::default()
         }

@@ -44,6 +44,7 @@ pub async fn observe(
     let published_servers = published_servers(ctx, cluster, ns);
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
     probe_all(ctx, cluster, access, &mut slots).await;
+    look_for_unstopped(cluster, access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
@@ -92,6 +93,35 @@ async fn look_up_missing_by_name(
     Ok(())
 }
 
+/// Looks for every recorded process that was never seen to stop (`unstopped`, not yet seen
+/// fenced) at its last address, in parallel.
+async fn look_for_unstopped(
+    cluster: &RedlockCluster,
+    access: &AdminAccess,
+    observed: &mut BTreeMap<i32, SlotObservation>,
+) {
+    let members = cluster
+        .status
+        .as_ref()
+        .map(|s| s.members.as_slice())
+        .unwrap_or_default();
+    let probes = members.iter().filter_map(|m| {
+        let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
+        let slot = m.slot;
+        let ip = u.pod_ip.parse::<std::net::IpAddr>();
+        Some(async move {
+            let result = match ip {
+                Ok(ip) => access.probe(ip).await.map(|(info, _)| info),
+                Err(e) => Err(format!("bad address {}: {e}", u.pod_ip)),
+            };
+            (slot, result)
+        })
+    });
+    for (slot, result) in futures::future::join_all(probes).await {
+        observed.entry(slot).or_default().unstopped = Some(result);
+    }
+}
+
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's
 /// `TIME` is judged against the member's last one (docs/design.md §2.5).
 async fn probe_all(
@@ -111,6 +141,16 @@ async fn probe_all(
     for (slot, result) in results {
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
+            // The process names another pod (a stale cache pointing at an address now used
+            // by another slot's process): not this slot's process, whatever it says.
+            Ok((info, _)) if info.pod_uid.is_some() && o.pod_uid.is_some() && info.pod_uid != o.pod_uid => {
+                o.redis_error = Some(format!(
+                    "the process at {} belongs to pod {}, not to this slot's pod {} (the address was reused)",
+                    o.pod_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    info.pod_uid.as_deref().unwrap_or_default(),
+                    o.pod_uid.as_deref().unwrap_or_default()
+                ));
+            }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
                 let (verdict, track) = member_clock::judge(

@@ -22,6 +22,7 @@ use super::names::{
 };
 use super::secrets::client_user;
 use crate::crd::{RedlockCluster, Spread};
+use crate::redis_admin::POD_UID_TAG;
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
@@ -69,6 +70,17 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             ..Default::default()
         },
         EnvVar {
+            name: "POD_UID".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.uid".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        EnvVar {
             name: "REDIS_CLIENT_USER".into(),
             value: Some(client_user(cluster).into()),
             ..Default::default()
@@ -95,6 +107,11 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
         command: Some(vec![
             "redis-server".into(),
             format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
+            // The process names its pod: the operator's probe and release read it back on the
+            // connection that checks the run id, so an address reused by another pod's process
+            // is never taken for this one (docs/design.md §2.6). The kubelet expands $(POD_UID).
+            "--proc-title-template".into(),
+            format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("redis".into()),
@@ -347,8 +364,22 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("redis:7.2"));
         assert_eq!(
             c.command.as_ref().unwrap(),
-            &["redis-server", "/etc/redis/redis.conf"]
+            &[
+                "redis-server",
+                "/etc/redis/redis.conf",
+                "--proc-title-template",
+                "{title} {listen-addr} {server-mode} pod=$(POD_UID)"
+            ]
         );
+        // The process names its pod: POD_UID comes from the pod's own UID.
+        let uid = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "POD_UID")
+            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+            .unwrap();
+        assert_eq!(uid.field_path, "metadata.uid");
         let probe = c
             .readiness_probe
             .as_ref()

@@ -1,5 +1,5 @@
 //! The operator's clock, built so that no step of its wall clock can shorten a hold
-//! (docs/design.md §2.4).
+//! (docs/design.md §9.1).
 //!
 //! Holds end at wall-clock instants (`heldUntil`: what users and other replicas read), but
 //! the wall clock can be *stepped* (NTP stepping instead of slewing, a VM resumed, `date -s`).

@@ -1,4 +1,4 @@
-//! The operator's wall-clock offset to the API server (docs/design.md §2.4).
+//! The operator's wall-clock offset to the API server (docs/design.md §9.2).
 //!
 //! Holds no longer depend on it ([`crate::hold_timers`] times every hold on this process's
 //! own monotonic clock), but `heldUntil` and `lowersAt` are written in wall time, and users,

@@ -1,4 +1,4 @@
-//! Deadlines this operator process has timed itself (docs/design.md §2.4).
+//! Deadlines this operator process has timed itself (docs/design.md §9.1).
 //!
 //! A recorded `heldUntil` or `lowersAt` was computed on *some* operator's wall clock: this
 //! process's, a previous leader's (whose clock may have been 20 s slow), or this process's

@@ -1,4 +1,4 @@
-//! Members' clocks against the operator's monotonic clock (docs/design.md §2.5).
+//! Members' clocks against the operator's monotonic clock (docs/design.md §9.3).
 //!
 //! Redis expires keys by its host's wall clock: a forward jump of that clock expires every lock
 //! on the member early, and a second client can then take a majority while the first still

@@ -80,7 +80,7 @@ pub struct PlanInput<'a> {
     pub timing: Timing<'a>,
 }
 
-/// What this operator process adds to the recorded deadlines (docs/design.md §2.4).
+/// What this operator process adds to the recorded deadlines (docs/design.md §9.1).
 #[derive(Clone, Copy)]
 pub struct Timing<'a> {
     /// Holds this process has timed itself: no hold ends before it has seen the hold run in
@@ -589,7 +589,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
 }
 
 /// A serving member whose clock jumped forward: every lock on it may have expired early, as
-/// if it had lost its keys. Fenced at once and held in full (docs/design.md §2.5).
+/// if it had lost its keys. Fenced at once and held in full (docs/design.md §9.3).
 fn clock_jumped(
     input: &PlanInput<'_>,
     prev: &MemberStatus,
@@ -676,7 +676,7 @@ pub fn hold_timer_keys(members: &[MemberStatus], hold: Duration) -> impl Iterato
 }
 
 /// `Held` or `Lost`, with a process of the slot that was never seen to stop: it is looked
-/// for at its last address first (docs/design.md §2.6). Found serving: fenced, and the hold
+/// for at its last address first (docs/design.md §9.5). Found serving: fenced, and the hold
 /// restarts. Found fenced: it grants nothing. Not found: the release (once the hold has run)
 /// relies on it being dead, and says so.
 fn holding(
@@ -2703,7 +2703,7 @@ mod tests {
         assert_eq!(confirmed.releases, vec![(3, "D".to_owned())]);
     }
 
-    // --- This process's own timing (docs/design.md §2.4) ---
+    // --- This process's own timing (docs/design.md §9.1) ---
 
     /// A hold recorded by another leader (whose clock ran 20 s behind, so its record ends 20 s
     /// early in real time) is timed again in full by this process: not released at its
@@ -2842,7 +2842,7 @@ mod tests {
         assert_eq!(p.events[0].reason, "ClockStepBack");
     }
 
-    // --- A process that outlived its pod (docs/design.md §2.6) ---
+    // --- A process that outlived its pod (docs/design.md §9.5) ---
 
     fn zombie_answers(run: &str, enabled: bool) -> Option<Result<RedisInfo, String>> {
         Some(Ok(RedisInfo {

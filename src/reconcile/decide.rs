@@ -44,7 +44,7 @@ pub struct Facts<'a> {
     pub children: &'a ChildrenReport,
     pub observation: &'a Observation,
     pub probe_period: Duration,
-    /// Deadlines this process has timed itself (docs/design.md §2.4).
+    /// Deadlines this process has timed itself (docs/design.md §9.1).
     pub timers: &'a ClusterTimers,
     /// Why no process may be released now (the operator's clock), if so.
     pub release_blocked: Option<&'a str>,

@@ -123,7 +123,7 @@ async fn look_for_unstopped(
 }
 
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's
-/// `TIME` is judged against the member's last one (docs/design.md §2.5).
+/// `TIME` is judged against the member's last one (docs/design.md §9.3).
 async fn probe_all(
     ctx: &Context,
     cluster: &RedlockCluster,

@@ -109,7 +109,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
             // The process names its pod: the operator's probe and release read it back on the
             // connection that checks the run id, so an address reused by another pod's process
-            // is never taken for this one (docs/design.md §2.6). The kubelet expands $(POD_UID).
+            // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
             "--proc-title-template".into(),
             format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
         ]),

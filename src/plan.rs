@@ -104,8 +104,8 @@ impl Default for Timing<'_> {
     }
 }
 
-/// The start of a message about a slot whose pod name is taken (also how a re-plan tells that
-/// the conflict was already reported).
+/// The start of a message about a slot whose pod name is taken. (A re-plan tells that the
+/// conflict was already reported by comparing the whole message with the record's.)
 const NAME_TAKEN: &str = "pod name taken";
 
 pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) -> Plan {

@@ -41,14 +41,15 @@ pub async fn observe(
     max_lock_ttl: Duration,
 ) -> Result<Observation> {
     let mut slots = observe::pods_by_slot(cluster, &ctx.pods.state());
-    let published_servers = published_servers(ctx, cluster, ns);
+    let published = published(ctx, cluster, ns);
+    let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
     probe_all(ctx, cluster, access, &mut slots).await;
     look_for_unstopped(cluster, access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
-        published_ttl: published_ttl(ctx, cluster, ns),
+        published_ttl: published.max_lock_ttl,
         published_servers,
         slots,
         ttl,
@@ -168,20 +169,29 @@ async fn probe_all(
     }
 }
 
-fn published_servers(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<i32> {
-    let cm = ctx
-        .config_maps
-        .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns))?;
-    let servers = cm.data.as_ref()?.get("servers")?;
-    Some(servers.lines().filter(|l| !l.trim().is_empty()).count() as i32)
+/// What the cluster's `<name>-endpoints` ConfigMap tells clients (the operator's cache).
+#[derive(Default)]
+struct Published {
+    servers: Option<i32>,
+    max_lock_ttl: Option<Duration>,
 }
 
-fn published_ttl(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<Duration> {
+fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
     let cm = ctx
         .config_maps
-        .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns))?;
-    let millis: u64 = cm.data.as_ref()?.get(MAX_LOCK_TTL_MILLIS)?.trim().parse().ok()?;
-    Some(Duration::from_millis(millis))
+        .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns));
+    let Some(data) = cm.as_ref().and_then(|cm| cm.data.as_ref()) else {
+        return Published::default();
+    };
+    Published {
+        servers: data
+            .get("servers")
+            .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as i32),
+        max_lock_ttl: data
+            .get(MAX_LOCK_TTL_MILLIS)
+            .and_then(|m| m.trim().parse::<u64>().ok())
+            .map(Duration::from_millis),
+    }
 }
 
 /// Members per node and zone, from the pods' nodes and the nodes' zone labels.

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod reasons;
 pub mod reconcile;
 pub mod redis_admin;
 pub mod resize;

@@ -28,13 +28,14 @@ use crate::hold::{floor_micros, held_until, remaining};
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
 use crate::observe::{PodState, SlotObservation};
+use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
 
 /// Something worth telling the user about (becomes an event and a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberEvent {
     pub slot: i32,
-    pub reason: &'static str,
+    pub reason: MemberReason,
     pub message: String,
     pub warning: bool,
 }
@@ -182,7 +183,7 @@ struct Step {
 }
 
 impl Step {
-    fn tell(&mut self, slot: i32, reason: &'static str, message: String, warning: bool) {
+    fn tell(&mut self, slot: i32, reason: MemberReason, message: String, warning: bool) {
         self.events.push(MemberEvent {
             slot,
             reason,
@@ -289,7 +290,7 @@ fn extend_hold(
     let extended = next.held_until.as_ref().expect("just set").0;
     step.tell(
         next.slot,
-        "HoldExtended",
+        MemberReason::HoldExtended,
         format!("{}: {event_what}; fenced until {extended}", next.name),
         true,
     );
@@ -314,7 +315,7 @@ fn start_hold(
     m.message = Some(format!("{why}; held until {until}"));
     step.tell(
         slot,
-        "HoldStarted",
+        MemberReason::HoldStarted,
         format!("{}: {why}; fenced until {until} (hold {:?})", m.name, input.hold),
         false,
     );
@@ -340,7 +341,7 @@ fn refence(
     let extended = next.held_until.as_ref().expect("just set").0;
     step.tell(
         next.slot,
-        "Refenced",
+        MemberReason::Refenced,
         format!(
             "{}: process {run_id} served lock clients during its hold (its client ACL user was turned on outside the operator); fenced again and held until {extended}",
             next.name
@@ -360,7 +361,7 @@ fn fence_if_serving(held: MemberStatus, p: Option<&Process<'_>>, step: &mut Step
         step.fence = Some(run_id.to_owned());
         step.tell(
             held.slot,
-            "Refenced",
+            MemberReason::Refenced,
             format!(
                 "{}: process {run_id} started serving lock clients without a release (its client ACL user is on: an edited ACL Secret?); fenced",
                 held.name
@@ -410,7 +411,7 @@ fn unrecorded(input: &PlanInput<'_>, slot: i32, obs: &SlotObservation, step: &mu
             step.create_pod = true;
             step.tell(
                 slot,
-                "InstanceCreated",
+                MemberReason::InstanceCreated,
                 format!("creating {}", slot_name(input.cluster, slot)),
                 false,
             );
@@ -486,7 +487,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
         // Locks on it expire late: safe, but the user should know its clock is not kept.
         Some(Verdict::SteppedBack { by }) => step.tell(
             slot,
-            "ClockStepBack",
+            MemberReason::ClockStepBack,
             format!(
                 "{}: its clock stepped {:.3} s back since the last probe (locks on it expire late, which is safe; check its host's time sync)",
                 prev.name,
@@ -496,7 +497,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
         ),
         Some(Verdict::Drifting { ratio_ppm, over }) => step.tell(
             slot,
-            "ClockDrift",
+            MemberReason::ClockDrift,
             format!(
                 "{}: its clock ran {} by {:.3}% over the last {:.0} s, more than clockDriftFactor allows (locks on it expire {}); check its host's time sync",
                 prev.name,
@@ -524,7 +525,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     if let Some(why) = lost {
         step.tell(
             slot,
-            "InstanceLost",
+            MemberReason::InstanceLost,
             format!("{}: {why}; its keys are gone", prev.name),
             true,
         );
@@ -605,7 +606,7 @@ fn clock_jumped(
     step.fence = Some(run_id.to_owned());
     step.tell(
         prev.slot,
-        "ClockJump",
+        MemberReason::ClockJump,
         format!("{}: {why}; fenced and held in full", prev.name),
         true,
     );
@@ -701,7 +702,7 @@ fn holding(
         );
         step.tell(
             prev.slot,
-            "UnstoppedProcessFenced",
+            MemberReason::UnstoppedProcessFenced,
             format!("{}: {why}", prev.name),
             true,
         );
@@ -724,7 +725,7 @@ fn holding(
             };
             step.tell(
                 prev.slot,
-                "ReleaseAssumesProcessGone",
+                MemberReason::ReleaseAssumesProcessGone,
                 format!(
                     "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts",
                     prev.name, u.run_id
@@ -758,7 +759,7 @@ fn hold_runs(
             let why = retimed_why(input, prev.slot, started);
             step.tell(
                 slot,
-                "HoldExtended",
+                MemberReason::HoldExtended,
                 format!("{}: {why}; fenced until {until}", prev.name),
                 false,
             );
@@ -855,7 +856,7 @@ fn name_taken(
     );
     let reported = prev.is_some_and(|p| p.message.as_deref() == Some(message.as_str()));
     if !reported {
-        step.tell(slot, "NameConflict", message.clone(), true);
+        step.tell(slot, MemberReason::NameConflict, message.clone(), true);
     }
     let mut next = match prev {
         None => fresh_record(input, slot, MemberState::Starting),
@@ -1216,7 +1217,7 @@ mod tests {
         slots.into_iter().collect()
     }
 
-    fn reasons(p: &Plan) -> Vec<(i32, &'static str)> {
+    fn reasons(p: &Plan) -> Vec<(i32, MemberReason)> {
         p.events.iter().map(|e| (e.slot, e.reason)).collect()
     }
 
@@ -1236,7 +1237,7 @@ mod tests {
         release: Option<&'static str>,
         fence: Option<&'static str>,
         /// (reason, warning) in order.
-        events: &'static [(&'static str, bool)],
+        events: &'static [(MemberReason, bool)],
         next: Option<Duration>,
     }
 
@@ -1289,7 +1290,7 @@ mod tests {
                 ..self
             }
         }
-        fn events(self, events: &'static [(&'static str, bool)]) -> Case {
+        fn events(self, events: &'static [(MemberReason, bool)]) -> Case {
             Case { events, ..self }
         }
         fn next(self, d: Duration) -> Case {
@@ -1300,8 +1301,11 @@ mod tests {
         }
     }
 
-    const LOST: &[(&str, bool)] = &[("InstanceLost", true), ("HoldStarted", false)];
-    const EXTENDED: &[(&str, bool)] = &[("HoldExtended", true)];
+    const LOST: &[(MemberReason, bool)] = &[
+        (MemberReason::InstanceLost, true),
+        (MemberReason::HoldStarted, false),
+    ];
+    const EXTENDED: &[(MemberReason, bool)] = &[(MemberReason::HoldExtended, true)];
 
     fn check(c: &Case) {
         let name = c.name;
@@ -1362,7 +1366,7 @@ mod tests {
                 "{name}: event names the pod: {}",
                 e.message
             );
-            if matches!(e.reason, "HoldStarted" | "HoldExtended") {
+            if matches!(e.reason, MemberReason::HoldStarted | MemberReason::HoldExtended) {
                 let until = c
                     .want
                     .held_until
@@ -1425,7 +1429,7 @@ mod tests {
                 },
             )
             .create()
-            .events(&[("InstanceCreated", false)]),
+            .events(&[(MemberReason::InstanceCreated, false)]),
             Case::new(
                 "starting, pod not there yet",
                 Some(starting(0)),
@@ -1461,7 +1465,7 @@ mod tests {
                 },
             )
             .msg("first process of the slot; held in full")
-            .events(&[("HoldStarted", false)])
+            .events(&[(MemberReason::HoldStarted, false)])
             .next(HOLD),
             // Clients got in without a release (an edited ACL Secret): fenced, held in full.
             Case::new(
@@ -1475,7 +1479,7 @@ mod tests {
             )
             .msg("fenced again")
             .fence("R")
-            .events(&[("Refenced", true)])
+            .events(&[(MemberReason::Refenced, true)])
             .next(HOLD),
             Case::new(
                 "starting, pod failed",
@@ -1535,7 +1539,7 @@ mod tests {
             )
             .msg("new process (restarted)")
             .fence("Q")
-            .events(&[("InstanceLost", true), ("HoldStarted", false), ("Refenced", true)])
+            .events(&[(MemberReason::InstanceLost, true), (MemberReason::HoldStarted, false), (MemberReason::Refenced, true)])
             .next(HOLD),
             // A Ready record without a run id cannot vouch for a fenced process: it may be a
             // new, empty one (an edited or restored status). Lost, never released.
@@ -1695,7 +1699,7 @@ mod tests {
             )
             .msg("found serving clients while it must be held; fenced again")
             .fence("Q")
-            .events(&[("Refenced", true)])
+            .events(&[(MemberReason::Refenced, true)])
             .next(HOLD),
             Case::new(
                 "held, before its end, process not answering",
@@ -1951,7 +1955,7 @@ mod tests {
             since: micro(at(NOW)),
             ..record(0, state)
         };
-        const STARTED: &[(&str, bool)] = &[("HoldStarted", false)];
+        const STARTED: &[(MemberReason, bool)] = &[(MemberReason::HoldStarted, false)];
         run(vec![
             Case::new(
                 "no record, fenced process",
@@ -2029,9 +2033,9 @@ mod tests {
         assert_eq!(
             reasons(&p),
             vec![
-                (0, "InstanceCreated"),
-                (1, "InstanceCreated"),
-                (2, "InstanceCreated")
+                (0, MemberReason::InstanceCreated),
+                (1, MemberReason::InstanceCreated),
+                (2, MemberReason::InstanceCreated)
             ]
         );
         assert_eq!(p.events[2].message, "creating locks-2");
@@ -2311,7 +2315,13 @@ mod tests {
             );
         }
         assert_eq!(p.create_pods, vec![3, 4]);
-        assert_eq!(reasons(&p), vec![(3, "InstanceCreated"), (4, "InstanceCreated")]);
+        assert_eq!(
+            reasons(&p),
+            vec![
+                (3, MemberReason::InstanceCreated),
+                (4, MemberReason::InstanceCreated)
+            ]
+        );
         assert!(p.releases.is_empty() && p.delete_pods.is_empty());
         assert_eq!(p.next_hold_end, None);
     }
@@ -2479,7 +2489,7 @@ mod tests {
     /// replaced, and the slot's hold starts in full once the name is free.
     #[test]
     fn name_taken_by_a_pod_of_another_owner() {
-        const CONFLICT: &[(&str, bool)] = &[("NameConflict", true)];
+        const CONFLICT: &[(MemberReason, bool)] = &[(MemberReason::NameConflict, true)];
         let lost_no_end = |since| MemberStatus {
             state: MemberState::Lost,
             since,
@@ -2535,7 +2545,7 @@ mod tests {
             &observed([(0, foreign())]),
         );
         assert!(retired.delete_pods.is_empty(), "{:?}", retired.delete_pods);
-        assert_eq!(reasons(&retired), vec![(0, "NameConflict")]);
+        assert_eq!(reasons(&retired), vec![(0, MemberReason::NameConflict)]);
     }
 
     /// A raised maxLockTTL lengthens holds already running, counted from when each started;
@@ -2733,7 +2743,7 @@ mod tests {
             "{m:?}"
         );
         assert_eq!(p.events.len(), 1);
-        assert_eq!(p.events[0].reason, "HoldExtended");
+        assert_eq!(p.events[0].reason, MemberReason::HoldExtended);
 
         // Timers kept as `reconcile` keeps them: released exactly one hold after first sight.
         let timers = fresh.next(hold_timer_keys(&p.members, HOLD), Reading::at(at(NOW)));
@@ -2772,7 +2782,7 @@ mod tests {
         let want = until.checked_add(SignedDuration::from_secs(20)).unwrap();
         assert_eq!(p.members[0].held_until.as_ref().unwrap().0, want);
         assert!(p.members[0].message.as_deref().unwrap().contains("forward step"));
-        assert_eq!(p.events[0].reason, "HoldExtended");
+        assert_eq!(p.events[0].reason, MemberReason::HoldExtended);
         let end = PlanInput { now: want, ..stepped };
         assert_eq!(plan(&end, &obs).releases.len(), 1);
     }
@@ -2828,7 +2838,7 @@ mod tests {
         );
         let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
         assert!(
-            reasons.contains(&"ClockJump") && p.events.iter().any(|e| e.warning),
+            reasons.contains(&MemberReason::ClockJump) && p.events.iter().any(|e| e.warning),
             "{reasons:?}"
         );
 
@@ -2839,7 +2849,7 @@ mod tests {
         let p = plan(&input(1, &members, at(NOW)), &observed([(0, back)]));
         assert!(p.fences.is_empty());
         assert_eq!(p.members[0].state, MemberState::Ready);
-        assert_eq!(p.events[0].reason, "ClockStepBack");
+        assert_eq!(p.events[0].reason, MemberReason::ClockStepBack);
     }
 
     // --- A process that outlived its pod (docs/design.md §9.5) ---
@@ -2912,7 +2922,7 @@ mod tests {
         let m = &p.members[0];
         assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
         assert!(!m.unstopped.as_ref().unwrap().fenced);
-        assert_eq!(p.events[0].reason, "UnstoppedProcessFenced");
+        assert_eq!(p.events[0].reason, MemberReason::UnstoppedProcessFenced);
 
         // Seen fenced at the next probe: recorded, and the hold runs out without a warning.
         let obs = SlotObservation {
@@ -2923,7 +2933,11 @@ mod tests {
         assert!(p2.members[0].unstopped.as_ref().unwrap().fenced);
         let p3 = plan(&input(1, &p2.members, hold_from_now()), &observed([(0, obs)]));
         assert_eq!(p3.releases, vec![(0, "B".to_owned())]);
-        assert!(p3.events.iter().all(|e| e.reason != "ReleaseAssumesProcessGone"));
+        assert!(
+            p3.events
+                .iter()
+                .all(|e| e.reason != MemberReason::ReleaseAssumesProcessGone)
+        );
         assert_eq!(p3.members[0].unstopped, None);
     }
 
@@ -2939,7 +2953,7 @@ mod tests {
         let e = p
             .events
             .iter()
-            .find(|e| e.reason == "ReleaseAssumesProcessGone")
+            .find(|e| e.reason == MemberReason::ReleaseAssumesProcessGone)
             .expect("told");
         assert!(e.warning);
         assert!(

@@ -16,6 +16,7 @@ use crate::crd::{MemberStatus, RedlockCluster};
 use crate::error::Result;
 use crate::events;
 use crate::observe::SlotObservation;
+use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
 use crate::resources::{endpoints, pod};
 
@@ -73,18 +74,18 @@ pub async fn act(
         events::publish_for_cluster(&ctx.recorder, cluster, change.reason(), message.clone(), false).await;
     }
     for e in &d.plan.events {
-        if e.reason == "InstanceLost" || e.reason == "ClockJump" {
+        if e.reason.is_loss() {
             ctx.metrics.instance_lost(ns, &name);
         }
-        if e.reason == "ClockJump" {
+        if e.reason == MemberReason::ClockJump {
             ctx.metrics.member_clock_jump(ns, &name);
         }
-        tracing::info!(slot = e.slot, reason = e.reason, "{}", e.message);
+        tracing::info!(slot = e.slot, reason = e.reason.as_str(), "{}", e.message);
         events::publish_for_slot(
             &ctx.recorder,
             cluster,
             e.slot,
-            e.reason,
+            e.reason.as_str(),
             e.message.clone(),
             e.warning,
         )
@@ -129,7 +130,15 @@ pub async fn act(
                     slot_name(&name, *slot)
                 );
                 tracing::info!(slot, "{msg}");
-                events::publish_for_slot(&ctx.recorder, cluster, *slot, "InstanceReleased", msg, false).await;
+                events::publish_for_slot(
+                    &ctx.recorder,
+                    cluster,
+                    *slot,
+                    MemberReason::InstanceReleased.as_str(),
+                    msg,
+                    false,
+                )
+                .await;
             }
             // Not an error of the reconcile: the next observation decides (a lost process
             // becomes a hold; an unreachable one is retried).

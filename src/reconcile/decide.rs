@@ -14,6 +14,7 @@ use crate::hold_policy::{self, Change};
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::observe::PodState;
 use crate::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
+use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
 use crate::validate::Rejection;
 use crate::{hold, resize, rollout, status};
@@ -135,7 +136,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         plan.delete_pods.push(slot);
         plan.events.push(MemberEvent {
             slot,
-            reason: "RollingReplacement",
+            reason: MemberReason::RollingReplacement,
             message: format!(
                 "{}: replacing for a spec change ({} left); the new process is held for {hold:?}",
                 slot_name(&name, slot),

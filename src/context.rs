@@ -25,8 +25,22 @@ pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    /// Caches of the objects this operator manages (selected by `managed-by`), fed by the
-    /// controller's own watches.
+    /// What the operator's watches show.
+    pub caches: Caches,
+    /// How the operator was told to run (flags), fixed for the life of the process.
+    pub settings: Settings,
+    /// Whether this process may write; checked before every group of writes.
+    pub leadership: Leadership,
+    /// The process's clock and its measured offset to the API server.
+    pub clock: Arc<ClockCheck>,
+    /// What the process remembers between reconciles (lost on restart, by design: each is
+    /// rebuilt safely, see the fields).
+    pub memory: Memory,
+}
+
+/// Caches of the objects this operator manages (selected by `managed-by`), fed by the
+/// controller's own watches.
+pub struct Caches {
     pub pods: Store<Pod>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
@@ -39,26 +53,34 @@ pub struct Context {
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.
     pub caches_synced: Arc<AtomicBool>,
+}
+
+/// The operator's settings.
+pub struct Settings {
     /// Namespace of the operator's own pods, which every cluster's NetworkPolicy admits;
     /// `None` when the operator runs outside the cluster.
     pub operator_namespace: Option<String>,
-    pub backoff: Backoff,
     /// How often every member's Redis is probed when nothing else happens.
     pub probe_period: Duration,
     /// Connect and reply timeout of admin connections.
     pub probe_timeout: Duration,
-    /// TTL audit state per cluster (`namespace/name`); in memory only: after a restart the
-    /// audit simply sweeps again.
-    pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,
     pub ttl_audit_period: Duration,
     /// Keys read per member per audit period.
     pub ttl_audit_keys: u64,
-    /// Whether this process may write; checked before every group of writes.
-    pub leadership: Leadership,
-    /// The process's clock and its measured offset to the API server.
-    pub clock: Arc<ClockCheck>,
-    /// Deadlines this process has timed itself, per cluster UID.
+}
+
+/// In-memory state kept between reconciles.
+#[derive(Default)]
+pub struct Memory {
+    /// Per-cluster retry backoff.
+    pub backoff: Backoff,
+    /// TTL audit state per cluster (`namespace/name`); after a restart the audit simply
+    /// sweeps again.
+    pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,
+    /// Deadlines this process has timed itself, per cluster UID; after a restart every running
+    /// hold is timed again (longer, never shorter).
     pub timers: HoldTimers,
-    /// Each member process's clock as last probed, by (cluster UID, slot).
+    /// Each member process's clock as last probed, by (cluster UID, slot); after a restart the
+    /// first probe is a new baseline.
     pub member_clocks: Mutex<HashMap<(String, i32), ClockTrack>>,
 }

@@ -15,10 +15,9 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::cli::RunArgs;
 use crate::clock_check::ClockCheck;
-use crate::context::Context;
+use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
 use crate::http::{self, HttpState};
@@ -146,25 +145,26 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         client,
         metrics,
         recorder,
-        pods,
-        secrets,
-        config_maps,
-        services,
-        pod_disruption_budgets: pdbs,
-        network_policies: netpols,
-        nodes,
-        caches_synced,
-        operator_namespace: args.operator_namespace.clone(),
-        backoff: Backoff::default(),
-        probe_period: Duration::from_millis(args.probe_period_ms),
-        probe_timeout: Duration::from_millis(args.probe_timeout_ms),
-        ttl_audits: Default::default(),
-        ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
-        ttl_audit_keys: args.ttl_audit_keys,
+        caches: Caches {
+            pods,
+            secrets,
+            config_maps,
+            services,
+            pod_disruption_budgets: pdbs,
+            network_policies: netpols,
+            nodes,
+            caches_synced,
+        },
+        settings: Settings {
+            operator_namespace: args.operator_namespace.clone(),
+            probe_period: Duration::from_millis(args.probe_period_ms),
+            probe_timeout: Duration::from_millis(args.probe_timeout_ms),
+            ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
+            ttl_audit_keys: args.ttl_audit_keys,
+        },
         leadership,
         clock,
-        timers: Default::default(),
-        member_clocks: Default::default(),
+        memory: Memory::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
     let controller = controller

@@ -9,6 +9,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 
 use crate::member_clock::TimeSample;
 use crate::observe::RedisInfo;
+use crate::resources::names::POD_UID_TAG;
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
 
@@ -328,9 +329,6 @@ pub fn pod_uid_of_title(template: &str) -> Option<String> {
         .filter(|u| !u.is_empty())
         .map(str::to_owned)
 }
-
-/// The word of a process title that names the pod.
-pub const POD_UID_TAG: &str = "pod=";
 
 #[cfg(test)]
 mod tests {

@@ -97,7 +97,7 @@ pub async fn act(
         let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
         let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
         let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-        if let Err(e) = apply::apply_if_changed(&cm_api, &ctx.config_maps, desired_cm).await {
+        if let Err(e) = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm).await {
             // Reported like any other child; fences and releases below must still happen.
             tracing::warn!(error = %e, "endpoints ConfigMap not applied");
         }

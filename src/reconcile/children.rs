@@ -73,17 +73,20 @@ pub async fn apply(
         secrets::admin_secret(cluster, &inputs.credentials),
         secrets::client_secret(cluster, &inputs.credentials, published),
     ] {
-        config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, desired).await)?;
+        config_ready &=
+            report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, desired).await)?;
     }
     // The ACL file holds the hashes of those two passwords: written only once both Secrets are
     // this cluster's, or a password that no Secret keeps would be written, anew each time.
     if config_ready {
         let acl = secrets::acl_secret(cluster, &inputs.credentials);
-        config_ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.secrets, acl).await)?;
+        config_ready &=
+            report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await)?;
     }
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    config_ready &= report
-        .record(apply::apply_if_changed(&cm_api, &ctx.config_maps, config::config_map(cluster)).await)?;
+    config_ready &= report.record(
+        apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config::config_map(cluster)).await,
+    )?;
     report.config_ready = config_ready;
 
     let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
@@ -94,14 +97,14 @@ pub async fn apply(
         .map(|slot| service::slot_service(cluster, slot))
         .chain([service::headless_service(cluster)]);
     for svc in desired {
-        report.record(apply::apply_if_changed(&svc_api, &ctx.services, svc).await)?;
+        report.record(apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await)?;
     }
     for name in retired_services(ctx, cluster, ns, with_service) {
         report.record(apply::delete(&svc_api, &name, None).await)?;
     }
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
     let desired = pdb::pod_disruption_budget(cluster);
-    report.record(apply::apply_if_changed(&pdb_api, &ctx.pod_disruption_budgets, desired).await)?;
+    report.record(apply::apply_if_changed(&pdb_api, &ctx.caches.pod_disruption_budgets, desired).await)?;
     report.record(apply_network_policy(ctx, cluster, ns).await)?;
     Ok(report)
 }
@@ -112,7 +115,8 @@ pub async fn apply(
 fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32) -> Vec<String> {
     let name = cluster.name_any();
     let owner = service::headless_service(cluster);
-    ctx.services
+    ctx.caches
+        .services
         .state()
         .into_iter()
         .filter(|s| {
@@ -131,11 +135,12 @@ fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32
 /// The NetworkPolicy when the spec enables one; deleted (if this cluster made it) when not.
 async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<bool> {
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-    match network_policy::network_policy(cluster, ctx.operator_namespace.as_deref()) {
-        Some(desired) => apply::apply_if_changed(&api, &ctx.network_policies, desired).await,
+    match network_policy::network_policy(cluster, ctx.settings.operator_namespace.as_deref()) {
+        Some(desired) => apply::apply_if_changed(&api, &ctx.caches.network_policies, desired).await,
         None => {
             let name = network_policy::network_policy_name(&cluster.name_any());
             let ours = ctx
+                .caches
                 .network_policies
                 .get(&ObjectRef::new(&name).within(ns))
                 .filter(|np| np.labels().get(LABEL_INSTANCE) == Some(&cluster.name_any()))

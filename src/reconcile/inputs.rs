@@ -48,7 +48,7 @@ pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<I
         admin_password: credentials.admin_password.clone(),
         client_user: client_user(cluster).into(),
         port: REDIS_PORT,
-        timeout: ctx.probe_timeout,
+        timeout: ctx.settings.probe_timeout,
         tls_ca,
     };
     Ok(Inputs {
@@ -97,8 +97,8 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         },
     );
     let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
-    let admin = ours(cached_or_get(&ctx.secrets, &ctx.client, ns, &admin_secret_name(&name)).await?);
-    let client = ours(cached_or_get(&ctx.secrets, &ctx.client, ns, &client_secret_name(&name)).await?);
+    let admin = ours(cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &admin_secret_name(&name)).await?);
+    let client = ours(cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &client_secret_name(&name)).await?);
     Ok(Credentials {
         admin_password: stored_password(admin.as_ref()).unwrap_or_else(generate_password),
         client_password: stored_password(client.as_ref()).unwrap_or_else(generate_password),

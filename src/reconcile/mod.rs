@@ -33,7 +33,11 @@ use crate::error::{Error, Result};
 use crate::{events, status};
 
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
+    if !ctx
+        .caches
+        .caches_synced
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
         // An unsynced pod cache looks like "every pod deleted": never plan from it.
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
@@ -69,7 +73,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let clock = ctx.clock.now();
     let now = clock.wall;
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
-    let timers = ctx.timers.get(&uid);
+    let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
     let decision = decide::decide(
         &cluster,
@@ -77,7 +81,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             rejections: &inputs.rejections,
             children: &children,
             observation: &observation,
-            probe_period: ctx.probe_period,
+            probe_period: ctx.settings.probe_period,
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
         },
@@ -87,10 +91,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let next_timers = decision.timers.clone();
     let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
     // The timers belong to the status now on record.
-    ctx.timers.keep(&uid, next_timers);
+    ctx.memory.timers.keep(&uid, next_timers);
     let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
 
-    ctx.backoff.succeeded(&ObjectRef::from_obj(&cluster));
+    ctx.memory.backoff.succeeded(&ObjectRef::from_obj(&cluster));
     if acted.released {
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));
@@ -102,13 +106,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
 fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     ctx.metrics.forget_cluster(ns, name);
     if let Some(uid) = uid {
-        ctx.timers.forget(uid);
-        ctx.member_clocks
+        ctx.memory.timers.forget(uid);
+        ctx.memory
+            .member_clocks
             .lock()
             .expect("clock lock is never poisoned")
             .retain(|(u, _), _| u != uid);
     }
-    ctx.ttl_audits
+    ctx.memory
+        .ttl_audits
         .lock()
         .expect("audit lock is never poisoned")
         .remove(&format!("{ns}/{name}"));
@@ -171,7 +177,7 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
 /// Retry with per-object exponential backoff.
 pub fn error_policy(cluster: Arc<RedlockCluster>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(error);
-    let delay = ctx.backoff.failed(ObjectRef::from_obj(cluster.as_ref()));
+    let delay = ctx.memory.backoff.failed(ObjectRef::from_obj(cluster.as_ref()));
     tracing::warn!(cluster = %cluster.name_any(), ns = ?cluster.namespace(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

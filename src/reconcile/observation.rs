@@ -40,7 +40,7 @@ pub async fn observe(
     access: &AdminAccess,
     max_lock_ttl: Duration,
 ) -> Result<Observation> {
-    let mut slots = observe::pods_by_slot(cluster, &ctx.pods.state());
+    let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods.state());
     let published = published(ctx, cluster, ns);
     let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
@@ -138,7 +138,11 @@ async fn probe_all(
     });
     let results = futures::future::join_all(probes).await;
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
-    let mut clocks = ctx.member_clocks.lock().expect("clock lock is never poisoned");
+    let mut clocks = ctx
+        .memory
+        .member_clocks
+        .lock()
+        .expect("clock lock is never poisoned");
     for (slot, result) in results {
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
@@ -178,6 +182,7 @@ struct Published {
 
 fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
     let cm = ctx
+        .caches
         .config_maps
         .get(&ObjectRef::<ConfigMap>::new(&endpoints_config_map_name(&cluster.name_any())).within(ns));
     let Some(data) = cm.as_ref().and_then(|cm| cm.data.as_ref()) else {
@@ -205,6 +210,7 @@ fn placement(
         .filter_map(|(slot, o)| Some((*slot, o.node.clone()?)))
         .collect();
     let node_zones: BTreeMap<String, String> = ctx
+        .caches
         .nodes
         .state()
         .iter()
@@ -243,11 +249,15 @@ async fn audit_ttls(
         .collect();
     let now = std::time::Instant::now();
     let cursors = {
-        let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+        let mut audits = ctx
+            .memory
+            .ttl_audits
+            .lock()
+            .expect("audit lock is never poisoned");
         let audit = audits
             .entry(key.clone())
             .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
-        if !audit.take_due(now, ctx.ttl_audit_period) {
+        if !audit.take_due(now, ctx.settings.ttl_audit_period) {
             let next = audit.next_due.saturating_duration_since(now);
             return (ttl_audit::report(&audit.members), next);
         }
@@ -256,12 +266,21 @@ async fn audit_ttls(
     };
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
         let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
-        Some(async move { (slot, access.sample_ttls(*ip, cursor, ctx.ttl_audit_keys).await) })
+        Some(async move {
+            (
+                slot,
+                access.sample_ttls(*ip, cursor, ctx.settings.ttl_audit_keys).await,
+            )
+        })
     });
     let results = futures::future::join_all(samples).await;
     let max_ms = max_lock_ttl.as_millis() as u64;
     let name = cluster.name_any();
-    let mut audits = ctx.ttl_audits.lock().expect("audit lock is never poisoned");
+    let mut audits = ctx
+        .memory
+        .ttl_audits
+        .lock()
+        .expect("audit lock is never poisoned");
     let audit = audits
         .entry(key)
         .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
@@ -272,5 +291,5 @@ async fn audit_ttls(
             _ => {}
         }
     }
-    (ttl_audit::report(&audit.members), ctx.ttl_audit_period)
+    (ttl_audit::report(&audit.members), ctx.settings.ttl_audit_period)
 }

@@ -76,6 +76,10 @@ pub fn slot_name(cluster: &str, slot: i32) -> String {
     format!("{cluster}-{slot}")
 }
 
+/// The word of a Redis process title that names the pod it was started for
+/// (`--proc-title-template "... pod=<uid>"`); read back by the operator's probe and release.
+pub const POD_UID_TAG: &str = "pod=";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,12 +17,11 @@ use kube::api::ObjectMeta;
 use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
 use super::hash::{SPEC_HASH, spec_hash};
 use super::names::{
-    LABEL_INSTANCE, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name, config_map_name,
-    slot_labels, slot_name,
+    LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name,
+    config_map_name, slot_labels, slot_name,
 };
 use super::secrets::client_user;
 use crate::crd::{RedlockCluster, Spread};
-use crate::redis_admin::POD_UID_TAG;
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";

@@ -171,8 +171,24 @@ pub async fn start_operator(cp: &ControlPlane, log: &str) -> OperatorProcess {
 }
 
 pub async fn start_operator_with(cp: &ControlPlane, log: &str, args: &[&str]) -> OperatorProcess {
-    let mut op =
-        OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &cp.dir().join(log), args).unwrap();
+    start_operator_env(cp, log, args, &[]).await
+}
+
+/// An operator with extra environment variables (libfaketime's: `envtest::operator::faketime_env`).
+pub async fn start_operator_env(
+    cp: &ControlPlane,
+    log: &str,
+    args: &[&str],
+    env: &[(String, String)],
+) -> OperatorProcess {
+    let mut op = OperatorProcess::start_with_env(
+        Path::new(OPERATOR),
+        cp.kubeconfig(),
+        &cp.dir().join(log),
+        args,
+        env,
+    )
+    .unwrap();
     op.wait_ready(Duration::from_secs(60)).await.unwrap();
     op
 }

@@ -20,6 +20,18 @@ pub struct OperatorProcess {
 impl OperatorProcess {
     /// Starts `binary run` against `kubeconfig` with `extra_args`, logging to `log`.
     pub fn start(binary: &Path, kubeconfig: &Path, log: &Path, extra_args: &[&str]) -> Result<Self> {
+        Self::start_with_env(binary, kubeconfig, log, extra_args, &[])
+    }
+
+    /// Like `start`, with extra environment variables (e.g. libfaketime's, to run the
+    /// operator with a skewed or stepped wall clock).
+    pub fn start_with_env(
+        binary: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        extra_args: &[&str],
+        env: &[(String, String)],
+    ) -> Result<Self> {
         let http_port = free_port()?;
         let mut cmd = Command::new(binary);
         cmd.arg("run")
@@ -33,7 +45,8 @@ impl OperatorProcess {
             .env(
                 "RUST_LOG",
                 std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "info,redlock_operator=debug".into()),
-            );
+            )
+            .envs(env.iter().map(|(k, v)| (k, v)));
         Ok(Self {
             child: ManagedChild::spawn("redlock-operator", cmd, log)?,
             http_port,
@@ -103,6 +116,33 @@ impl OperatorProcess {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// libfaketime, as Debian's `faketime` package installs it.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that runs a process under libfaketime with the wall-clock offset read from
+/// `offset_file` (e.g. "+20s"; re-read at most once a second, so writing the file steps the
+/// clock of the running process). Only `CLOCK_REALTIME` is faked: the monotonic clock runs
+/// true, as after an NTP step.
+pub fn faketime_env(offset_file: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+        (
+            "FAKETIME_TIMESTAMP_FILE".into(),
+            offset_file.display().to_string(),
+        ),
+        ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]
+}
+
+/// Sets the offset a `faketime_env` process reads (atomically: write, then rename).
+pub fn set_clock_offset(offset_file: &Path, offset: &str) -> Result<()> {
+    let tmp = offset_file.with_extension("tmp");
+    std::fs::write(&tmp, format!("{offset}\n"))?;
+    std::fs::rename(&tmp, offset_file)?;
+    Ok(())
 }
 
 /// Minimal HTTP/1.0 GET (no TLS, no redirects): (status code, body).

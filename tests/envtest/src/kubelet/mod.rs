@@ -109,6 +109,8 @@ pub(crate) struct Shared {
     ipam: Mutex<Ipam>,
     pods: Mutex<PodIndex>,
     lost: Mutex<HashSet<String>>,
+    /// Nodes cut off from the API server whose processes keep running (a subset of `lost`).
+    partitioned: Mutex<HashSet<String>>,
     /// When each node last became Ready (its Ready condition's transition time).
     ready_since: Mutex<HashMap<String, Timestamp>>,
     service_env: tokio::sync::Mutex<Option<Vec<(String, String)>>>,
@@ -126,6 +128,10 @@ impl Shared {
 
     fn is_lost(&self, node: &str) -> bool {
         lock(&self.lost).contains(node)
+    }
+
+    fn is_partitioned(&self, node: &str) -> bool {
+        lock(&self.partitioned).contains(node)
     }
 
     fn allocate_ip(&self, uid: &str, preferred: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
@@ -229,6 +235,7 @@ impl ProcessKubelet {
             ipam: Mutex::new(Ipam::new(config.ip_block)),
             pods: Mutex::new(PodIndex::default()),
             lost: Mutex::new(HashSet::new()),
+            partitioned: Mutex::new(HashSet::new()),
             ready_since: Mutex::new(HashMap::new()),
             service_env: tokio::sync::Mutex::new(None),
             config,
@@ -316,6 +323,27 @@ impl ProcessKubelet {
         }
         info!(node, "node lost");
         Ok(())
+    }
+
+    /// The node is cut off from the API server, but not from its pods' clients: it stops
+    /// renewing its lease and reporting status, starts no new pod, and its running processes
+    /// keep serving on their addresses (also after their Pod objects are deleted, by pod
+    /// garbage collection of a deleted node or a force delete) until `heal_node`.
+    pub fn partition_node(&self, node: &str) -> Result<()> {
+        if self.shared.node_ip(node).is_none() {
+            bail!("unknown node {node}");
+        }
+        lock(&self.shared.partitioned).insert(node.to_string());
+        lock(&self.shared.lost).insert(node.to_string());
+        info!(node, "node partitioned");
+        Ok(())
+    }
+
+    /// The partition ends: the kubelet reports again, and kills the processes whose pods were
+    /// deleted meanwhile (as a real kubelet does when it finds them orphaned).
+    pub async fn heal_node(&self, node: &str) -> Result<()> {
+        lock(&self.shared.partitioned).remove(node);
+        self.restore_node(node).await
     }
 
     /// The node comes back like a rebooted kubelet: it reports Ready again, pods still

@@ -290,13 +290,19 @@ pub async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: PodUpdates, ma
     info!(pod = %format!("{}/{}", w.ns, w.name), node = %w.host_ip, "pod worker started");
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let node = w
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let mut sender_gone = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            changed = updates.changed() => {
+            changed = updates.changed(), if !sender_gone => {
                 if changed.is_err() {
-                    w.gone();
-                    return;
+                    sender_gone = true;
                 }
             }
             Some(result) = w.probe_runs.join_next(), if !w.probe_runs.is_empty() => {
@@ -305,7 +311,16 @@ pub async fn run(shared: Arc<Shared>, pod: Arc<Pod>, mut updates: PodUpdates, ma
                 }
             }
         }
-        let latest = updates.borrow_and_update().clone();
+        // A partitioned node's kubelet is silent: its containers run on as they are (no
+        // status, no restarts, no reaction to the pod's deletion) until the partition heals.
+        if w.shared.is_partitioned(&node) {
+            continue;
+        }
+        let latest = if sender_gone {
+            None
+        } else {
+            updates.borrow_and_update().clone()
+        };
         match latest {
             None => {
                 w.gone();

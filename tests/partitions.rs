@@ -1,0 +1,92 @@
+//! Partitions (issue 15, docs/design.md §9.5) on the real control plane: a node cut off from
+//! the API server whose Redis keeps serving the clients that still reach it. The
+//! administrator cordons it and force-deletes the pod (what `kubectl delete --force` and a
+//! node deletion assert: the process is dead). It is not: the test checks with real lock
+//! clients that the old process and the replacement never both grant locks.
+
+mod support;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use redlock_operator::crd::MemberState;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+async fn node_of(env: &Env, slot: i32) -> String {
+    env.pods()
+        .get(&format!("{NAME}-{slot}"))
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_name)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_process_that_outlives_its_force_deleted_pod_is_fenced_before_its_replacement_serves() {
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let login = env.client_login(NAME).await;
+    let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
+    let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
+
+    // Slot 1's node is cut off from the API server; its process keeps serving.
+    let node = node_of(&env, 1).await;
+    env.cp.kubelet().partition_node(&node).unwrap();
+    Api::<Node>::all(env.cp.client())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+
+    // The replacement serves after its hold.
+    wait_for("replacement released", Duration::from_secs(40), async || {
+        Ok(env
+            .member(NAME, 1)
+            .await
+            .filter(|m| m.state == MemberState::Ready && m.run_id.as_deref() != Some(old_run.as_str()))
+            .map(|_| ()))
+    })
+    .await;
+    let new: Vec<IpAddr> = env.member_ips(NAME, 3).await;
+    assert_ne!(new[1], old[1], "the replacement has another address");
+
+    // Two clients, one with the current addresses and one with the old ones: the first takes
+    // a lock on its majority {0, new 1}; the second must not get a majority of its own list
+    // {0, old 1, 2}: with the old process fenced, only slot 2 is free to it.
+    let ttl = Duration::from_secs(3);
+    let fresh = [new[0], new[1]];
+    let (granted, _) = redlock_attempt(&fresh, &login, "orders", "fresh-client", ttl).await;
+    assert_eq!(granted, 2, "the current list's client takes {{0, new 1}}");
+    let (granted, valid) = redlock_attempt(&old, &login, "orders", "stale-client", ttl).await;
+    assert!(
+        !valid,
+        "the stale client got a majority of the old list ({granted} of 3) while the fresh one holds the lock"
+    );
+    assert_eq!(granted, 1, "only slot 2 granted it");
+
+    // What kept the stale client out: the operator looked for the old process at its last
+    // address, found it still letting lock clients in (the event says so) and fenced it there.
+    env.wait_event("UnstoppedProcessFenced").await;
+    assert!(
+        connect(old[1], &login).await.is_err(),
+        "the old process no longer lets lock clients log in"
+    );
+}

@@ -91,7 +91,7 @@ async fn lock_then_kill_one(env: &Env) -> (Instant, Timestamp) {
 async fn metric(op: &OperatorProcess, name: &str) -> f64 {
     let (_, body) = op.get("/metrics").await.unwrap();
     body.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .find(|l| l.starts_with(name) && matches!(l[name.len()..].chars().next(), Some(' ' | '{')))
         .and_then(|l| l.split_whitespace().last()?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in\n{body}"))
 }
@@ -221,6 +221,84 @@ async fn releases_wait_while_the_leaders_clock_is_off_the_api_servers() {
     set_clock_offset(&file, "+0").unwrap();
     wait_for(
         "released once the clock is corrected",
+        Duration::from_secs(30),
+        async || {
+            Ok(env
+                .member(NAME, 1)
+                .await
+                .filter(|m| m.state == MemberState::Ready)
+                .map(|_| ()))
+        },
+    )
+    .await;
+}
+
+/// Issue 15, members' clocks (docs/design.md §9.3): Redis expires keys by its host's wall
+/// clock, so a forward jump there expires the first client's lock on that member early. The
+/// operator finds the jump at its next probe, fences the member and holds it in full: from
+/// then on no second client gets a majority while the first lock is valid. (Between the jump
+/// and that probe, at most one probe period, the member is exposed: README "Clocks".)
+#[tokio::test]
+async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
+    let env = Env::start_config(
+        envtest::ControlPlaneConfig {
+            nodes: 3,
+            node_clocks: Some(redis_under_faketime()),
+            ..Default::default()
+        },
+        &[],
+    )
+    .await;
+    serving_cluster(&env).await;
+    let login = env.client_login(NAME).await;
+    let taken = Instant::now();
+    for slot in [1, 2] {
+        let ip = env.pod_ip(NAME, slot).await;
+        assert!(
+            lock(ip, &login, "orders", "first-holder", TTL).await.unwrap(),
+            "slot {slot}"
+        );
+    }
+    let expiry = taken + TTL;
+    let before = env.member(NAME, 1).await.unwrap();
+    let node = env
+        .pods()
+        .get(&format!("{NAME}-1"))
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_name)
+        .unwrap();
+    env.cp.kubelet().set_node_clock(&node, "+60s").unwrap();
+
+    // The window the README owns up to: libfaketime shows the member the new offset within
+    // 1 s, the next probe comes within 1 s, the fence right after the status write. From 3 s
+    // on, no second client may get a majority while the first lock is valid.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+    assert!(attempts > 20, "{attempts}");
+    let m = wait_for(
+        "member 1 fenced for its clock jump",
+        Duration::from_secs(10),
+        async || {
+            Ok(env.member(NAME, 1).await.filter(|m| {
+                m.state == MemberState::Held
+                    && m.message.as_deref().is_some_and(|t| t.contains("clock jumped"))
+            }))
+        },
+    )
+    .await;
+    assert_eq!(m.run_id, before.run_id, "the same process, held: {m:?}");
+    env.wait_event("ClockJump").await;
+    let jumps = metric(&env.operator, "redlock_member_clock_jumps_total").await;
+    assert_eq!(jumps, 1.0);
+    // Held in full from the jump's detection, then serving again (its clock is now steady).
+    let ip = env.pod_ip(NAME, 1).await;
+    assert!(connect(ip, &login).await.is_err(), "fenced");
+    wait_for(
+        "member 1 serves again after its hold",
         Duration::from_secs(30),
         async || {
             Ok(env

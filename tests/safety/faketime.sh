@@ -19,7 +19,9 @@
 # REDIS_SERVER at a redis-server built with MALLOC=libc to see the scenario run.
 set -euo pipefail
 
-REDIS_SERVER=${REDIS_SERVER:-redis-server}
+# The MALLOC=libc build of tests/tools/build-redis-libc.sh (`make redis-libc`) when it exists.
+libc_build=$(ls -d "$HOME"/.cache/redlock-operator/redis-libc/*/redis-server 2>/dev/null | tail -1 || true)
+REDIS_SERVER=${REDIS_SERVER:-${libc_build:-redis-server}}
 LIB=${FAKETIME_LIB:-/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1}
 [ -f "$LIB" ] || { echo "libfaketime not found at $LIB (apt-get install faketime)"; exit 77; }
 

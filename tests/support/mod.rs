@@ -31,12 +31,19 @@ impl Env {
 
     /// Like `start`, with extra `redlock-operator run` flags.
     pub async fn start_with(nodes: usize, operator_args: &[&str]) -> Self {
-        let cp = ControlPlane::start(ControlPlaneConfig {
-            nodes,
-            ..Default::default()
-        })
+        Self::start_config(
+            ControlPlaneConfig {
+                nodes,
+                ..Default::default()
+            },
+            operator_args,
+        )
         .await
-        .expect("control plane starts");
+    }
+
+    /// A control plane as `config` says, with extra `redlock-operator run` flags.
+    pub async fn start_config(config: ControlPlaneConfig, operator_args: &[&str]) -> Self {
+        let cp = ControlPlane::start(config).await.expect("control plane starts");
         cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
         let ns = cp.new_namespace("lifecycle").await.unwrap();
         let operator = start_operator_with(&cp, "operator.log", operator_args).await;
@@ -172,6 +179,20 @@ pub async fn start_operator(cp: &ControlPlane, log: &str) -> OperatorProcess {
 
 pub async fn start_operator_with(cp: &ControlPlane, log: &str, args: &[&str]) -> OperatorProcess {
     start_operator_env(cp, log, args, &[]).await
+}
+
+/// A redis-server that runs under libfaketime (tests/tools/build-redis-libc.sh builds it once
+/// and caches it outside the clone; `make test` runs it before the tests).
+pub fn redis_under_faketime() -> std::path::PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/build-redis-libc.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run build-redis-libc.sh");
+    assert!(out.status.success(), "build-redis-libc.sh failed");
+    let path = String::from_utf8(out.stdout).unwrap();
+    std::path::PathBuf::from(path.lines().last().expect("a path").trim())
 }
 
 /// An operator with extra environment variables (libfaketime's: `envtest::operator::faketime_env`).

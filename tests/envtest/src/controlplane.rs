@@ -39,6 +39,9 @@ pub struct ControlPlaneConfig {
     /// More images pods may use: (image key, local program), see
     /// `KubeletConfig::extra_images`. Such pods reach this API server in-cluster style.
     pub extra_images: Vec<(String, PathBuf)>,
+    /// Per-node wall clocks for Redis pods (a redis-server that runs under libfaketime), see
+    /// `KubeletConfig::node_clocks`.
+    pub node_clocks: Option<PathBuf>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -51,6 +54,7 @@ impl Default for ControlPlaneConfig {
             eviction_toleration: Duration::from_secs(10),
             dir: None,
             extra_images: Vec::new(),
+            node_clocks: None,
         }
     }
 }
@@ -242,6 +246,7 @@ impl ControlPlane {
                     restart_backoff_max: Duration::from_secs(10),
                     lease_interval: Duration::from_secs(1),
                     extra_images: config.extra_images.clone(),
+                    node_clocks: config.node_clocks.clone(),
                     // In-cluster clients (KUBERNETES_SERVICE_HOST/PORT) reach the API server
                     // on loopback; its serving certificate names 127.0.0.1.
                     api_server: Some(std::net::SocketAddr::from(([127, 0, 0, 1], api_port))),

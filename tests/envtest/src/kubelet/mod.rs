@@ -76,6 +76,11 @@ pub struct KubeletConfig {
     /// `_PORT`); must be a loopback address. When `None`, taken from the `kubernetes`
     /// Service's EndpointSlice if that has a loopback endpoint.
     pub api_server: Option<SocketAddr>,
+    /// Per-node wall clocks: when set (to a redis-server that runs under libfaketime, see
+    /// tests/tools/build-redis-libc.sh), every Redis container runs that binary under
+    /// libfaketime with its node's offset file (`<work_dir>/clocks/<node>`, "+0" at first);
+    /// `ProcessKubelet::set_node_clock` steps it. Exec probes run unfaked.
+    pub node_clocks: Option<PathBuf>,
 }
 
 impl Default for KubeletConfig {
@@ -93,6 +98,7 @@ impl Default for KubeletConfig {
             restart_backoff_reset: Duration::from_secs(600),
             extra_images: Vec::new(),
             api_server: None,
+            node_clocks: None,
         }
     }
 }
@@ -128,6 +134,17 @@ impl Shared {
 
     fn is_lost(&self, node: &str) -> bool {
         lock(&self.lost).contains(node)
+    }
+
+    /// The libfaketime offset file of `node`'s Redis processes (created with "+0").
+    fn clock_file(&self, node: &str) -> PathBuf {
+        let dir = self.config.work_dir.join("clocks");
+        let file = dir.join(node);
+        if !file.exists() {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::write(&file, "+0\n");
+        }
+        file
     }
 
     fn is_partitioned(&self, node: &str) -> bool {
@@ -322,6 +339,23 @@ impl ProcessKubelet {
             self.shared.procs.kill_owner(&h.uid);
         }
         info!(node, "node lost");
+        Ok(())
+    }
+
+    /// Sets the wall-clock offset of every Redis process on `node` (a libfaketime offset such
+    /// as "+60s"; needs `node_clocks`). Running processes see it within a second.
+    pub fn set_node_clock(&self, node: &str, offset: &str) -> Result<()> {
+        if self.shared.config.node_clocks.is_none() {
+            bail!("node clocks are off (KubeletConfig::node_clocks)");
+        }
+        if self.shared.node_ip(node).is_none() {
+            bail!("unknown node {node}");
+        }
+        let file = self.shared.clock_file(node);
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, format!("{offset}\n"))?;
+        std::fs::rename(&tmp, &file)?;
+        info!(node, offset, "node clock set");
         Ok(())
     }
 

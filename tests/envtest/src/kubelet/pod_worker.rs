@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -653,12 +653,33 @@ impl Worker {
         let argv = container_argv(&spec, &mapped, &env, &pod_ip.to_string(), |path, directive| {
             config_sets(&host_path_of(path, &mounts), directive)
         });
-        let launch = Launch {
+        let mut launch = Launch {
             argv,
             env: env.vars().to_vec(),
             mounts,
             workdir,
         };
+        if let Some(redis) = &self.shared.config.node_clocks
+            && mapped.flavor == super::image::Flavor::RedisServer
+            && Path::new(&launch.argv[0]) == mapped.program
+        {
+            let node = self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            launch.argv[0] = redis.display().to_string();
+            launch.env.extend([
+                ("LD_PRELOAD".to_string(), crate::operator::LIBFAKETIME.to_string()),
+                (
+                    "FAKETIME_TIMESTAMP_FILE".to_string(),
+                    self.shared.clock_file(&node).display().to_string(),
+                ),
+                ("FAKETIME_CACHE_DURATION".to_string(), "1".to_string()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
+            ]);
+        }
         let log = self.dir.join("logs").join(format!("{}.log", spec.name));
         let _ = std::fs::OpenOptions::new()
             .create(true)

@@ -10,7 +10,7 @@ use safety_harness::{Settings, run};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_not() {
     // One round of every fault kind; SAFETY_FAULTS / SAFETY_SEED override.
-    let settings = Settings::from_env(7, 1, "safety-short");
+    let settings = Settings::from_env(redlock_safety::schedule::FaultKind::ALL.len(), 1, "safety-short");
     let report = run(&settings).await.expect("safety run");
     assert_eq!(report.faults, settings.faults);
     assert!(report.successful_operations > 0);

@@ -6,16 +6,16 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::DeleteParams;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
 use redlock_safety::schedule::{Fault, FaultKind};
 use serde_json::json;
 
-use crate::support::{Env, start_operator, wait_for, wait_held};
+use crate::support::{Env, start_operator, start_operator_env, wait_for, wait_held};
 
 pub struct ClusterTarget<'a> {
     pub env: &'a mut Env,
@@ -141,6 +141,50 @@ impl<'a> ClusterTarget<'a> {
                     ])
                     .await;
             }
+            FaultKind::OperatorSkew => {
+                let slot = f.members[0];
+                self.kill(slot, Signal::SIGKILL)?;
+                let old = before[slot].clone().unwrap_or_default();
+                wait_held(self.env, &self.name, slot as i32, &old).await;
+                self.env.operator.kill()?;
+                self.env.operator.wait_exit(Duration::from_secs(5)).await?;
+                self.operator_restarts += 1;
+                let clock = self
+                    .env
+                    .cp
+                    .dir()
+                    .join(format!("operator-{}.clock", self.operator_restarts));
+                envtest::operator::set_clock_offset(&clock, "+20s")?;
+                let log = format!("operator-{}-skewed.log", self.operator_restarts);
+                self.env.operator = start_operator_env(
+                    &self.env.cp,
+                    &log,
+                    &["--max-clock-offset-ms=60000"],
+                    &envtest::operator::faketime_env(&clock),
+                )
+                .await;
+                self.wait_recovered(&replaced, &before).await;
+                self.env.operator.terminate(Duration::from_secs(10)).await?;
+                let log = format!("operator-{}.log", self.operator_restarts);
+                self.env.operator = start_operator(&self.env.cp, &log).await;
+            }
+            FaultKind::Partition => {
+                let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
+                let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
+                let nodes: Api<Node> = Api::all(self.env.cp.client());
+                let cordon = |on: bool| Patch::Merge(json!({"spec": {"unschedulable": on}}));
+                self.env.cp.kubelet().partition_node(&node)?;
+                nodes.patch(&node, &PatchParams::default(), &cordon(true)).await?;
+                self.env
+                    .pods()
+                    .delete(&self.pod(f.members[0]), &DeleteParams::default().grace_period(0))
+                    .await?;
+                self.wait_recovered(&replaced, &before).await;
+                self.env.cp.kubelet().heal_node(&node).await?;
+                nodes
+                    .patch(&node, &PatchParams::default(), &cordon(false))
+                    .await?;
+            }
             FaultKind::NodeLoss => {
                 let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
                 let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
@@ -151,9 +195,12 @@ impl<'a> ClusterTarget<'a> {
         }
         // Kills and deletions need no undoing: they are healed the moment they happen.
         let healed = match f.kind {
-            FaultKind::StopCont | FaultKind::OperatorKill | FaultKind::NodeLoss | FaultKind::TtlLower => {
-                mono_ns()
-            }
+            FaultKind::StopCont
+            | FaultKind::OperatorKill
+            | FaultKind::NodeLoss
+            | FaultKind::TtlLower
+            | FaultKind::OperatorSkew
+            | FaultKind::Partition => mono_ns(),
             _ => injected,
         };
         self.wait_recovered(&replaced, &before).await;

@@ -218,7 +218,8 @@ async fn operator_phase(
     bins: &workers::Bins,
     rng: &mut Rng,
 ) -> Result<PhaseRun> {
-    let mut env = Env::start(MEMBERS).await;
+    // One spare node: a partitioned member's replacement needs a node of its own.
+    let mut env = Env::start(MEMBERS + 1).await;
     env.create_cluster(
         NAME,
         json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"}),

@@ -144,10 +144,12 @@ impl NaiveSet {
             }
             // There is no operator to kill, no TTL to lower and no object to re-create; what
             // the fault does to the members remains.
-            FaultKind::OperatorKill | FaultKind::TtlLower | FaultKind::Recreate => {
+            FaultKind::OperatorKill | FaultKind::TtlLower | FaultKind::Recreate | FaultKind::OperatorSkew => {
                 self.crash_and_restart(&f.members, Duration::ZERO).await?
             }
-            FaultKind::NodeLoss => {
+            // Without an operator nothing fences the old process: the control models the
+            // partition as what a naive restart does (an empty process serving at once).
+            FaultKind::NodeLoss | FaultKind::Partition => {
                 self.crash_and_restart(&f.members, Duration::from_millis(f.duration_ms))
                     .await?
             }

@@ -34,10 +34,20 @@ pub enum FaultKind {
     /// and spec (`kubectl replace --force`, a GitOps replace), and the old pods are
     /// force-deleted at once; every member is replaced.
     Recreate,
+    /// `kill -9` of one member, then the operator is killed while the member is held and a
+    /// replacement operator whose wall clock runs 20 s ahead takes over (its clock offset
+    /// bound set loose, so that timing the hold on its own clock is what protects it);
+    /// healed by restarting the operator with a true clock.
+    OperatorSkew,
+    /// The node of one member is cut off from the API server while its process keeps
+    /// serving; the node is cordoned and the pod force-deleted (an administrator asserting
+    /// the process dead); healed (the old process killed, the node uncordoned) once the
+    /// replacement serves.
+    Partition,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -47,6 +57,8 @@ impl FaultKind {
         FaultKind::NodeLoss,
         FaultKind::TtlLower,
         FaultKind::Recreate,
+        FaultKind::OperatorSkew,
+        FaultKind::Partition,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +72,8 @@ impl FaultKind {
             FaultKind::NodeLoss => "node-loss",
             FaultKind::TtlLower => "ttl-lower",
             FaultKind::Recreate => "recreate",
+            FaultKind::OperatorSkew => "operator-skew",
+            FaultKind::Partition => "partition",
         }
     }
 

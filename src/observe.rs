@@ -216,8 +216,46 @@ pub fn serving_slots(
         .collect()
 }
 
+/// Why the process that answered at a slot's pod IP is not that pod's process, if it is not:
+/// it names another pod (a stale cache pointing at an address the CNI gave to another slot's
+/// pod). Processes that name no pod (started before the tag existed) are judged by run id.
+pub fn foreign_process(slot: &SlotObservation, answer: &RedisInfo) -> Option<String> {
+    let (Some(expected), Some(found)) = (slot.pod_uid.as_deref(), answer.pod_uid.as_deref()) else {
+        return None;
+    };
+    (expected != found).then(|| {
+        format!(
+            "the process at {} belongs to pod {found}, not to this slot's pod {expected} (the address was reused)",
+            slot.pod_ip.map(|i| i.to_string()).unwrap_or_default()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_process_naming_another_pod_is_not_the_slots() {
+        let slot = SlotObservation {
+            pod_uid: Some("uid-3".into()),
+            pod_ip: Some("127.1.1.9".parse().unwrap()),
+            ..Default::default()
+        };
+        let answer = |uid: Option<&str>| RedisInfo {
+            run_id: "R0".into(),
+            version: "7.0.15".into(),
+            client_enabled: false,
+            pod_uid: uid.map(str::to_owned),
+        };
+        let why = foreign_process(&slot, &answer(Some("uid-0"))).unwrap();
+        assert!(
+            why.contains("127.1.1.9 belongs to pod uid-0, not to this slot's pod uid-3"),
+            "{why}"
+        );
+        assert_eq!(foreign_process(&slot, &answer(Some("uid-3"))), None);
+        // A process started before the tag existed names no pod: judged by run id alone.
+        assert_eq!(foreign_process(&slot, &answer(None)), None);
+    }
     use super::*;
     use serde_json::json;
 

@@ -146,15 +146,8 @@ async fn probe_all(
     for (slot, result) in results {
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
-            // The process names another pod (a stale cache pointing at an address now used
-            // by another slot's process): not this slot's process, whatever it says.
-            Ok((info, _)) if info.pod_uid.is_some() && o.pod_uid.is_some() && info.pod_uid != o.pod_uid => {
-                o.redis_error = Some(format!(
-                    "the process at {} belongs to pod {}, not to this slot's pod {} (the address was reused)",
-                    o.pod_ip.map(|i| i.to_string()).unwrap_or_default(),
-                    info.pod_uid.as_deref().unwrap_or_default(),
-                    o.pod_uid.as_deref().unwrap_or_default()
-                ));
+            Ok((info, _)) if let Some(why) = observe::foreign_process(o, &info) => {
+                o.redis_error = Some(why);
             }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);

@@ -1,8 +1,8 @@
 //! Partitions (issue 15, docs/design.md §9.5) on the real control plane: a node cut off from
 //! the API server whose Redis keeps serving the clients that still reach it. The
-//! administrator cordons it and force-deletes the pod (what `kubectl delete --force` and a
-//! node deletion assert: the process is dead). It is not: the test checks with real lock
-//! clients that the old process and the replacement never both grant locks.
+//! administrator cordons it and then force-deletes the pod, or deletes the node (both assert
+//! that the process is dead). It is not: the tests check with real lock clients that the old
+//! process and the replacement never both grant locks.
 
 mod support;
 
@@ -27,8 +27,26 @@ async fn node_of(env: &Env, slot: i32) -> String {
         .unwrap()
 }
 
+/// How the administrator asserts that the partitioned node's process is dead.
+#[derive(Clone, Copy)]
+enum Assertion {
+    /// `kubectl delete pod --force --grace-period=0`.
+    ForceDeletePod,
+    /// `kubectl delete node`: the pod garbage collector then removes its pods.
+    DeleteNode,
+}
+
 #[tokio::test]
 async fn a_process_that_outlives_its_force_deleted_pod_is_fenced_before_its_replacement_serves() {
+    outlived_pod(Assertion::ForceDeletePod).await;
+}
+
+#[tokio::test]
+async fn a_process_that_outlives_its_deleted_node_is_fenced_before_its_replacement_serves() {
+    outlived_pod(Assertion::DeleteNode).await;
+}
+
+async fn outlived_pod(assertion: Assertion) {
     let env = Env::start(4).await;
     env.create_cluster(
         NAME,
@@ -51,13 +69,24 @@ async fn a_process_that_outlives_its_force_deleted_pod_is_fenced_before_its_repl
         )
         .await
         .unwrap();
-    env.pods()
-        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
+    match assertion {
+        Assertion::ForceDeletePod => {
+            env.pods()
+                .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+                .await
+                .unwrap();
+        }
+        Assertion::DeleteNode => {
+            Api::<Node>::all(env.cp.client())
+                .delete(&node, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+    }
 
-    // The replacement serves after its hold.
-    wait_for("replacement released", Duration::from_secs(40), async || {
+    // The replacement serves after its hold (after a node deletion, once the pod garbage
+    // collector has removed the pod: it waits 40 s for a node to stay gone).
+    wait_for("replacement released", Duration::from_secs(120), async || {
         Ok(env
             .member(NAME, 1)
             .await

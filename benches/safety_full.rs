@@ -12,7 +12,7 @@ fn main() {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_secs());
-    let settings = safety_harness::Settings::from_env(210, seed, "safety");
+    let settings = safety_harness::Settings::from_env(220, seed, "safety");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -7,7 +7,7 @@ RUN rustup target add x86_64-unknown-linux-musl \
  && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# The workspace manifest names tests/envtest and the benches: cargo needs them present to
+# The workspace manifest names tests/testenv and the benches: cargo needs them present to
 # load it, even though only the operator binary is built.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src

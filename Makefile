@@ -79,7 +79,7 @@ dev-down:
 
 ## bench-env: control-plane build/start times and pod-start latency, printed as numbers
 bench-env: dev-binaries
-	$(CARGO) bench -p envtest --bench env
+	$(CARGO) bench -p redlock-testenv --bench env
 
 ## bench: hold detection latency and release lateness over 24 kills (BENCH_KILLS=n to change),
 ## then rolling-replacement time for N = 3, 5, 7 against N x hold

@@ -14,7 +14,7 @@ fn chart() -> PathBuf {
 }
 
 fn helm() -> Command {
-    let bin = envtest::controlplane::bin_dir().join("helm");
+    let bin = redlock_testenv::controlplane::bin_dir().join("helm");
     assert!(
         bin.exists(),
         "{} is missing: run `make controlplane` (tests/controlplane/build.sh) first",

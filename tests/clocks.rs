@@ -10,12 +10,12 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use envtest::operator::{OperatorProcess, faketime_env, set_clock_offset};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_testenv::operator::{OperatorProcess, faketime_env, set_clock_offset};
 use serde_json::json;
 use support::*;
 
@@ -241,7 +241,7 @@ async fn releases_wait_while_the_leaders_clock_is_off_the_api_servers() {
 #[tokio::test]
 async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     let env = Env::start_config(
-        envtest::ControlPlaneConfig {
+        redlock_testenv::ControlPlaneConfig {
             nodes: 3,
             node_clocks: Some(redis_under_faketime()),
             ..Default::default()

@@ -10,9 +10,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use envtest::controlplane::{bin_dir, repo_root};
-use envtest::resolver::Resolver;
-use envtest::{ControlPlane, ControlPlaneConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -21,6 +18,9 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::{MemberState, RedlockCluster};
+use redlock_testenv::controlplane::{bin_dir, repo_root};
+use redlock_testenv::resolver::Resolver;
+use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 use support::*;
 

@@ -7,7 +7,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use envtest::operator::OperatorProcess;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -15,6 +14,7 @@ use kube::api::{Api, ListParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redlock_operator::crd::MemberState;
+use redlock_testenv::operator::OperatorProcess;
 use serde_json::json;
 use support::*;
 

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::bail;
-use envtest::operator::OperatorProcess;
-use envtest::{ControlPlane, ControlPlaneConfig};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use redlock_operator::crd::RedlockCluster;
+use redlock_testenv::operator::OperatorProcess;
+use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 use support::{OPERATOR, wait_for};
 

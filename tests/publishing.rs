@@ -8,10 +8,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use envtest::resolver::Resolver;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use nix::sys::signal::Signal;
+use redlock_testenv::resolver::Resolver;
 use serde_json::json;
 use support::*;
 

@@ -154,13 +154,13 @@ impl<'a> ClusterTarget<'a> {
                     .cp
                     .dir()
                     .join(format!("operator-{}.clock", self.operator_restarts));
-                envtest::operator::set_clock_offset(&clock, "+20s")?;
+                redlock_testenv::operator::set_clock_offset(&clock, "+20s")?;
                 let log = format!("operator-{}-skewed.log", self.operator_restarts);
                 self.env.operator = start_operator_env(
                     &self.env.cp,
                     &log,
                     &["--max-clock-offset-ms=60000"],
-                    &envtest::operator::faketime_env(&clock),
+                    &redlock_testenv::operator::faketime_env(&clock),
                 )
                 .await;
                 self.wait_recovered(&replaced, &before).await;

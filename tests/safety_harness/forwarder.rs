@@ -1,7 +1,7 @@
 //! kube-proxy and cluster DNS for the workers. Each per-slot Service's ClusterIP is a loopback
 //! address here (the control plane's service range is in 127.0.0.0/8), so the harness listens
 //! on exactly `<ClusterIP>:6379` and forwards every new connection to one of the Service's
-//! serving endpoints as `envtest::resolver` computes them from the Service and its Pods (the
+//! serving endpoints as `redlock_testenv::resolver` computes them from the Service and its Pods (the
 //! endpointslice controller's rules). A Service with no serving endpoint refuses the
 //! connection by closing it, as kube-proxy's REJECT rule does. The hosts lines map the
 //! published names (`<name>-<i>.<ns>.svc`) to the ClusterIPs, as cluster DNS would.
@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use envtest::resolver::Resolver;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
+use redlock_testenv::resolver::Resolver;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 

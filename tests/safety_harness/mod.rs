@@ -18,7 +18,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use envtest::procs::{ManagedChild, free_port};
 use redlock_safety::checker::{counter_mismatches, overlaps};
 use redlock_safety::clock::mono_ns;
 use redlock_safety::history::Op;
@@ -26,6 +25,7 @@ use redlock_safety::report::{FaultRecord, PhaseReport, Report};
 use redlock_safety::rng::Rng;
 use redlock_safety::schedule::{Fault, ScheduleConfig, schedule};
 use redlock_safety::timeline::{self, Phase};
+use redlock_testenv::procs::{ManagedChild, free_port};
 use serde_json::json;
 
 use crate::support::Env;
@@ -71,7 +71,11 @@ impl Settings {
             control_ttl_ms: 10_000,
             control_hold_ms: (1000, 2500),
             out_dir: std::env::var("SAFETY_OUT").map_or_else(
-                |_| envtest::controlplane::repo_root().join("target").join(out),
+                |_| {
+                    redlock_testenv::controlplane::repo_root()
+                        .join("target")
+                        .join(out)
+                },
                 PathBuf::from,
             ),
         }

@@ -9,11 +9,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use envtest::procs::{ManagedChild, free_port};
 use nix::sys::signal::Signal;
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
 use redlock_safety::schedule::{Fault, FaultKind};
+use redlock_testenv::procs::{ManagedChild, free_port};
 
 /// How long "the kubelet" waits before restarting a crashed member (the envtest kubelet's
 /// first restart is immediate; a little delay keeps the port free for the new process).

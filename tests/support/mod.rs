@@ -7,12 +7,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use envtest::operator::OperatorProcess;
-use envtest::{ControlPlane, ControlPlaneConfig};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use redlock_operator::crd::{MemberStatus, RedlockCluster};
+use redlock_testenv::operator::OperatorProcess;
+use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 
 pub const OPERATOR: &str = env!("CARGO_BIN_EXE_redlock-operator");
@@ -195,7 +195,7 @@ pub fn redis_under_faketime() -> std::path::PathBuf {
     std::path::PathBuf::from(path.lines().last().expect("a path").trim())
 }
 
-/// An operator with extra environment variables (libfaketime's: `envtest::operator::faketime_env`).
+/// An operator with extra environment variables (libfaketime's: `redlock_testenv::operator::faketime_env`).
 pub async fn start_operator_env(
     cp: &ControlPlane,
     log: &str,

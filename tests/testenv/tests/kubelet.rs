@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use envtest::{ControlPlane, ControlPlaneConfig};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, Node,
@@ -17,6 +16,7 @@ use k8s_openapi::api::core::v1::{
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use nix::sys::signal::Signal;
+use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn init_tracing() {

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use envtest::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
-use envtest::operator::OperatorProcess;
+use redlock_testenv::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
+use redlock_testenv::operator::OperatorProcess;
 
 struct Args {
     nodes: usize,

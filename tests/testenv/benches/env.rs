@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use envtest::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use redlock_testenv::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

@@ -19,9 +19,9 @@ pub struct ClockCheck {
     clock: SystemClock,
     offsets: Mutex<OffsetTracker>,
     /// The largest offset to the API server at which releases go on.
-    pub bound: Duration,
+    bound: Duration,
     /// Pause between two samples.
-    pub period: Duration,
+    period: Duration,
 }
 
 impl ClockCheck {

@@ -233,6 +233,8 @@ pub fn foreign_process(slot: &SlotObservation, answer: &RedisInfo) -> Option<Str
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_process_naming_another_pod_is_not_the_slots() {
@@ -256,8 +258,6 @@ mod tests {
         // A process started before the tag existed names no pod: judged by run id alone.
         assert_eq!(foreign_process(&slot, &answer(None)), None);
     }
-    use super::*;
-    use serde_json::json;
 
     fn pod(status: serde_json::Value) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": "locks-0"}, "status": status})).unwrap()

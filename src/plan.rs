@@ -610,10 +610,9 @@ fn clock_jumped(
         format!("{}: {why}; fenced and held in full", prev.name),
         true,
     );
-    let mut m = start_hold(input, prev.slot, obs, why, step);
-    // `start_hold` told HoldStarted; the ClockJump warning says what happened.
-    m.run_id = Some(run_id.to_owned());
-    m
+    // `start_hold` records the running process (the one fenced) and tells HoldStarted; the
+    // ClockJump warning says what happened.
+    start_hold(input, prev.slot, obs, why, step)
 }
 
 /// When `m`'s running hold ends, lengthened to the hold in force: a raised maxLockTTL applies
@@ -706,13 +705,8 @@ fn holding(
             format!("{}: {why}", prev.name),
             true,
         );
-        return MemberStatus {
-            unstopped: Some(UnstoppedProcess {
-                fenced: false,
-                ..u.clone()
-            }),
-            ..restart_hold(input, prev.clone(), until, &why)
-        };
+        // The record keeps `unstopped` (not yet seen fenced: only those are looked for).
+        return restart_hold(input, prev.clone(), until, &why);
     }
     let mut next = hold_runs(input, prev, obs, step);
     let fenced = u.fenced || found == Some(false);

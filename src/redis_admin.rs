@@ -98,19 +98,22 @@ impl AdminAccess {
     /// timed on this process's monotonic clock).
     pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
         let mut conn = self.connect(ip).await?;
-        let info: String = redis::cmd("INFO")
+        // One round trip for what identifies the process and its fence (this runs for every
+        // member every probe period); `TIME` below gets its own, so that its timing is tight.
+        let (info, user, title): (String, redis::Value, Vec<String>) = redis::pipe()
+            .cmd("INFO")
             .arg("server")
+            .cmd("ACL")
+            .arg("GETUSER")
+            .arg(&self.client_user)
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg(PROC_TITLE_TEMPLATE)
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
         let (run_id, version) = parse_info_server(&info).ok_or("INFO server has no run_id")?;
-        let user: redis::Value = redis::cmd("ACL")
-            .arg("GETUSER")
-            .arg(&self.client_user)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let pod_uid = process_pod_uid(&mut conn).await.map_err(|e| e.to_string())?;
+        let pod_uid = pod_uid_of_config(&title);
         let sent = std::time::Instant::now();
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut conn)
@@ -315,10 +318,17 @@ fn text(v: &redis::Value) -> Option<&str> {
 async fn process_pod_uid(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
     let pair: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
-        .arg("proc-title-template")
+        .arg(PROC_TITLE_TEMPLATE)
         .query_async(conn)
         .await?;
-    Ok(pair.get(1).and_then(|t| pod_uid_of_title(t)))
+    Ok(pod_uid_of_config(&pair))
+}
+
+const PROC_TITLE_TEMPLATE: &str = "proc-title-template";
+
+/// The pod a `CONFIG GET proc-title-template` answer (`[name, value]`) names.
+fn pod_uid_of_config(pair: &[String]) -> Option<String> {
+    pair.get(1).and_then(|t| pod_uid_of_title(t))
 }
 
 /// `pod=<uid>` in a process title template.

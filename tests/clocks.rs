@@ -10,13 +10,10 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_testenv::operator::{OperatorProcess, faketime_env, set_clock_offset};
-use serde_json::json;
 use support::*;
 
 const NAME: &str = "locks";
@@ -28,64 +25,17 @@ fn clock_file(env: &Env, name: &str) -> PathBuf {
     path
 }
 
-/// An operator replica with its own identity and a short lease; `env` for libfaketime.
-async fn replica(env: &Env, identity: &str, extra: &[&str], fake: &[(String, String)]) -> OperatorProcess {
-    let id = format!("--leader-identity={identity}");
-    let mut args = vec![
-        id.as_str(),
-        "--lease-duration-seconds=3",
-        "--lease-renew-deadline-ms=2000",
-        "--lease-retry-period-ms=300",
-    ];
-    args.extend_from_slice(extra);
-    start_operator_env(&env.cp, &format!("{identity}.log"), &args, fake).await
-}
-
-async fn holder(env: &Env) -> Option<String> {
-    Api::<Lease>::namespaced(env.cp.client(), "default")
-        .get_opt("redlock-operator")
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec?.holder_identity)
-        .filter(|h| !h.is_empty())
-}
-
-/// Three members serving, with maxLockTTL 10 s (created at 2 s so the first holds are short,
-/// then raised: a raise applies at once).
-async fn serving_cluster(env: &Env) {
-    env.create_cluster(
-        NAME,
-        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s"}),
-    )
-    .await;
-    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
-    env.patch_spec(NAME, json!({"maxLockTTL": "10s"})).await;
-    env.wait_hold(NAME, "raise in force", |h| {
-        h.max_lock_ttl == TTL && h.published_max_lock_ttl == Some(TTL.into())
-    })
-    .await;
-}
-
 /// The first client's lock on slots 1 and 2 (a bare majority); killed: slot 1. Returns when
 /// the lock expires at the latest, and the held record's end.
 async fn lock_then_kill_one(env: &Env) -> (Instant, Timestamp) {
-    let login = env.client_login(NAME).await;
-    let taken = Instant::now();
-    for slot in [1, 2] {
-        let ip = env.pod_ip(NAME, slot).await;
-        assert!(
-            lock(ip, &login, "orders", "first-holder", TTL).await.unwrap(),
-            "slot {slot}"
-        );
-    }
+    let expiry = env.first_lock(NAME, &[1, 2], TTL).await;
     let before = env.member(NAME, 1).await.unwrap();
     env.cp
         .kubelet()
         .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
         .unwrap();
     let (_, until) = wait_held(env, NAME, 1, before.run_id.as_deref().unwrap()).await;
-    (taken + TTL, until)
+    (expiry, until)
 }
 
 async fn metric(op: &OperatorProcess, name: &str) -> f64 {
@@ -104,23 +54,23 @@ async fn metric(op: &OperatorProcess, name: &str) -> f64 {
 async fn a_standby_whose_clock_runs_20s_ahead_takes_over_mid_hold_without_shortening_it() {
     let mut env = Env::start_with(3, &["--leader-elect=false"]).await;
     env.operator.terminate(Duration::from_secs(10)).await.unwrap();
-    let a = replica(&env, "operator-a", &[], &[]).await;
+    let a = start_replica(&env, "operator-a", &[], &[]).await;
     let fast = clock_file(&env, "operator-b");
     set_clock_offset(&fast, "+20s").unwrap();
-    let b = replica(
+    let b = start_replica(
         &env,
         "operator-b",
         &["--max-clock-offset-ms=60000"],
         &faketime_env(&fast),
     )
     .await;
-    assert_eq!(holder(&env).await.as_deref(), Some("operator-a"));
-    serving_cluster(&env).await;
+    assert_eq!(env.lease_holder().await.as_deref(), Some("operator-a"));
+    env.serving_with_ttl(NAME, 3, "10s").await;
 
     let (expiry, until) = lock_then_kill_one(&env).await;
     a.kill().unwrap();
     wait_for("operator-b leads", Duration::from_secs(15), async || {
-        Ok((holder(&env).await.as_deref() == Some("operator-b")).then_some(()))
+        Ok((env.lease_holder().await.as_deref() == Some("operator-b")).then_some(()))
     })
     .await;
     let took_over = Timestamp::now();
@@ -135,12 +85,8 @@ async fn a_standby_whose_clock_runs_20s_ahead_takes_over_mid_hold_without_shorte
     assert!((18.5..21.5).contains(&offset), "offset {offset}");
     // And released the member after timing the hold in full itself.
     env.wait_event("HoldExtended").await;
-    wait_for("slot 1 serves again", Duration::from_secs(30), async || {
-        Ok(env
-            .member(NAME, 1)
-            .await
-            .filter(|m| m.state == MemberState::Ready)
-            .map(|_| ()))
+    env.wait_member(NAME, 1, "slot 1 serves again", Duration::from_secs(30), |m| {
+        m.state == MemberState::Ready
     })
     .await;
     assert!(
@@ -164,7 +110,7 @@ async fn a_forward_step_of_the_leaders_clock_mid_hold_does_not_shorten_it() {
         &faketime_env(&file),
     )
     .await;
-    serving_cluster(&env).await;
+    env.serving_with_ttl(NAME, 3, "10s").await;
 
     let (expiry, until) = lock_then_kill_one(&env).await;
     set_clock_offset(&file, "+30s").unwrap();
@@ -196,7 +142,7 @@ async fn a_forward_step_of_the_leaders_clock_mid_hold_does_not_shorten_it() {
 #[tokio::test]
 async fn releases_wait_while_the_leaders_clock_is_off_the_api_servers() {
     let mut env = Env::start_with(3, &["--leader-elect=false"]).await;
-    serving_cluster(&env).await;
+    env.serving_with_ttl(NAME, 3, "10s").await;
     env.operator.terminate(Duration::from_secs(10)).await.unwrap();
     let file = clock_file(&env, "operator");
     set_clock_offset(&file, "+20s").unwrap();
@@ -219,16 +165,12 @@ async fn releases_wait_while_the_leaders_clock_is_off_the_api_servers() {
     );
     // The clock is corrected (a backward step): the member is released.
     set_clock_offset(&file, "+0").unwrap();
-    wait_for(
+    env.wait_member(
+        NAME,
+        1,
         "released once the clock is corrected",
         Duration::from_secs(30),
-        async || {
-            Ok(env
-                .member(NAME, 1)
-                .await
-                .filter(|m| m.state == MemberState::Ready)
-                .map(|_| ()))
-        },
+        |m| m.state == MemberState::Ready,
     )
     .await;
 }
@@ -249,26 +191,11 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
         &[],
     )
     .await;
-    serving_cluster(&env).await;
+    env.serving_with_ttl(NAME, 3, "10s").await;
     let login = env.client_login(NAME).await;
-    let taken = Instant::now();
-    for slot in [1, 2] {
-        let ip = env.pod_ip(NAME, slot).await;
-        assert!(
-            lock(ip, &login, "orders", "first-holder", TTL).await.unwrap(),
-            "slot {slot}"
-        );
-    }
-    let expiry = taken + TTL;
+    let expiry = env.first_lock(NAME, &[1, 2], TTL).await;
     let before = env.member(NAME, 1).await.unwrap();
-    let node = env
-        .pods()
-        .get(&format!("{NAME}-1"))
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.node_name)
-        .unwrap();
+    let node = env.node_of(NAME, 1).await;
     env.cp.kubelet().set_node_clock(&node, "+60s").unwrap();
 
     // The window the README owns up to: libfaketime shows the member the new offset within
@@ -279,17 +206,18 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
         .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
         .await;
     assert!(attempts > 20, "{attempts}");
-    let m = wait_for(
-        "member 1 fenced for its clock jump",
-        Duration::from_secs(10),
-        async || {
-            Ok(env.member(NAME, 1).await.filter(|m| {
+    let m = env
+        .wait_member(
+            NAME,
+            1,
+            "member 1 fenced for its clock jump",
+            Duration::from_secs(10),
+            |m| {
                 m.state == MemberState::Held
                     && m.message.as_deref().is_some_and(|t| t.contains("clock jumped"))
-            }))
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     assert_eq!(m.run_id, before.run_id, "the same process, held: {m:?}");
     env.wait_event("ClockJump").await;
     let jumps = metric(&env.operator, "redlock_member_clock_jumps_total").await;
@@ -297,16 +225,12 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     // Held in full from the jump's detection, then serving again (its clock is now steady).
     let ip = env.pod_ip(NAME, 1).await;
     assert!(connect(ip, &login).await.is_err(), "fenced");
-    wait_for(
+    env.wait_member(
+        NAME,
+        1,
         "member 1 serves again after its hold",
         Duration::from_secs(30),
-        async || {
-            Ok(env
-                .member(NAME, 1)
-                .await
-                .filter(|m| m.state == MemberState::Ready)
-                .map(|_| ()))
-        },
+        |m| m.state == MemberState::Ready,
     )
     .await;
 }

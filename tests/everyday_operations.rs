@@ -18,38 +18,6 @@ use support::*;
 
 const NAME: &str = "locks";
 
-/// Three members, available quickly (the first processes are held for one 2 s hold), then
-/// maxLockTTL raised to `ttl`: a raise applies at once.
-async fn cluster_with_ttl(env: &Env, ttl: &str) {
-    env.create_cluster(
-        NAME,
-        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s"}),
-    )
-    .await;
-    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
-    env.patch_spec(NAME, json!({"maxLockTTL": ttl})).await;
-    let want: Duration = ttl.parse::<kube::core::Duration>().unwrap().into();
-    env.wait_hold(NAME, "raise in force and published", |h| {
-        h.max_lock_ttl == want && h.published_max_lock_ttl == Some(want.into())
-    })
-    .await;
-    env.wait_event("MaxLockTTLRaised").await;
-}
-
-/// The first client's lock on `slots`, with `ttl`; returns when it expires at the latest.
-async fn first_lock(env: &Env, slots: &[i32], ttl: Duration) -> Instant {
-    let login = env.client_login(NAME).await;
-    let taken = Instant::now();
-    for slot in slots {
-        let ip = env.pod_ip(NAME, *slot).await;
-        assert!(
-            lock(ip, &login, "orders", "first-holder", ttl).await.unwrap(),
-            "slot {slot}"
-        );
-    }
-    taken + ttl
-}
-
 async fn kill(env: &Env, slot: i32) {
     env.cp
         .kubelet()
@@ -63,8 +31,8 @@ async fn kill(env: &Env, slot: i32) {
 #[tokio::test]
 async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
     let env = Env::start(3).await;
-    cluster_with_ttl(&env, "10s").await;
-    let expiry = first_lock(&env, &[1, 2], Duration::from_secs(10)).await;
+    env.serving_with_ttl(NAME, 3, "10s").await;
+    let expiry = env.first_lock(NAME, &[1, 2], Duration::from_secs(10)).await;
 
     env.patch_spec(NAME, json!({"maxLockTTL": "2s"})).await;
     let hold = env
@@ -108,8 +76,8 @@ async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
 #[tokio::test]
 async fn a_rejected_edit_never_lowers_the_hold() {
     let env = Env::start(3).await;
-    cluster_with_ttl(&env, "10s").await;
-    let expiry = first_lock(&env, &[1, 2], Duration::from_secs(10)).await;
+    env.serving_with_ttl(NAME, 3, "10s").await;
+    let expiry = env.first_lock(NAME, &[1, 2], Duration::from_secs(10)).await;
 
     env.patch_spec(
         NAME,
@@ -158,8 +126,8 @@ async fn a_rejected_edit_never_lowers_the_hold() {
 #[tokio::test]
 async fn delete_and_recreate_holds_the_new_processes() {
     let env = Env::start(3).await;
-    cluster_with_ttl(&env, "12s").await;
-    let expiry = first_lock(&env, &[0, 1, 2], Duration::from_secs(12)).await;
+    env.serving_with_ttl(NAME, 3, "12s").await;
+    let expiry = env.first_lock(NAME, &[0, 1, 2], Duration::from_secs(12)).await;
 
     env.clusters()
         .delete(NAME, &DeleteParams::default())
@@ -214,7 +182,7 @@ async fn delete_and_recreate_holds_the_new_processes() {
 #[tokio::test]
 async fn orphans_are_reported_and_their_replacements_held() {
     let env = Env::start(3).await;
-    cluster_with_ttl(&env, "8s").await;
+    env.serving_with_ttl(NAME, 3, "8s").await;
     env.kubectl(&["delete", "rlc", NAME, "--cascade=orphan"]).await;
     env.create_cluster(
         NAME,
@@ -239,7 +207,7 @@ async fn orphans_are_reported_and_their_replacements_held() {
     );
     env.wait_event("NameConflict").await;
     // The orphans serve (they have their keys) and are left alone: a lock on a bare majority.
-    let expiry = first_lock(&env, &[0, 1], Duration::from_secs(8)).await;
+    let expiry = env.first_lock(NAME, &[0, 1], Duration::from_secs(8)).await;
 
     env.kubectl(&["delete", "pod", &format!("{NAME}-0"), "--wait=true"])
         .await;
@@ -259,7 +227,7 @@ async fn orphans_are_reported_and_their_replacements_held() {
 #[tokio::test]
 async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
     let env = Env::start(3).await;
-    cluster_with_ttl(&env, "8s").await;
+    env.serving_with_ttl(NAME, 3, "8s").await;
     let before = env.member(NAME, 0).await.unwrap();
     kill(&env, 0).await;
     wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
@@ -441,7 +409,7 @@ async fn list_from_the_secret(env: &Env) -> (Vec<std::net::IpAddr>, usize) {
 #[tokio::test]
 async fn resizing_is_safe_with_clients_on_both_lists() {
     let env = Env::start(5).await;
-    cluster_with_ttl(&env, "6s").await;
+    env.serving_with_ttl(NAME, 3, "6s").await;
     let ttl = Duration::from_secs(6);
     let login = env.client_login(NAME).await;
 
@@ -469,7 +437,7 @@ async fn resizing_is_safe_with_clients_on_both_lists() {
         ("True", "AwaitingClientConfirmation")
     );
     assert_eq!(env.config_map(&format!("{NAME}-endpoints"), "quorum").await, "3");
-    let expiry = first_lock(&env, &[1, 2], ttl).await;
+    let expiry = env.first_lock(NAME, &[1, 2], ttl).await;
     while Instant::now() < expiry {
         let (ips, quorum) = list_from_the_secret(&env).await;
         assert_eq!(quorum, 3);
@@ -503,7 +471,7 @@ async fn resizing_is_safe_with_clients_on_both_lists() {
 
     // Scale-down: the removed members are fenced and held; the shorter list is published only
     // after that hold, then their pods go.
-    let expiry = first_lock(&env, &[2, 3, 4], ttl).await;
+    let expiry = env.first_lock(NAME, &[2, 3, 4], ttl).await;
     let patched = Instant::now();
     env.patch_spec(NAME, json!({"instances": 3})).await;
     let mut published_at = None;

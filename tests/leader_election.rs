@@ -14,45 +14,12 @@ use kube::api::{Api, ListParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redlock_operator::crd::MemberState;
-use redlock_testenv::operator::OperatorProcess;
 use serde_json::json;
 use support::*;
 
 const NAME: &str = "locks";
-const LEASE: &str = "redlock-operator";
-/// Short election timings keep the test fast; they obey the same rules as the defaults.
-const LEASE_SECONDS: u64 = 3;
-const RETRY_MS: u64 = 300;
-
-async fn start_replica(env: &Env, identity: &str) -> OperatorProcess {
-    let identity_arg = format!("--leader-identity={identity}");
-    let lease_arg = format!("--lease-duration-seconds={LEASE_SECONDS}");
-    let retry_arg = format!("--lease-retry-period-ms={RETRY_MS}");
-    start_operator_with(
-        &env.cp,
-        &format!("{identity}.log"),
-        &[
-            &identity_arg,
-            &lease_arg,
-            "--lease-renew-deadline-ms=2000",
-            &retry_arg,
-        ],
-    )
-    .await
-}
-
 fn leases(env: &Env) -> Api<Lease> {
     Api::namespaced(env.cp.client(), "default")
-}
-
-async fn holder(env: &Env) -> Option<String> {
-    leases(env)
-        .get_opt(LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec?.holder_identity)
-        .filter(|h| !h.is_empty())
 }
 
 /// How many times `reason` was reported about pod `related` (events.k8s.io, series counted).
@@ -78,9 +45,9 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
     let mut env = Env::start_with(3, &["--leader-elect=false"]).await;
     env.operator.terminate(Duration::from_secs(10)).await.unwrap();
 
-    let mut a = start_replica(&env, "operator-a").await;
-    assert_eq!(holder(&env).await.as_deref(), Some("operator-a"));
-    let b = start_replica(&env, "operator-b").await;
+    let mut a = start_replica(&env, "operator-a", &[], &[]).await;
+    assert_eq!(env.lease_holder().await.as_deref(), Some("operator-a"));
+    let b = start_replica(&env, "operator-b", &[], &[]).await;
     let (code, body) = b.get("/readyz").await.unwrap();
     assert_eq!(code, 200, "a standby is ready: {body}");
     assert!(body.contains("standby"), "{body}");
@@ -121,17 +88,17 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
     let killed = Instant::now();
     a.wait_exit(Duration::from_secs(5)).await.unwrap();
     wait_for("operator-b leads", Duration::from_secs(15), async || {
-        Ok((holder(&env).await.as_deref() == Some("operator-b")).then_some(()))
+        Ok((env.lease_holder().await.as_deref() == Some("operator-b")).then_some(()))
     })
     .await;
     let takeover = killed.elapsed();
     println!(
-        "takeover after kill -9 of the leader: {takeover:?} (lease {LEASE_SECONDS}s, retry {RETRY_MS}ms)"
+        "takeover after kill -9 of the leader: {takeover:?} (lease {REPLICA_LEASE_SECONDS}s, retry {REPLICA_RETRY_MS}ms)"
     );
     assert!(
         takeover
-            <= Duration::from_secs(LEASE_SECONDS)
-                + Duration::from_millis(RETRY_MS) * 2
+            <= Duration::from_secs(REPLICA_LEASE_SECONDS)
+                + Duration::from_millis(REPLICA_RETRY_MS) * 2
                 + Duration::from_secs(1),
         "takeover took {takeover:?}: more than the lease duration, two retries and 1s of API latency"
     );
@@ -208,10 +175,10 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
     let mut b = b;
     let status = b.terminate(Duration::from_secs(10)).await.unwrap();
     assert!(status.success(), "{status}\n{}", b.log());
-    assert_eq!(holder(&env).await, None, "lease released on SIGTERM");
+    assert_eq!(env.lease_holder().await, None, "lease released on SIGTERM");
     let started = Instant::now();
-    let c = start_replica(&env, "operator-c").await;
-    assert_eq!(holder(&env).await.as_deref(), Some("operator-c"));
+    let c = start_replica(&env, "operator-c", &[], &[]).await;
+    assert_eq!(env.lease_holder().await.as_deref(), Some("operator-c"));
     println!("successor of a released lease ready in {:?}", started.elapsed());
     // A released lease is taken at the first attempt, not after it expires.
     assert!(!c.log().contains("standing by"), "{}", c.log());
@@ -221,13 +188,13 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
 async fn a_paused_leader_that_lost_its_lease_stops() {
     let mut env = Env::start_with(1, &["--leader-elect=false"]).await;
     env.operator.terminate(Duration::from_secs(10)).await.unwrap();
-    let mut a = start_replica(&env, "operator-a").await;
-    let b = start_replica(&env, "operator-b").await;
+    let mut a = start_replica(&env, "operator-a", &[], &[]).await;
+    let b = start_replica(&env, "operator-b", &[], &[]).await;
 
     // A stopped process cannot renew: the standby takes over after the lease duration.
     kill(Pid::from_raw(a.pid() as i32), Signal::SIGSTOP).unwrap();
     wait_for("operator-b leads", Duration::from_secs(15), async || {
-        Ok((holder(&env).await.as_deref() == Some("operator-b")).then_some(()))
+        Ok((env.lease_holder().await.as_deref() == Some("operator-b")).then_some(()))
     })
     .await;
     kill(Pid::from_raw(a.pid() as i32), Signal::SIGCONT).unwrap();
@@ -239,7 +206,7 @@ async fn a_paused_leader_that_lost_its_lease_stops() {
         log.contains("not renewed within the renew deadline") || log.contains("taken by another process"),
         "{log}"
     );
-    assert_eq!(holder(&env).await.as_deref(), Some("operator-b"));
+    assert_eq!(env.lease_holder().await.as_deref(), Some("operator-b"));
     drop(b);
 }
 

@@ -17,16 +17,6 @@ use support::*;
 
 const NAME: &str = "locks";
 
-async fn node_of(env: &Env, slot: i32) -> String {
-    env.pods()
-        .get(&format!("{NAME}-{slot}"))
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.node_name)
-        .unwrap()
-}
-
 /// How the administrator asserts that the partitioned node's process is dead.
 #[derive(Clone, Copy)]
 enum Assertion {
@@ -59,7 +49,7 @@ async fn outlived_pod(assertion: Assertion) {
     let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
 
     // Slot 1's node is cut off from the API server; its process keeps serving.
-    let node = node_of(&env, 1).await;
+    let node = env.node_of(NAME, 1).await;
     env.cp.kubelet().partition_node(&node).unwrap();
     Api::<Node>::all(env.cp.client())
         .patch(
@@ -86,12 +76,8 @@ async fn outlived_pod(assertion: Assertion) {
 
     // The replacement serves after its hold (after a node deletion, once the pod garbage
     // collector has removed the pod: it waits 40 s for a node to stay gone).
-    wait_for("replacement released", Duration::from_secs(120), async || {
-        Ok(env
-            .member(NAME, 1)
-            .await
-            .filter(|m| m.state == MemberState::Ready && m.run_id.as_deref() != Some(old_run.as_str()))
-            .map(|_| ()))
+    env.wait_member(NAME, 1, "replacement released", Duration::from_secs(120), |m| {
+        m.state == MemberState::Ready && m.run_id.as_deref() != Some(old_run.as_str())
     })
     .await;
     let new: Vec<IpAddr> = env.member_ips(NAME, 3).await;

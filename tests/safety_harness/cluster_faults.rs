@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
@@ -169,8 +169,7 @@ impl<'a> ClusterTarget<'a> {
                 self.env.operator = start_operator(&self.env.cp, &log).await;
             }
             FaultKind::Partition => {
-                let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
-                let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
+                let node = self.env.node_of(&self.name, f.members[0] as i32).await;
                 let nodes: Api<Node> = Api::all(self.env.cp.client());
                 let cordon = |on: bool| Patch::Merge(json!({"spec": {"unschedulable": on}}));
                 self.env.cp.kubelet().partition_node(&node)?;
@@ -186,8 +185,7 @@ impl<'a> ClusterTarget<'a> {
                     .await?;
             }
             FaultKind::NodeLoss => {
-                let pod: Pod = self.env.pods().get(&self.pod(f.members[0])).await?;
-                let node = pod.spec.and_then(|s| s.node_name).context("pod has no node")?;
+                let node = self.env.node_of(&self.name, f.members[0] as i32).await;
                 self.env.cp.kubelet().lose_node(&node).await?;
                 tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
                 self.env.cp.kubelet().restore_node(&node).await?;

@@ -195,6 +195,34 @@ pub fn redis_under_faketime() -> std::path::PathBuf {
     std::path::PathBuf::from(path.lines().last().expect("a path").trim())
 }
 
+/// Election timings of `start_replica`: short, so failover tests are fast; they obey the same
+/// rules as the defaults.
+pub const REPLICA_LEASE_SECONDS: u64 = 3;
+pub const REPLICA_RETRY_MS: u64 = 300;
+/// The Lease the replicas elect a leader with (the default name, in `default`).
+pub const LEASE: &str = "redlock-operator";
+
+/// An operator replica with leader election on, its own identity and short election timings;
+/// `extra_args` and `env` (e.g. libfaketime's) on top.
+pub async fn start_replica(
+    env: &Env,
+    identity: &str,
+    extra_args: &[&str],
+    vars: &[(String, String)],
+) -> OperatorProcess {
+    let identity_arg = format!("--leader-identity={identity}");
+    let lease_arg = format!("--lease-duration-seconds={REPLICA_LEASE_SECONDS}");
+    let retry_arg = format!("--lease-retry-period-ms={REPLICA_RETRY_MS}");
+    let mut args = vec![
+        identity_arg.as_str(),
+        lease_arg.as_str(),
+        "--lease-renew-deadline-ms=2000",
+        retry_arg.as_str(),
+    ];
+    args.extend_from_slice(extra_args);
+    start_operator_env(&env.cp, &format!("{identity}.log"), &args, vars).await
+}
+
 /// An operator with extra environment variables (libfaketime's: `redlock_testenv::operator::faketime_env`).
 pub async fn start_operator_env(
     cp: &ControlPlane,
@@ -356,6 +384,76 @@ impl Env {
             }
         }
         ips
+    }
+
+    /// `instances` members serving with maxLockTTL `ttl`: created at 2 s (so the first
+    /// processes' holds are short), then raised, which applies at once.
+    pub async fn serving_with_ttl(&self, name: &str, instances: i32, ttl: &str) {
+        self.create_cluster(
+            name,
+            json!({"instances": instances, "maxLockTTL": "2s", "holdMargin": "0s"}),
+        )
+        .await;
+        self.wait_ready(name, instances, Duration::from_secs(40)).await;
+        self.patch_spec(name, json!({"maxLockTTL": ttl})).await;
+        let want: Duration = ttl.parse::<kube::core::Duration>().unwrap().into();
+        self.wait_hold(name, "raise in force and published", |h| {
+            h.max_lock_ttl == want && h.published_max_lock_ttl == Some(want.into())
+        })
+        .await;
+        self.wait_event("MaxLockTTLRaised").await;
+    }
+
+    /// A first client's lock on key `orders` on `slots`, with `ttl`; returns when it expires at
+    /// the latest.
+    pub async fn first_lock(&self, name: &str, slots: &[i32], ttl: Duration) -> Instant {
+        let login = self.client_login(name).await;
+        let taken = Instant::now();
+        for slot in slots {
+            let ip = self.pod_ip(name, *slot).await;
+            assert!(
+                lock(ip, &login, "orders", "first-holder", ttl).await.unwrap(),
+                "slot {slot}"
+            );
+        }
+        taken + ttl
+    }
+
+    /// The node slot `slot`'s pod is bound to.
+    pub async fn node_of(&self, name: &str, slot: i32) -> String {
+        self.pods()
+            .get(&format!("{name}-{slot}"))
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.node_name)
+            .expect("the pod is bound to a node")
+    }
+
+    /// Slot `slot`'s record, once `f` accepts it.
+    pub async fn wait_member(
+        &self,
+        name: &str,
+        slot: i32,
+        what: &str,
+        timeout: Duration,
+        f: impl Fn(&MemberStatus) -> bool,
+    ) -> MemberStatus {
+        wait_for(what, timeout, async || {
+            Ok(self.member(name, slot).await.filter(|m| f(m)))
+        })
+        .await
+    }
+
+    /// The identity holding the operators' leader Lease, if any.
+    pub async fn lease_holder(&self) -> Option<String> {
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(self.cp.client(), "default")
+            .get_opt(LEASE)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
     }
 
     /// A second client tries, every 50 ms until `until`, to take a Redlock lock on `key` over

@@ -28,6 +28,11 @@ pub enum Error {
     #[error("TLS: {0}")]
     TlsSecret(String),
 
+    /// A password the running instances may still use is gone from its Secret, or was changed
+    /// there: nothing is probed or released until the original is back, and no new one is made.
+    #[error("credentials: {0}")]
+    Credentials(#[from] crate::resources::secrets::CredentialsProblem),
+
     /// The status document could not be serialized.
     #[error("cannot serialize status: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -74,6 +79,7 @@ impl Error {
             Error::ClientConfig(_) => "ClientConfig",
             Error::MissingNamespace(_) => "MissingNamespace",
             Error::TlsSecret(_) => "TlsSecret",
+            Error::Credentials(_) => "Credentials",
             Error::Serialize(_) => "Serialize",
             Error::LeaseConfig(_) => "LeaseConfig",
             Error::OwnedByOther { .. } => "OwnershipConflict",

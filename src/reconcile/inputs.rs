@@ -13,8 +13,10 @@ use crate::error::{Error, Result};
 use crate::events;
 use crate::redis_admin::AdminAccess;
 use crate::resources::config;
-use crate::resources::names::{ADMIN_USER, REDIS_PORT, admin_secret_name, client_secret_name};
-use crate::resources::secrets::{self, Credentials, client_user, generate_password, stored_password};
+use crate::resources::names::{
+    ADMIN_USER, REDIS_PORT, acl_secret_name, admin_secret_name, client_secret_name,
+};
+use crate::resources::secrets::{self, Credentials, client_user, generate_password};
 use crate::validate::{self, Rejection};
 
 pub struct Inputs {
@@ -32,7 +34,14 @@ impl Inputs {
 
 pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Inputs> {
     let rejections = validate::validate(&cluster.spec);
-    let credentials = credentials(ctx, cluster, ns).await?;
+    let credentials = match credentials(ctx, cluster, ns).await {
+        Err(Error::Credentials(problem)) => {
+            let note = format!("{problem}; no instance is probed, released or replaced until it is fixed");
+            events::publish_for_cluster(&ctx.recorder, cluster, problem.reason(), note, true).await;
+            return Err(problem.into());
+        }
+        other => other?,
+    };
     let tls_ca = match tls_ca(ctx, cluster, ns).await {
         // Without the CA nothing can be probed or released safely, so the reconcile stops
         // here; say why where the user looks (`kubectl describe`), not only in our log.
@@ -87,6 +96,8 @@ async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Opt
 /// when the cache has not caught up, so a lagging cache never rotates them. A Secret this
 /// cluster adopts (an earlier incarnation's, an orphan) keeps its password; one that another
 /// owner controls is not read: it will not be overwritten either, and nothing of ours uses it.
+/// A password that is lost or edited while processes may know the old one is reported, never
+/// replaced (`secrets::recover_credentials`): the reconcile stops here, as without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
     let owner = secrets::admin_secret(
@@ -97,12 +108,22 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         },
     );
     let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
-    let admin = ours(cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &admin_secret_name(&name)).await?);
-    let client = ours(cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &client_secret_name(&name)).await?);
-    Ok(Credentials {
-        admin_password: stored_password(admin.as_ref()).unwrap_or_else(generate_password),
-        client_password: stored_password(client.as_ref()).unwrap_or_else(generate_password),
-    })
+    let read = async |secret: String| -> Result<Option<Secret>> {
+        Ok(ours(
+            cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?,
+        ))
+    };
+    let admin = read(admin_secret_name(&name)).await?;
+    let client = read(client_secret_name(&name)).await?;
+    let acl = read(acl_secret_name(&name)).await?;
+    secrets::recover_credentials(
+        &name,
+        admin.as_ref(),
+        client.as_ref(),
+        acl.as_ref(),
+        generate_password,
+    )
+    .map_err(Error::from)
 }
 
 async fn cached_or_get(

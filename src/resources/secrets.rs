@@ -18,6 +18,11 @@ use crate::crd::RedlockCluster;
 /// Key of the ACL file in the `<name>-acl` Secret.
 pub const ACL_FILE_KEY: &str = "users.acl";
 
+/// Key of the client password's second copy in the operator-private `<name>-admin` Secret, so
+/// that a deleted `<name>-client` Secret is re-created with the password the running processes
+/// know instead of a new one.
+pub const CLIENT_PASSWORD_KEY: &str = "clientPassword";
+
 /// The two generated passwords. Generated once; afterwards always read back from the Secrets.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
@@ -145,6 +150,7 @@ pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secr
         BTreeMap::from([
             ("username".into(), ADMIN_USER.into()),
             ("password".into(), credentials.admin_password.clone()),
+            (CLIENT_PASSWORD_KEY.into(), credentials.client_password.clone()),
         ]),
     )
 }
@@ -184,10 +190,92 @@ pub fn acl_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret
     )
 }
 
-/// The password stored under `password` in a Secret, if any.
-pub fn stored_password(secret: Option<&Secret>) -> Option<String> {
-    let bytes = secret?.data.as_ref()?.get("password")?;
+/// The non-empty text stored under `key` in a Secret, if any.
+fn stored(secret: Option<&Secret>, key: &str) -> Option<String> {
+    let bytes = secret?.data.as_ref()?.get(key)?;
     String::from_utf8(bytes.0.clone()).ok().filter(|p| !p.is_empty())
+}
+
+/// The `#<sha256>` password entry of `user` in an ACL file, if the user has one.
+fn acl_password_entry<'a>(acl_file: &'a str, user: &str) -> Option<&'a str> {
+    acl_file
+        .lines()
+        .filter_map(|line| line.strip_prefix("user ")?.strip_prefix(user)?.strip_prefix(' '))
+        .flat_map(str::split_whitespace)
+        .find(|rule| rule.starts_with('#'))
+}
+
+/// Why the stored passwords cannot be used. The running processes know each password only by
+/// the hash in the ACL file they started from, so a password that is gone or changed cannot be
+/// replaced by another without locking the operator (or every client) out of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsProblem {
+    #[error(
+        "the password of ACL user {user} is missing from Secret {secret}, but Secret {acl} still holds its hash, so the running instances only accept the old one. Restore {secret} from a backup; no new password is generated while {acl} exists (deleting {acl} too starts over with new passwords: the running instances then cannot be probed or released until their pods are replaced)"
+    )]
+    Missing {
+        user: &'static str,
+        secret: String,
+        acl: String,
+    },
+    #[error(
+        "the password of ACL user {user} in Secret {secret} does not match the hash in Secret {acl} that the running instances started from: not used, and {acl} is not rewritten. Put the original password back into {secret}"
+    )]
+    Mismatch {
+        user: &'static str,
+        secret: String,
+        acl: String,
+    },
+}
+
+impl CredentialsProblem {
+    /// The event reason this problem is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CredentialsProblem::Missing { .. } => "CredentialsMissing",
+            CredentialsProblem::Mismatch { .. } => "CredentialsMismatch",
+        }
+    }
+}
+
+/// The cluster's passwords, read back from its Secrets; a password is generated only where no
+/// earlier one can exist. The ACL Secret is the evidence: it is written only after both
+/// password Secrets, so a hash there means processes may run that accept only that password.
+/// The client password has two copies (`<name>-client` for clients, `<name>-admin` for the
+/// operator), so deleting either Secret alone loses nothing.
+pub fn recover_credentials(
+    cluster_name: &str,
+    admin: Option<&Secret>,
+    client: Option<&Secret>,
+    acl: Option<&Secret>,
+    generate: impl Fn() -> String,
+) -> Result<Credentials, CredentialsProblem> {
+    let acl_text = stored(acl, ACL_FILE_KEY).unwrap_or_default();
+    let known = |user: &'static str, password: Option<String>, secret: String| {
+        let acl = acl_secret_name(cluster_name);
+        match (acl_password_entry(&acl_text, user), password) {
+            (None, Some(password)) => Ok(password),
+            (None, None) => Ok(generate()),
+            (Some(hash), Some(password)) if password_hash(&password) == hash => Ok(password),
+            (Some(_), Some(_)) => Err(CredentialsProblem::Mismatch { user, secret, acl }),
+            (Some(_), None) => Err(CredentialsProblem::Missing { user, secret, acl }),
+        }
+    };
+    let admin_password = known(
+        ADMIN_USER,
+        stored(admin, "password"),
+        admin_secret_name(cluster_name),
+    )?;
+    // The operator's copy first: it is the one clients cannot edit by accident.
+    let (client_password, from) = match stored(admin, CLIENT_PASSWORD_KEY) {
+        Some(p) => (Some(p), admin_secret_name(cluster_name)),
+        None => (stored(client, "password"), client_secret_name(cluster_name)),
+    };
+    let client_password = known(CLIENT_USER, client_password, from)?;
+    Ok(Credentials {
+        admin_password,
+        client_password,
+    })
 }
 
 #[cfg(test)]
@@ -277,5 +365,128 @@ mod tests {
     #[test]
     fn debug_output_hides_passwords() {
         assert!(!format!("{:?}", creds()).contains("pw"));
+    }
+
+    fn stored_secret(pairs: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn acl_of(auth: bool, c: &Credentials) -> Secret {
+        stored_secret(&[(ACL_FILE_KEY, &acl_file(auth, c))])
+    }
+
+    fn recover(
+        admin: Option<&Secret>,
+        client: Option<&Secret>,
+        acl: Option<&Secret>,
+    ) -> Result<Credentials, CredentialsProblem> {
+        recover_credentials("locks", admin, client, acl, || "fresh".to_owned())
+    }
+
+    #[test]
+    fn a_new_cluster_gets_new_passwords() {
+        let got = recover(None, None, None).unwrap();
+        assert_eq!(
+            (got.admin_password.as_str(), got.client_password.as_str()),
+            ("fresh", "fresh")
+        );
+    }
+
+    #[test]
+    fn passwords_are_read_back_and_either_secret_alone_may_go() {
+        let c = creds();
+        let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "clientpw")]);
+        let client = stored_secret(&[("password", "clientpw")]);
+        let acl = acl_of(true, &c);
+        assert_eq!(recover(Some(&admin), Some(&client), Some(&acl)), Ok(c.clone()));
+        // The client Secret deleted: re-created from the operator's copy.
+        assert_eq!(recover(Some(&admin), None, Some(&acl)), Ok(c.clone()));
+        // A cluster from before the second copy existed reads the client Secret.
+        let old_admin = stored_secret(&[("password", "adminpw")]);
+        assert_eq!(
+            recover(Some(&old_admin), Some(&client), Some(&acl)),
+            Ok(c.clone())
+        );
+        // A client Secret edited by accident does not win over the operator's copy.
+        let edited = stored_secret(&[("password", "typo")]);
+        assert_eq!(recover(Some(&admin), Some(&edited), Some(&acl)), Ok(c));
+    }
+
+    #[test]
+    fn a_lost_password_is_never_replaced_while_processes_may_know_the_old_one() {
+        let c = creds();
+        let acl = acl_of(true, &c);
+        let client = stored_secret(&[("password", "clientpw")]);
+        assert_eq!(
+            recover(None, Some(&client), Some(&acl)),
+            Err(CredentialsProblem::Missing {
+                user: ADMIN_USER,
+                secret: "locks-admin".into(),
+                acl: "locks-acl".into(),
+            })
+        );
+        let old_admin = stored_secret(&[("password", "adminpw")]);
+        assert_eq!(
+            recover(Some(&old_admin), None, Some(&acl)),
+            Err(CredentialsProblem::Missing {
+                user: CLIENT_USER,
+                secret: "locks-client".into(),
+                acl: "locks-acl".into(),
+            })
+        );
+        // Without the ACL Secret nothing can know the old passwords: new ones.
+        assert_eq!(recover(None, None, None).unwrap().admin_password, "fresh");
+    }
+
+    #[test]
+    fn a_changed_password_is_refused() {
+        let acl = acl_of(true, &creds());
+        let admin = stored_secret(&[("password", "rotated"), (CLIENT_PASSWORD_KEY, "clientpw")]);
+        let err = recover(Some(&admin), None, Some(&acl)).unwrap_err();
+        assert_eq!(err.reason(), "CredentialsMismatch");
+        assert!(err.to_string().contains("locks-admin"), "{err}");
+        let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "rotated")]);
+        assert_eq!(
+            recover(Some(&admin), None, Some(&acl)),
+            Err(CredentialsProblem::Mismatch {
+                user: CLIENT_USER,
+                secret: "locks-admin".into(),
+                acl: "locks-acl".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn without_auth_the_client_password_has_no_hash_to_match() {
+        // The client user is `default nopass`: a client password kept for a later switch to
+        // auth, or generated, is free.
+        let acl = acl_of(false, &creds());
+        let admin = stored_secret(&[("password", "adminpw")]);
+        let got = recover(Some(&admin), None, Some(&acl)).unwrap();
+        assert_eq!(got.admin_password, "adminpw");
+        assert_eq!(got.client_password, "fresh");
+    }
+
+    #[test]
+    fn the_acl_entry_parser_finds_only_the_named_users_hash() {
+        let acl = acl_file(true, &creds());
+        assert_eq!(
+            acl_password_entry(&acl, ADMIN_USER),
+            Some(password_hash("adminpw").as_str())
+        );
+        assert_eq!(
+            acl_password_entry(&acl, CLIENT_USER),
+            Some(password_hash("clientpw").as_str())
+        );
+        assert_eq!(acl_password_entry(&acl, "default"), None);
+        assert_eq!(acl_password_entry(&acl, "redlock"), None);
     }
 }

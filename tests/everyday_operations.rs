@@ -598,7 +598,11 @@ async fn lost_or_edited_passwords_are_never_replaced() {
         })
         .await;
     assert!(m.run_id.is_some());
-    assert!(connect(ip, &client).await.is_ok(), "serves after its hold");
+    // The status is written before the release is sent (write-ahead): serving follows.
+    wait_for("serves after its hold", Duration::from_secs(5), async || {
+        Ok(connect(ip, &client).await.ok().map(|_| ()))
+    })
+    .await;
     assert_eq!(
         secrets.get(&acl_name).await.unwrap().data,
         acl,

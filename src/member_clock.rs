@@ -72,12 +72,18 @@ pub enum Verdict {
 }
 
 /// Judges `sample` of process `run_id` against what is remembered; returns the verdict and
-/// what to remember next.
+/// what to remember next (kept only once the verdict is on record, `reconcile`).
+///
+/// Clients allow a lock of TTL `t` to lose `t × drift_factor` to clock drift, never more, so
+/// the drift allowed between two samples is counted over at most `max_lock_ttl` (the value in
+/// force): a step hidden in a longer gap (a slow probe period, reconcile backoff, an outage)
+/// would otherwise pass as drift that no lock could absorb.
 pub fn judge(
     prev: Option<&ClockTrack>,
     run_id: &str,
     sample: TimeSample,
     drift_factor: f64,
+    max_lock_ttl: Duration,
 ) -> (Verdict, ClockTrack) {
     let fresh = ClockTrack {
         run_id: run_id.to_owned(),
@@ -93,7 +99,7 @@ pub fn judge(
     let advanced = sample.member_micros - prev.last.member_micros;
     let real_us = real.as_micros() as i64;
     let slack = prev.last.half_rtt() + sample.half_rtt() + READ_SLACK;
-    let allowed_ahead = Duration::from_secs_f64(real.as_secs_f64() * factor) + slack;
+    let allowed_ahead = Duration::from_secs_f64(real.min(max_lock_ttl).as_secs_f64() * factor) + slack;
     let excess = advanced - real_us;
     if excess > allowed_ahead.as_micros() as i64 {
         return (
@@ -136,6 +142,9 @@ mod tests {
     use super::*;
 
     const RTT: Duration = Duration::from_millis(1);
+    /// The maxLockTTL in force in these tests: longer than any gap between their samples,
+    /// except where a test says otherwise.
+    const TTL: Duration = Duration::from_secs(30);
 
     /// A sample at `real` ms after `t0` whose member clock reads `member` ms.
     fn at(t0: Instant, real: u64, member: i64) -> TimeSample {
@@ -153,7 +162,7 @@ mod tests {
         samples
             .iter()
             .map(|&(real, member)| {
-                let (v, next) = judge(track.as_ref(), "R", at(t0, real, member), factor);
+                let (v, next) = judge(track.as_ref(), "R", at(t0, real, member), factor, TTL);
                 track = Some(next);
                 v
             })
@@ -222,13 +231,30 @@ mod tests {
     #[test]
     fn a_new_process_or_a_stale_sample_starts_afresh() {
         let t0 = Instant::now();
-        let (_, track) = judge(None, "R", at(t0, 0, 0), 0.01);
+        let (_, track) = judge(None, "R", at(t0, 0, 0), 0.01, TTL);
         // Another run id: its clock is not compared with the old process's.
-        let (v, track2) = judge(Some(&track), "S", at(t0, 1000, 90_000), 0.01);
+        let (v, track2) = judge(Some(&track), "S", at(t0, 1000, 90_000), 0.01, TTL);
         assert_eq!(v, Verdict::Steady);
         assert_eq!(track2.run_id, "S");
         // A sample sent before the last answer arrived (overlapping probes) is not judged.
-        let (v, _) = judge(Some(&track2), "S", at(t0, 500, 500_000), 0.01);
+        let (v, _) = judge(Some(&track2), "S", at(t0, 500, 500_000), 0.01, TTL);
+        assert_eq!(v, Verdict::Steady);
+    }
+
+    #[test]
+    fn the_drift_allowed_is_counted_over_one_lock_ttl_at_most() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let (_, track) = judge(None, "R", at(t0, 0, 0), 0.01, ttl);
+        // 120 s between samples (a slow probe period, backoff, an outage), factor 1%: drift
+        // of 1.2 s would be allowed over the gap, but a lock of 10 s can absorb only 100 ms
+        // (+ 3 ms of slack). 150 ms more is a jump.
+        let (v, _) = judge(Some(&track), "R", at(t0, 120_000, 120_150), 0.01, ttl);
+        assert!(matches!(v, Verdict::JumpedForward { .. }), "{v:?}");
+        let (v, _) = judge(Some(&track), "R", at(t0, 120_000, 120_102), 0.01, ttl);
+        assert_eq!(v, Verdict::Steady);
+        // Within one TTL the allowance grows with the gap as before.
+        let (v, _) = judge(Some(&track), "R", at(t0, 5_000, 5_052), 0.01, ttl);
         assert_eq!(v, Verdict::Steady);
     }
 }

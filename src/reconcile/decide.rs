@@ -234,6 +234,7 @@ mod tests {
             failure_domains: FailureDomains::default(),
             published_ttl: published_ms.map(Duration::from_millis),
             published_servers: None,
+            clock_tracks: Vec::new(),
         }
     }
 

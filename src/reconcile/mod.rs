@@ -69,7 +69,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .map_or(cluster.spec.max_lock_ttl, |h| {
             h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
         });
-    let observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
+    let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
@@ -90,8 +90,14 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let mut after = decision.requeue;
     let next_timers = decision.timers.clone();
     let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
-    // The timers belong to the status now on record.
+    // The timers, and the clock samples the verdicts were judged from, belong to the status
+    // now on record.
     ctx.memory.timers.keep(&uid, next_timers);
+    ctx.memory
+        .member_clocks
+        .lock()
+        .expect("clock lock is never poisoned")
+        .extend(std::mem::take(&mut observation.clock_tracks));
     let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
 
     ctx.memory.backoff.succeeded(&ObjectRef::from_obj(&cluster));

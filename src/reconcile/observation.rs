@@ -13,11 +13,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Context;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
+use crate::member_clock::{self, ClockTrack};
 use crate::observe::{self, PodState, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
-use crate::{failure_domains, member_clock, ttl_audit};
+use crate::{failure_domains, ttl_audit};
 
 pub struct Observation {
     pub slots: BTreeMap<i32, SlotObservation>,
@@ -31,7 +32,14 @@ pub struct Observation {
     pub published_ttl: Option<Duration>,
     /// How many servers that ConfigMap lists.
     pub published_servers: Option<i32>,
+    /// What to remember of each probed member's clock once this observation's verdicts are on
+    /// record: kept before then, a jump found by a reconcile whose status write fails would
+    /// be judged against the post-jump sample next time, and never reported.
+    pub clock_tracks: Vec<(ClockKey, ClockTrack)>,
 }
+
+/// A member clock's key in `Memory::member_clocks`: the cluster's UID and the slot.
+pub type ClockKey = (String, i32);
 
 pub async fn observe(
     ctx: &Context,
@@ -44,7 +52,7 @@ pub async fn observe(
     let published = published(ctx, cluster, ns);
     let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
-    probe_all(ctx, cluster, access, &mut slots).await;
+    let clock_tracks = probe_all(ctx, cluster, access, max_lock_ttl, &mut slots).await;
     look_for_unstopped(cluster, access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
@@ -54,6 +62,7 @@ pub async fn observe(
         slots,
         ttl,
         next_audit,
+        clock_tracks,
     })
 }
 
@@ -124,13 +133,15 @@ async fn look_for_unstopped(
 }
 
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's
-/// `TIME` is judged against the member's last one (docs/design.md §9.3).
+/// `TIME` is judged against the member's last one (docs/design.md §9.3); returns what to
+/// remember of the clocks, which the caller keeps only once the verdicts are on record.
 async fn probe_all(
     ctx: &Context,
     cluster: &RedlockCluster,
     access: &AdminAccess,
+    max_lock_ttl: Duration,
     observed: &mut BTreeMap<i32, SlotObservation>,
-) {
+) -> Vec<(ClockKey, ClockTrack)> {
     let probes = observed.iter().filter_map(|(slot, o)| {
         let running = matches!(o.pod, PodState::Running { .. });
         let ip = o.pod_ip.filter(|_| running)?;
@@ -138,11 +149,12 @@ async fn probe_all(
     });
     let results = futures::future::join_all(probes).await;
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
-    let mut clocks = ctx
+    let clocks = ctx
         .memory
         .member_clocks
         .lock()
         .expect("clock lock is never poisoned");
+    let mut tracks = Vec::new();
     for (slot, result) in results {
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
@@ -156,14 +168,16 @@ async fn probe_all(
                     &info.run_id,
                     time,
                     cluster.spec.clock_drift_factor,
+                    max_lock_ttl,
                 );
-                clocks.insert(key, track);
+                tracks.push((key, track));
                 o.clock = Some(verdict);
                 o.redis = Some(info);
             }
             Err(e) => o.redis_error = Some(e),
         }
     }
+    tracks
 }
 
 /// What the cluster's `<name>-endpoints` ConfigMap tells clients (the operator's cache).

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::resources::hash::SPEC_HASH;
-use crate::resources::names::{LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
+use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -71,6 +71,9 @@ pub struct SlotObservation {
     /// The recorded process that was never seen to stop (`unstopped`), looked for at its last
     /// address: what answered there, or why nothing did.
     pub unstopped: Option<Result<RedisInfo, String>>,
+    /// The ACL user lock clients use on this pod's process, as the pod was built
+    /// (`REDIS_CLIENT_USER`); `None` for a pod without it (then the spec's user is assumed).
+    pub client_user: Option<String>,
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -178,7 +181,23 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         pod_uid: pod.uid(),
         clock: None,
         unstopped: None,
+        client_user: client_user_of(pod),
     }
+}
+
+/// The value of `REDIS_CLIENT_USER` in the pod's Redis container.
+fn client_user_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == REDIS_CONTAINER)?
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == CLIENT_USER_ENV)?
+        .value
+        .clone()
 }
 
 /// The scheduler's explanation of a pod it cannot place.
@@ -257,6 +276,27 @@ mod tests {
         assert_eq!(foreign_process(&slot, &answer(Some("uid-3"))), None);
         // A process started before the tag existed names no pod: judged by run id alone.
         assert_eq!(foreign_process(&slot, &answer(None)), None);
+    }
+
+    #[test]
+    fn the_client_user_is_read_from_the_pod_as_it_was_built() {
+        let cluster: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team"},
+            "spec": {"maxLockTTL": "30s"}
+        }))
+        .unwrap();
+        let built = crate::resources::pod::pod(&cluster, 0);
+        assert_eq!(
+            slot_observation(&built).client_user.as_deref(),
+            Some(crate::resources::names::CLIENT_USER)
+        );
+        let mut off = cluster.clone();
+        off.spec.auth.enabled = false;
+        let built = crate::resources::pod::pod(&off, 0);
+        assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
+        // A pod without the variable (not built by this operator): unknown.
+        assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
     }
 
     fn pod(status: serde_json::Value) -> Pod {

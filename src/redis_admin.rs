@@ -60,6 +60,18 @@ pub enum GuardedError {
 }
 
 impl AdminAccess {
+    /// This access for a process whose lock clients log in as `client_user` (read from its
+    /// pod: the user it was started with, which the spec may no longer name).
+    pub fn for_client_user(&self, client_user: Option<&str>) -> std::borrow::Cow<'_, AdminAccess> {
+        match client_user {
+            Some(user) if user != self.client_user => std::borrow::Cow::Owned(AdminAccess {
+                client_user: user.to_owned(),
+                ..self.clone()
+            }),
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
     async fn connect(&self, ip: IpAddr) -> Result<MultiplexedConnection, String> {

@@ -626,3 +626,123 @@ async fn lost_or_edited_passwords_are_never_replaced() {
         "ACL file unchanged"
     );
 }
+
+/// The client user the pod of `slot` was built with (`REDIS_CLIENT_USER`), if the pod exists.
+async fn pod_client_user(env: &Env, slot: i32) -> Option<String> {
+    let pod = env.pods().get_opt(&format!("{NAME}-{slot}")).await.unwrap()?;
+    pod.spec?
+        .containers
+        .into_iter()
+        .flat_map(|c| c.env.unwrap_or_default())
+        .find(|e| e.name == "REDIS_CLIENT_USER")?
+        .value
+}
+
+/// Issue 14, liveness: auth turned off and on again while lock clients run. The containers of
+/// pods the rollout has not replaced yet are killed after the ACL Secret was rewritten for the
+/// new mode; each restarts with the ACL file and client user of its own pod's mode, is held and
+/// released as before, and the rollout completes. Before that, a rejected edit that turns auth
+/// off changes nothing about how the processes are addressed: a member killed meanwhile is
+/// released to the client user it has.
+#[tokio::test]
+async fn auth_toggles_roll_out_while_old_processes_restart() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "8s").await;
+    let login = env.client_login(NAME).await;
+    assert_eq!(login.user, "redlock-client");
+
+    env.patch_spec(
+        NAME,
+        json!({"auth": {"enabled": false},
+               "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "512Mi"}}}),
+    )
+    .await;
+    env.wait_event("SpecRejected").await;
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    let ip = env.pod_ip(NAME, 1).await;
+    wait_for(
+        "released to its own client user",
+        Duration::from_secs(20),
+        async || Ok(connect(ip, &login).await.ok().map(|_| ())),
+    )
+    .await;
+    env.patch_spec(NAME, json!({"auth": {"enabled": true}, "resources": null}))
+        .await;
+
+    let acl_secret = format!("{NAME}-acl");
+    for (enabled, user) in [(false, "default"), (true, "redlock-client")] {
+        env.patch_spec(NAME, json!({"auth": {"enabled": enabled}})).await;
+        let started = Instant::now();
+        // The ACL file redis.conf names now serves the new mode...
+        let mode_file = if enabled {
+            "user redlock-client off"
+        } else {
+            "user default off nopass ~*"
+        };
+        wait_for("ACL Secret rewritten", Duration::from_secs(10), async || {
+            let s = env.secret(&acl_secret, "users.acl").await;
+            Ok(s.contains(mode_file).then_some(()))
+        })
+        .await;
+        // ... and the pods' volumes show it (the test kubelet refreshes them every 10 s).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let mut restarted = 0;
+        for slot in 0..3 {
+            if pod_client_user(&env, slot).await.is_some_and(|u| u != user) {
+                let pod = format!("{NAME}-{slot}");
+                if env
+                    .cp
+                    .kubelet()
+                    .signal_pod(&env.ns, &pod, Signal::SIGKILL)
+                    .is_ok()
+                {
+                    restarted += 1;
+                }
+            }
+        }
+        assert!(
+            restarted > 0,
+            "the rollout replaced every pod before the files changed"
+        );
+        wait_for(
+            &format!("rollout to auth {enabled} complete"),
+            Duration::from_secs(120),
+            async || {
+                for slot in 0..3 {
+                    if pod_client_user(&env, slot).await.as_deref() != Some(user) {
+                        return Ok(None);
+                    }
+                }
+                let c = env.cluster(NAME).await;
+                let serving = c
+                    .status
+                    .map(|s| s.members.iter().filter(|m| m.state == MemberState::Ready).count())
+                    .unwrap_or(0);
+                Ok((serving == 3).then_some(()))
+            },
+        )
+        .await;
+        println!(
+            "auth {enabled}: rollout with {restarted} old process(es) restarted took {:?}",
+            started.elapsed()
+        );
+        let login = env.client_login(NAME).await;
+        assert_eq!(login.user, user);
+        for slot in 0..3 {
+            let ip = env.pod_ip(NAME, slot).await;
+            wait_for(
+                "a client of the new mode locks",
+                Duration::from_secs(10),
+                async || {
+                    Ok(lock(ip, &login, "orders", "new-mode", Duration::from_secs(1))
+                        .await
+                        .ok()
+                        .filter(|ok| *ok))
+                },
+            )
+            .await;
+        }
+    }
+}

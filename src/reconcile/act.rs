@@ -50,13 +50,18 @@ pub async fn act(
             .and_then(|m| m.unstopped.as_ref())
             .filter(|u| &u.run_id == run_id)
             .and_then(|u| u.pod_ip.parse().ok());
-        let Some(ip) = unstopped_ip.or_else(|| observed.get(slot).and_then(|o| o.pod_ip)) else {
+        let pod = observed.get(slot);
+        let Some(ip) = unstopped_ip.or_else(|| pod.and_then(|o| o.pod_ip)) else {
             continue;
         };
+        // Its pod's client user; a process that outlived its pod is assumed to use the spec's.
+        let user = pod
+            .filter(|_| unstopped_ip.is_none())
+            .and_then(|o| o.client_user.as_deref());
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
-        match access.fence(ip, run_id).await {
+        match access.for_client_user(user).fence(ip, run_id).await {
             Ok(()) => tracing::warn!(slot, %run_id, "fenced again"),
             // The next probe sees it still serving and fences again.
             Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
@@ -116,6 +121,7 @@ pub async fn act(
         // its own, because a release names the run_id whose hold ended and is sent on the
         // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
+        let access = access.for_client_user(o.client_user.as_deref());
         match access.release(ip, run_id, o.pod_uid.as_deref()).await {
             Ok(()) => {
                 released = true;

@@ -145,6 +145,7 @@ async fn probe_all(
     let probes = observed.iter().filter_map(|(slot, o)| {
         let running = matches!(o.pod, PodState::Running { .. });
         let ip = o.pod_ip.filter(|_| running)?;
+        let access = access.for_client_user(o.client_user.as_deref());
         Some(async move { (*slot, access.probe(ip).await) })
     });
     let results = futures::future::join_all(probes).await;

@@ -30,6 +30,12 @@ pub const ADMIN_USER: &str = "redlock-admin";
 /// ACL user lock clients log in as when auth is enabled.
 pub const CLIENT_USER: &str = "redlock-client";
 
+/// Environment variable of the Redis container naming the ACL user lock clients log in as
+/// there. The pod keeps the value it was built with, so the operator reads it back to address
+/// each process as it was started, whatever the spec says now (an auth toggle mid-rollout, a
+/// rejected edit).
+pub const CLIENT_USER_ENV: &str = "REDIS_CLIENT_USER";
+
 pub fn admin_secret_name(cluster: &str) -> String {
     format!("{cluster}-admin")
 }

@@ -17,10 +17,10 @@ use kube::api::ObjectMeta;
 use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
 use super::hash::{SPEC_HASH, spec_hash};
 use super::names::{
-    LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name, client_secret_name,
-    config_map_name, slot_labels, slot_name,
+    CLIENT_USER_ENV, LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name,
+    admin_secret_name, config_map_name, slot_labels, slot_name,
 };
-use super::secrets::client_user;
+use super::secrets::{CLIENT_PASSWORD_KEY, acl_file_key, client_user};
 use crate::crd::{RedlockCluster, Spread};
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
@@ -80,7 +80,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             ..Default::default()
         },
         EnvVar {
-            name: "REDIS_CLIENT_USER".into(),
+            name: CLIENT_USER_ENV.into(),
             value: Some(client_user(cluster).into()),
             ..Default::default()
         },
@@ -89,9 +89,12 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
         env.push(EnvVar {
             name: "REDISCLI_AUTH".into(),
             value_from: Some(EnvVarSource {
+                // From the operator's copy, which exists whatever the spec says now: the
+                // client Secret loses its password when auth is turned off, and a container
+                // of this pod restarting during that rollout must still start.
                 secret_key_ref: Some(SecretKeySelector {
-                    name: client_secret_name(&cluster_name),
-                    key: "password".into(),
+                    name: admin_secret_name(&cluster_name),
+                    key: CLIENT_PASSWORD_KEY.into(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -111,6 +114,10 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
             "--proc-title-template".into(),
             format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
+            // The ACL file of this pod's auth mode, not the one redis.conf names (the spec's
+            // now): a restart during an auth toggle's rollout keeps the process's users.
+            "--aclfile".into(),
+            format!("{ACL_DIR}/{}", acl_file_key(spec.auth.enabled)),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("redis".into()),
@@ -367,8 +374,23 @@ mod tests {
                 "redis-server",
                 "/etc/redis/redis.conf",
                 "--proc-title-template",
-                "{title} {listen-addr} {server-mode} pod=$(POD_UID)"
+                "{title} {listen-addr} {server-mode} pod=$(POD_UID)",
+                "--aclfile",
+                "/etc/redis-acl/users-auth.acl"
             ]
+        );
+        // The readiness login's password comes from the operator's copy, which exists in
+        // either auth mode.
+        let auth = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "REDISCLI_AUTH")
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .unwrap();
+        assert_eq!(
+            (auth.name.as_str(), auth.key.as_str()),
+            ("locks-admin", "clientPassword")
         );
         // The process names its pod: POD_UID comes from the pod's own UID.
         let uid = c

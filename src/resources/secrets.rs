@@ -15,8 +15,20 @@ use super::names::{
 };
 use crate::crd::RedlockCluster;
 
-/// Key of the ACL file in the `<name>-acl` Secret.
+/// Key of the ACL file in the `<name>-acl` Secret for the spec as it is now. Pods built before
+/// the per-mode files existed name it in redis.conf; newer pods name their own mode's file.
 pub const ACL_FILE_KEY: &str = "users.acl";
+
+/// Key of the ACL file for a process started with auth on or off. Both are always written, so
+/// a process whose container restarts during an auth toggle's rollout reads the file of the
+/// mode its pod was built for (docs/design.md §8.8).
+pub fn acl_file_key(auth_enabled: bool) -> &'static str {
+    if auth_enabled {
+        "users-auth.acl"
+    } else {
+        "users-noauth.acl"
+    }
+}
 
 /// Key of the client password's second copy in the operator-private `<name>-admin` Secret, so
 /// that a deleted `<name>-client` Secret is re-created with the password the running processes
@@ -183,10 +195,14 @@ pub fn acl_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret
     secret(
         cluster,
         name,
-        BTreeMap::from([(
-            ACL_FILE_KEY.into(),
-            acl_file(cluster.spec.auth.enabled, credentials),
-        )]),
+        BTreeMap::from([
+            (
+                ACL_FILE_KEY.into(),
+                acl_file(cluster.spec.auth.enabled, credentials),
+            ),
+            (acl_file_key(true).into(), acl_file(true, credentials)),
+            (acl_file_key(false).into(), acl_file(false, credentials)),
+        ]),
     )
 }
 
@@ -250,7 +266,12 @@ pub fn recover_credentials(
     acl: Option<&Secret>,
     generate: impl Fn() -> String,
 ) -> Result<Credentials, CredentialsProblem> {
-    let acl_text = stored(acl, ACL_FILE_KEY).unwrap_or_default();
+    // Every ACL file of the Secret: processes of either auth mode may run.
+    let acl_text: String = [ACL_FILE_KEY, acl_file_key(true), acl_file_key(false)]
+        .iter()
+        .filter_map(|key| stored(acl, key))
+        .collect::<Vec<_>>()
+        .join("\n");
     let known = |user: &'static str, password: Option<String>, secret: String| {
         let acl = acl_secret_name(cluster_name);
         match (acl_password_entry(&acl_text, user), password) {
@@ -473,6 +494,29 @@ mod tests {
         let got = recover(Some(&admin), None, Some(&acl)).unwrap();
         assert_eq!(got.admin_password, "adminpw");
         assert_eq!(got.client_password, "fresh");
+    }
+
+    #[test]
+    fn the_acl_secret_holds_a_file_for_each_auth_mode() {
+        let cluster: RedlockCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team"},
+            "spec": {"maxLockTTL": "30s", "auth": {"enabled": false}}
+        }))
+        .unwrap();
+        let data = acl_secret(&cluster, &creds()).data.unwrap();
+        let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+        assert_eq!(text(ACL_FILE_KEY), acl_file(false, &creds()), "the spec's mode");
+        assert_eq!(text(acl_file_key(false)), acl_file(false, &creds()));
+        assert_eq!(text(acl_file_key(true)), acl_file(true, &creds()));
+        // A client password edited while auth is off is still caught: the auth file holds
+        // its hash.
+        let acl = stored_secret(&[(acl_file_key(true), &text(acl_file_key(true)))]);
+        let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "edited")]);
+        assert_eq!(
+            recover(Some(&admin), None, Some(&acl)).unwrap_err().reason(),
+            "CredentialsMismatch"
+        );
     }
 
     #[test]

@@ -277,11 +277,13 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
         "the connection logged in before the fence still works: {ping:?}"
     );
 
-    // The ACL Secret edited to start every process unfenced: restored by content, although
-    // the operator's annotation on it was left untouched.
+    // The ACL Secret edited to start every process unfenced (the file the pods name, that of
+    // their auth mode): restored by content, although the operator's annotation on it was
+    // left untouched.
     let secrets: Api<Secret> = Api::namespaced(env.cp.client(), &env.ns);
     let acl_name = format!("{NAME}-acl");
-    let original = secrets.get(&acl_name).await.unwrap().data.unwrap()["users.acl"].clone();
+    let key = "users-auth.acl";
+    let original = secrets.get(&acl_name).await.unwrap().data.unwrap()[key].clone();
     let text = String::from_utf8(original.0.clone()).unwrap();
     let edited = text.replace(
         &format!("user {} off", client.user),
@@ -292,12 +294,12 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
         .patch(
             &acl_name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"users.acl": edited}})),
+            &Patch::Merge(json!({"stringData": {key: edited}})),
         )
         .await
         .unwrap();
     wait_for("ACL Secret restored", Duration::from_secs(10), async || {
-        let now = secrets.get(&acl_name).await?.data.unwrap()["users.acl"].clone();
+        let now = secrets.get(&acl_name).await?.data.unwrap()[key].clone();
         Ok((now == original).then_some(()))
     })
     .await;

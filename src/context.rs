@@ -13,7 +13,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, RetryGate};
 use crate::clock_check::ClockCheck;
 use crate::hold_timers::HoldTimers;
 use crate::leader::Leadership;
@@ -74,6 +74,8 @@ pub struct Settings {
 pub struct Memory {
     /// Per-cluster retry backoff.
     pub backoff: Backoff,
+    /// Per-cluster backoff of pod creates and deletes, which wait alone when refused.
+    pub pod_changes: RetryGate,
     /// TTL audit state per cluster (`namespace/name`); after a restart the audit simply
     /// sweeps again.
     pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,

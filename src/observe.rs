@@ -9,7 +9,7 @@ use kube::ResourceExt;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::resources::hash::SPEC_HASH;
-use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER};
+use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, slot_name};
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -91,7 +91,9 @@ pub fn pods_by_slot(
         .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
             let slot: i32 = p.labels().get(LABEL_SLOT)?.parse().ok()?;
-            Some((slot, slot_observation(p)))
+            // The slot label alone could be edited to name another slot: a pod is a slot's
+            // only under that slot's name (one under another name is looked up by name).
+            (p.name_any() == slot_name(&name, slot)).then(|| (slot, slot_observation(p)))
         })
         .collect()
 }
@@ -297,6 +299,30 @@ mod tests {
         assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
         // A pod without the variable (not built by this operator): unknown.
         assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
+    }
+
+    #[test]
+    fn a_pod_is_a_slots_only_under_that_slots_name() {
+        let cluster: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team", "uid": "u1"},
+            "spec": {"maxLockTTL": "30s"}
+        }))
+        .unwrap();
+        let mut relabelled = crate::resources::pod::pod(&cluster, 0);
+        relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SLOT.into(), "1".into());
+        relabelled.metadata.uid = Some("uid-0".into());
+        let mut one = crate::resources::pod::pod(&cluster, 1);
+        one.metadata.uid = Some("uid-1".into());
+        let pods = [std::sync::Arc::new(one), std::sync::Arc::new(relabelled)];
+        let slots = pods_by_slot(&cluster, &pods);
+        assert_eq!(slots.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(slots[&1].pod_uid.as_deref(), Some("uid-1"));
     }
 
     fn pod(status: serde_json::Value) -> Pod {

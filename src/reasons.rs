@@ -17,10 +17,11 @@ pub enum MemberReason {
     ClockDrift,
     UnstoppedProcessFenced,
     ReleaseAssumesProcessGone,
+    PodChangeFailed,
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 13] = [
+    pub const ALL: [MemberReason; 14] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
@@ -34,6 +35,7 @@ impl MemberReason {
         Self::ClockDrift,
         Self::UnstoppedProcessFenced,
         Self::ReleaseAssumesProcessGone,
+        Self::PodChangeFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +53,7 @@ impl MemberReason {
             Self::ClockDrift => "ClockDrift",
             Self::UnstoppedProcessFenced => "UnstoppedProcessFenced",
             Self::ReleaseAssumesProcessGone => "ReleaseAssumesProcessGone",
+            Self::PodChangeFailed => "PodChangeFailed",
         }
     }
 

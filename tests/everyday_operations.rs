@@ -748,3 +748,44 @@ async fn auth_toggles_roll_out_while_old_processes_restart() {
         }
     }
 }
+
+/// Issue 14, liveness: a pod create the API server refuses (a ResourceQuota, an admission
+/// webhook) is reported and retried with its own backoff, while holds, probes and releases go
+/// on at their pace. Failing the whole reconcile instead pushed its next run back by the error
+/// backoff (1, 2, 4, … s): a member killed meanwhile was released that much late.
+#[tokio::test]
+async fn a_refused_pod_create_does_not_delay_releases() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let env = Env::start(4).await;
+    env.serving_with_ttl(NAME, 3, "4s").await;
+    // Room for the three pods there are, and no more.
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "three-pods"}, "spec": {"hard": {"pods": "3"}}
+    }))
+    .unwrap();
+    Api::<ResourceQuota>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
+    env.patch_spec(NAME, json!({"instances": 4})).await;
+    env.wait_event("PodChangeFailed").await;
+    // Long enough for an error backoff to have grown past 16 s.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+
+    let before = env.member(NAME, 0).await.unwrap();
+    kill(&env, 0).await;
+    let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let m = env
+        .wait_member(NAME, 0, "released", Duration::from_secs(30), |m| {
+            m.state == MemberState::Ready && m.run_id != before.run_id
+        })
+        .await;
+    let released = Timestamp::now();
+    let late = released.duration_since(until).as_secs_f64();
+    println!("released {late:.2} s after heldUntil while the pod create was refused");
+    assert!(
+        late < 5.0,
+        "released {late:.2} s after its hold ended: the refused create delayed it ({m:?})"
+    );
+    assert!(env.pods().get_opt(&format!("{NAME}-3")).await.unwrap().is_none());
+}

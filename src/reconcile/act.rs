@@ -2,11 +2,13 @@
 //! and releases, in that order.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 
 use super::inputs::Inputs;
 use super::persist::OnRecord;
@@ -24,6 +26,8 @@ use crate::resources::{endpoints, pod};
 pub struct Acted {
     /// Some process was released: its readiness is worth a look soon.
     pub released: bool,
+    /// A pod create or delete was refused: when it may be tried again.
+    pub pod_retry: Option<Duration>,
 }
 
 pub async fn act(
@@ -153,16 +157,67 @@ pub async fn act(
     }
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
+    let pod_retry = change_pods(ctx, cluster, ns, &d.plan, observed).await?;
+    Ok(Acted { released, pod_retry })
+}
+
+/// The plan's pod creates and deletes. A refused one is reported (event `PodChangeFailed`,
+/// the reconcile error metric) and waits out its own backoff (`Memory::pod_changes`), while
+/// the reconcile goes on at its pace: failing it would delay every probe and release.
+async fn change_pods(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    plan: &crate::plan::Plan,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> Result<Option<Duration>> {
+    if plan.create_pods.is_empty() && plan.delete_pods.is_empty() {
+        return Ok(None);
+    }
+    let key = ObjectRef::from_obj(cluster);
+    let gate = &ctx.memory.pod_changes;
+    if !gate.open(&key, Instant::now()) {
+        tracing::debug!("pod changes wait for their retry backoff");
+        return Ok(None);
+    }
+    let name = cluster.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     ctx.leadership.check()?;
-    for slot in &d.plan.create_pods {
-        apply::create_pod(&pods, &pod::pod(cluster, *slot)).await?;
+    let creates = plan.create_pods.iter().map(|s| (*s, true));
+    let deletes = plan.delete_pods.iter().map(|s| (*s, false));
+    for (slot, create) in creates.chain(deletes) {
+        let done = if create {
+            apply::create_pod(&pods, &pod::pod(cluster, slot)).await
+        } else {
+            let uid = observed.get(&slot).and_then(|o| o.pod_uid.as_deref());
+            apply::delete(&pods, &slot_name(&name, slot), uid)
+                .await
+                .map(|_| ())
+        };
+        if let Err(e) = done {
+            let retry = gate.failed(key, Instant::now());
+            ctx.metrics.reconcile_failed(&e);
+            let verb = if create { "create" } else { "delete" };
+            let msg = format!(
+                "{}: cannot {verb} the pod: {e}; tried again in {}s, while holds, probes and releases go on",
+                slot_name(&name, slot),
+                retry.as_secs()
+            );
+            tracing::warn!(slot, "{msg}");
+            events::publish_for_slot(
+                &ctx.recorder,
+                cluster,
+                slot,
+                MemberReason::PodChangeFailed.as_str(),
+                msg,
+                true,
+            )
+            .await;
+            return Ok(Some(retry));
+        }
     }
-    for slot in &d.plan.delete_pods {
-        let uid = observed.get(slot).and_then(|o| o.pod_uid.as_deref());
-        apply::delete(&pods, &slot_name(&name, *slot), uid).await?;
-    }
-    Ok(Acted { released })
+    gate.succeeded(&key);
+    Ok(None)
 }
 
 /// How long the hold that a release of `slot` ends lasted: from its (last) start to now.

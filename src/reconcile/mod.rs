@@ -105,6 +105,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));
     }
+    if let Some(retry) = acted.pod_retry {
+        after = after.min(retry);
+    }
     Ok(Action::requeue(after))
 }
 

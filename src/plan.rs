@@ -150,7 +150,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         if step.delete_pod {
             plan.delete_pods.push(slot);
         }
-        if let Some(run_id) = step.fence {
+        for run_id in step.fence_unstopped.into_iter().chain(step.fence) {
             plan.fences.push((slot, run_id));
         }
         if let Some(run_id) = step.release {
@@ -178,6 +178,9 @@ struct Step {
     create_pod: bool,
     delete_pod: bool,
     fence: Option<String>,
+    /// A process of the slot that outlived its pod, fenced at its last address (a second
+    /// fence of the slot: the current process may need one too).
+    fence_unstopped: Option<String>,
     release: Option<String>,
     events: Vec<MemberEvent>,
 }
@@ -474,6 +477,9 @@ fn starting(
 /// `Ready`: released; it serves until its process is seen gone or replaced, or its clock is
 /// seen to jump forward.
 fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step: &mut Step) -> MemberStatus {
+    if let Some(next) = unstopped_after_release(input, prev, obs, step) {
+        return next;
+    }
     let slot = prev.slot;
     let process = running_process(obs);
     if let Some(Verdict::JumpedForward { by }) = obs.clock
@@ -675,6 +681,51 @@ pub fn hold_timer_keys(members: &[MemberStatus], hold: Duration) -> impl Iterato
         })
 }
 
+/// `Ready` after a release that relied on a vanished pod's process being dead (§9.5): that
+/// process is still looked for at its last address. Found letting lock clients in (the
+/// partition healed, a paused process resumed), the slot has two processes that grant locks,
+/// and locks the old one granted may still be valid: it is fenced there, and the replacement
+/// is fenced and held in full from now. Found fenced, it grants nothing and is no longer
+/// looked for. Not found, it is looked for again next time.
+fn unstopped_after_release(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> Option<MemberStatus> {
+    let u = prev.unstopped.as_ref().filter(|u| !u.fenced)?;
+    let info = obs.unstopped.as_ref()?.as_ref().ok()?;
+    if info.run_id != u.run_id {
+        return None;
+    }
+    if !info.client_enabled {
+        let mut seen_fenced = prev.clone();
+        seen_fenced.unstopped = None;
+        return Some(ready(input, &seen_fenced, obs, step));
+    }
+    step.fence_unstopped = Some(u.run_id.clone());
+    let why = format!(
+        "process {} at {} outlived its pod and lets lock clients in again after this slot's replacement was released (the release relied on it being dead); both are fenced, and the replacement is held in full",
+        u.run_id, u.pod_ip
+    );
+    step.tell(
+        prev.slot,
+        MemberReason::UnstoppedProcessFenced,
+        format!("{}: {why}", prev.name),
+        true,
+    );
+    let process = running_process(obs);
+    if let Some(p) = &process
+        && p.client_enabled != Some(false)
+        && let Some(run_id) = p.run_id
+    {
+        step.fence = Some(run_id.to_owned());
+    }
+    let mut held = start_hold(input, prev.slot, obs, why, step);
+    held.unstopped = Some(u.clone());
+    Some(held)
+}
+
 /// `Held` or `Lost`, with a process of the slot that was never seen to stop: it is looked
 /// for at its last address first (docs/design.md §9.5). Found serving: fenced, and the hold
 /// restarts. Found fenced: it grants nothing. Not found: the release (once the hold has run)
@@ -721,11 +772,17 @@ fn holding(
                 prev.slot,
                 MemberReason::ReleaseAssumesProcessGone,
                 format!(
-                    "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts",
-                    prev.name, u.run_id
+                    "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts; it is still looked for at {}, and fenced (with this slot held again) if it answers",
+                    prev.name, u.run_id, u.pod_ip
                 ),
                 true,
             );
+            // Still looked for: found letting clients in later, it is fenced (see `ready`).
+            next.unstopped = Some(u.clone());
+            next.message = Some(format!(
+                "released relying on process {} (its pod vanished while it ran) being dead; still looked for at {}",
+                u.run_id, u.pod_ip
+            ));
         }
     } else {
         next.unstopped = Some(UnstoppedProcess { fenced, ..u.clone() });
@@ -2970,5 +3027,70 @@ mod tests {
         let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
         assert!(p.releases.is_empty() && p.events.is_empty());
         assert!(p.members[0].unstopped.is_some());
+    }
+
+    #[test]
+    fn a_process_released_past_is_still_looked_for_and_fenced_with_its_slot_when_it_answers() {
+        // Released relying on A being dead (nothing answered at its address): the record
+        // keeps looking for it.
+        let members = [with_unstopped(held(0, "B", "c2", at(NOW - 1)), false)];
+        let unreachable = SlotObservation {
+            unstopped: Some(Err("connect timed out".into())),
+            ..running("B", false, "c2")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, unreachable)]));
+        assert_eq!(p.releases, vec![(0, "B".to_owned())]);
+        let released = &p.members[0];
+        assert_eq!(released.state, MemberState::Ready);
+        assert!(!released.unstopped.as_ref().unwrap().fenced, "{released:?}");
+        assert!(
+            released
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("still looked for at 10.1.0.7"),
+            "{released:?}"
+        );
+
+        // Still nothing there: B serves on, A is looked for again.
+        let quiet = SlotObservation {
+            unstopped: Some(Err("connect timed out".into())),
+            ..running("B", true, "c2")
+        };
+        let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, quiet)]));
+        assert_eq!(p2.members[0].state, MemberState::Ready);
+        assert!(p2.fences.is_empty() && p2.events.is_empty());
+        assert!(p2.members[0].unstopped.is_some());
+
+        // A answers and lets clients in: both are fenced, B is held in full from now.
+        let back = SlotObservation {
+            unstopped: zombie_answers("A", true),
+            ..running("B", true, "c2")
+        };
+        let p3 = plan(&input(1, &p2.members, at(NOW + 2)), &observed([(0, back)]));
+        assert_eq!(p3.fences, vec![(0, "A".to_owned()), (0, "B".to_owned())]);
+        let m = &p3.members[0];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(m.run_id.as_deref(), Some("B"));
+        assert_eq!(
+            m.held_until.as_ref().unwrap().0,
+            held_until(at(NOW + 2), input(1, &p2.members, at(NOW + 2)).hold)
+        );
+        assert!(!m.unstopped.as_ref().unwrap().fenced);
+        assert!(
+            p3.events
+                .iter()
+                .any(|e| e.reason == MemberReason::UnstoppedProcessFenced && e.warning)
+        );
+
+        // A seen fenced while B serves: it grants nothing, and is no longer looked for.
+        let fenced = SlotObservation {
+            unstopped: zombie_answers("A", false),
+            ..running("B", true, "c2")
+        };
+        let p4 = plan(&input(1, &p2.members, at(NOW + 2)), &observed([(0, fenced)]));
+        assert_eq!(p4.members[0].state, MemberState::Ready);
+        assert_eq!(p4.members[0].unstopped, None);
+        assert!(p4.fences.is_empty());
     }
 }

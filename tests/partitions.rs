@@ -105,3 +105,80 @@ async fn outlived_pod(assertion: Assertion) {
         "the old process no longer lets lock clients log in"
     );
 }
+
+/// The release relied on the administrator's assertion (the operator could not reach the old
+/// process: here it is paused, as if the partition cut the operator off too). When the old
+/// process answers again with its client user on, the slot has two processes that grant
+/// locks: the operator fences the old one at its last address and fences and holds the
+/// replacement in full, so no client gets a majority through either meanwhile.
+#[tokio::test]
+async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_the_slot_held() {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let login = env.client_login(NAME).await;
+    let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
+    let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
+    let pid = Pid::from_raw(env.cp.kubelet().pid(&env.ns, &format!("{NAME}-1")).unwrap() as i32);
+
+    let node = env.node_of(NAME, 1).await;
+    env.cp.kubelet().partition_node(&node).unwrap();
+    Api::<Node>::all(env.cp.client())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    killpg(pid, Signal::SIGSTOP).unwrap();
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let replacement = env
+        .wait_member(NAME, 1, "replacement released", Duration::from_secs(60), |m| {
+            m.state == MemberState::Ready && m.run_id.as_deref() != Some(old_run.as_str())
+        })
+        .await;
+    env.wait_event("ReleaseAssumesProcessGone").await;
+    let new_ip = env.pod_ip(NAME, 1).await;
+
+    // The old process answers again, its keys and its client user intact.
+    killpg(pid, Signal::SIGCONT).unwrap();
+    wait_for("the old process fenced", Duration::from_secs(15), async || {
+        Ok(connect(old[1], &login).await.is_err().then_some(()))
+    })
+    .await;
+    env.wait_event("UnstoppedProcessFenced").await;
+    let m = env.member(NAME, 1).await.unwrap();
+    assert_eq!(m.state, MemberState::Held, "{m:?}");
+    assert_eq!(m.run_id, replacement.run_id, "the replacement is held: {m:?}");
+    wait_for("the replacement fenced", Duration::from_secs(5), async || {
+        Ok(connect(new_ip, &login).await.is_err().then_some(()))
+    })
+    .await;
+    // A client on the old list and one on the new list: neither gets slot 1 now.
+    let ttl = Duration::from_secs(3);
+    let (granted, _) = redlock_attempt(&[old[1], new_ip], &login, "orders", "either", ttl).await;
+    assert_eq!(granted, 0, "slot 1 granted a lock through one of its processes");
+    // After its hold the replacement serves; the old process stays fenced.
+    env.wait_member(
+        NAME,
+        1,
+        "replacement released again",
+        Duration::from_secs(30),
+        |m| m.state == MemberState::Ready && m.run_id == replacement.run_id,
+    )
+    .await;
+    assert!(
+        connect(old[1], &login).await.is_err(),
+        "the old process stays fenced"
+    );
+}

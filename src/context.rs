@@ -85,4 +85,47 @@ pub struct Memory {
     /// Each member process's clock as last probed, by (cluster UID, slot); after a restart the
     /// first probe is a new baseline.
     pub member_clocks: Mutex<HashMap<(String, i32), ClockTrack>>,
+    /// This process's last status writes, which the watch cache must show before the next plan.
+    pub status_writes: StatusWrites,
+}
+
+/// The resourceVersions of this process's last status write per cluster UID: the one the
+/// write was planned from and the one it produced. Reconciles plan from the watch cache (no
+/// GET per reconcile); until the cache shows the write, it still holds the version that write
+/// was planned from, and planning from it could mistake the operator's own new pods or holds
+/// for unknown ones. Any other version is newer (the cache of one object only moves forward).
+#[derive(Default)]
+pub struct StatusWrites {
+    by_uid: Mutex<HashMap<String, (String, String)>>,
+}
+
+impl StatusWrites {
+    pub fn wrote(&self, uid: &str, planned_from: Option<&str>, written: Option<&str>) {
+        if let (Some(from), Some(to)) = (planned_from, written) {
+            self.by_uid
+                .lock()
+                .expect("status write lock is never poisoned")
+                .insert(uid.to_owned(), (from.to_owned(), to.to_owned()));
+        }
+    }
+
+    /// Whether the cache, showing `cached`, has yet to show this process's last write.
+    pub fn cache_lags(&self, uid: &str, cached: Option<&str>) -> bool {
+        let mut by_uid = self.by_uid.lock().expect("status write lock is never poisoned");
+        match by_uid.get(uid) {
+            Some((from, to)) if Some(from.as_str()) == cached && from != to => true,
+            Some(_) => {
+                by_uid.remove(uid);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.by_uid
+            .lock()
+            .expect("status write lock is never poisoned")
+            .remove(uid);
+    }
 }

@@ -167,13 +167,24 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         memory: Memory::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
-    let controller = controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
+    let gone_ctx = ctx.clone();
+    let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
+        // A deleted cluster is not reconciled again (it is no longer in the cache): what is
+        // kept about it goes here.
+        if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &res {
+            crate::reconcile::forget(
+                &gone_ctx,
+                gone.namespace.as_deref().unwrap_or_default(),
+                &gone.name,
+                None,
+            );
+        }
+        async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
             }
-        });
+        }
+    });
     match elected {
         None => controller.await,
         Some((mut elector, leadership)) => {

@@ -32,6 +32,10 @@ use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::{events, status};
 
+/// How soon a reconcile that found the watch cache behind this process's own status write
+/// looks again (the watch event is normally a few milliseconds away).
+const CACHE_LAG_RETRY: Duration = Duration::from_millis(50);
+
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx
         .caches
@@ -46,13 +50,19 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(cached.name_any()))?;
     let api: Api<RedlockCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // Plan from the stored object, not the cache: the cache may not yet show the status this
-    // operator wrote a moment ago, and planning from an older status could mistake its own
-    // new pods for unknown ones.
-    let Some(cluster) = api.get_opt(&cached.name_any()).await? else {
-        forget(&ctx, &ns, &cached.name_any(), cached.metadata.uid.as_deref());
-        return Ok(Action::await_change());
-    };
+    // Plan from the watch cache: no request per reconcile (steady state costs the API server
+    // nothing per cluster). Until the cache shows this process's last status write, planning
+    // from the older version could mistake the operator's own new pods or holds for unknown
+    // ones: wait for it. (Anyone else's newer write is caught by the conditional status write.)
+    let uid = cached.metadata.uid.clone().unwrap_or_default();
+    if ctx
+        .memory
+        .status_writes
+        .cache_lags(&uid, cached.metadata.resource_version.as_deref())
+    {
+        return Ok(Action::requeue(CACHE_LAG_RETRY));
+    }
+    let cluster = (*cached).clone();
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
         forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
@@ -72,7 +82,6 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
-    let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
     let decision = decide::decide(
@@ -111,11 +120,12 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     Ok(Action::requeue(after))
 }
 
-/// Drops what is kept in memory about a cluster that is gone.
-fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
+/// Drops what is kept in memory about a cluster that is gone (by UID where known).
+pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     ctx.metrics.forget_cluster(ns, name);
     if let Some(uid) = uid {
         ctx.memory.timers.forget(uid);
+        ctx.memory.status_writes.forget(uid);
         ctx.memory
             .member_clocks
             .lock()

@@ -30,12 +30,18 @@ pub async fn persist(
 ) -> Result<OnRecord> {
     if cluster.status.as_ref() != Some(&decision.status) {
         ctx.leadership.check()?;
-        api.patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&status_patch(cluster, &decision.status)),
-        )
-        .await?;
+        let written = api
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&status_patch(cluster, &decision.status)),
+            )
+            .await?;
+        ctx.memory.status_writes.wrote(
+            cluster.metadata.uid.as_deref().unwrap_or_default(),
+            cluster.metadata.resource_version.as_deref(),
+            written.metadata.resource_version.as_deref(),
+        );
     }
     Ok(OnRecord { decision })
 }
@@ -44,7 +50,8 @@ pub async fn persist(
 /// disappear), conditional on the resourceVersion the plan was made from: a write computed
 /// from an older view (a second operator replica that has not yet noticed it lost the lease,
 /// or a reconcile that raced with another write) is refused with 409 Conflict instead of
-/// overwriting newer hold records; the reconcile then retries from a fresh read.
+/// overwriting newer hold records; the reconcile then retries from the watch cache once it
+/// shows the newer version.
 pub fn status_patch(cluster: &RedlockCluster, status: &RedlockClusterStatus) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": RedlockCluster::api_version(&()),

@@ -184,6 +184,7 @@ impl<'a> ClusterTarget<'a> {
                     .patch(&node, &PatchParams::default(), &cordon(false))
                     .await?;
             }
+            FaultKind::Resize => self.resize(&f.members).await?,
             FaultKind::NodeLoss => {
                 let node = self.env.node_of(&self.name, f.members[0] as i32).await;
                 self.env.cp.kubelet().lose_node(&node).await?;
@@ -198,7 +199,8 @@ impl<'a> ClusterTarget<'a> {
             | FaultKind::NodeLoss
             | FaultKind::TtlLower
             | FaultKind::OperatorSkew
-            | FaultKind::Partition => mono_ns(),
+            | FaultKind::Partition
+            | FaultKind::Resize => mono_ns(),
             _ => injected,
         };
         self.wait_recovered(&replaced, &before).await;
@@ -210,6 +212,58 @@ impl<'a> ClusterTarget<'a> {
             healed,
             recovered: mono_ns(),
         })
+    }
+
+    /// Scale-down by `removed` (the highest slots) with every worker on the full list, until
+    /// the shorter list is published and the removed pods are gone; then scale-up back to the
+    /// list the workers have, confirmed with this resize's token once the operator asks.
+    async fn resize(&mut self, removed: &[usize]) -> Result<()> {
+        let full = self.members as i32;
+        let smaller = full - removed.len() as i32;
+        self.env
+            .patch_spec(&self.name, json!({"instances": smaller}))
+            .await;
+        let env = &*self.env;
+        wait_for(
+            "shorter list published, removed pods gone",
+            Duration::from_secs(120),
+            async || {
+                let published = env
+                    .cluster(&self.name)
+                    .await
+                    .status
+                    .and_then(|s| s.published_instances);
+                for &slot in removed {
+                    if env.pods().get_opt(&self.pod(slot)).await?.is_some() {
+                        return Ok(None);
+                    }
+                }
+                Ok((published == Some(smaller)).then_some(()))
+            },
+        )
+        .await;
+        let grown = self.env.patch_spec(&self.name, json!({"instances": full})).await;
+        let token = format!("{full}-{}", grown.metadata.generation.unwrap_or_default());
+        let env = &*self.env;
+        wait_for("confirmation asked for", Duration::from_secs(120), async || {
+            let asked = env
+                .cluster(&self.name)
+                .await
+                .status
+                .and_then(|s| s.confirmation_token);
+            Ok((asked.as_deref() == Some(token.as_str())).then_some(()))
+        })
+        .await;
+        self.env
+            .kubectl(&[
+                "annotate",
+                "--overwrite",
+                "rlc",
+                &self.name,
+                &format!("{}={token}", redlock_operator::resize::CLIENTS_USE_INSTANCES),
+            ])
+            .await;
+        Ok(())
     }
 
     async fn wait_hold(&self, what: &str, f: impl Fn(&redlock_operator::crd::HoldPolicy) -> bool) {

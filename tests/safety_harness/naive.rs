@@ -144,9 +144,13 @@ impl NaiveSet {
             }
             // There is no operator to kill, no TTL to lower and no object to re-create; what
             // the fault does to the members remains.
-            FaultKind::OperatorKill | FaultKind::TtlLower | FaultKind::Recreate | FaultKind::OperatorSkew => {
-                self.crash_and_restart(&f.members, Duration::ZERO).await?
-            }
+            // A naive scale-down and scale-up (a StatefulSet's) deletes the removed members and
+            // starts them again empty, serving at once.
+            FaultKind::OperatorKill
+            | FaultKind::TtlLower
+            | FaultKind::Recreate
+            | FaultKind::OperatorSkew
+            | FaultKind::Resize => self.crash_and_restart(&f.members, Duration::ZERO).await?,
             // Without an operator nothing fences the old process: the control models the
             // partition as what a naive restart does (an empty process serving at once).
             FaultKind::NodeLoss | FaultKind::Partition => {

@@ -44,10 +44,16 @@ pub enum FaultKind {
     /// the process dead); healed (the old process killed, the node uncordoned) once the
     /// replacement serves.
     Partition,
+    /// An everyday operation: scale-down to a bare quorum of the members while every client
+    /// keeps the list of all of them (clients on the old list), until the shorter list is
+    /// published and the removed pods are gone; then scale-up back, which is the list the
+    /// clients have (clients on the new list), confirmed once the operator asks for it. The
+    /// members hit are the highest slots, the ones a scale-down removes.
+    Resize,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -59,6 +65,7 @@ impl FaultKind {
         FaultKind::Recreate,
         FaultKind::OperatorSkew,
         FaultKind::Partition,
+        FaultKind::Resize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +81,7 @@ impl FaultKind {
             FaultKind::Recreate => "recreate",
             FaultKind::OperatorSkew => "operator-skew",
             FaultKind::Partition => "partition",
+            FaultKind::Resize => "resize",
         }
     }
 
@@ -83,6 +91,8 @@ impl FaultKind {
             FaultKind::KillMinority => (n / 2).max(1).min(n.saturating_sub(1).max(1)),
             FaultKind::KillMajority => n / 2 + 1,
             FaultKind::Recreate => n,
+            // Down to a bare quorum (n/2 + 1 members).
+            FaultKind::Resize => n - (n / 2 + 1),
             _ => 1,
         }
     }
@@ -137,7 +147,11 @@ pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
             rng.shuffle(&mut deck);
         }
         let kind = deck.pop().expect("refilled above");
-        let members = rng.choose(cfg.members, kind.members(cfg.members));
+        let mut members = rng.choose(cfg.members, kind.members(cfg.members));
+        if kind == FaultKind::Resize {
+            // A scale-down removes the highest slots.
+            members = (cfg.members - members.len()..cfg.members).collect();
+        }
         let duration_ms = match kind {
             FaultKind::StopCont => rng.range(cfg.stop_ms.0, cfg.stop_ms.1),
             FaultKind::NodeLoss => rng.range(cfg.node_loss_ms.0, cfg.node_loss_ms.1),
@@ -191,8 +205,10 @@ mod tests {
         for f in schedule(11, 70, &ScheduleConfig::default()) {
             assert_eq!(f.members.len(), f.kind.members(5), "{f:?}");
             assert!(f.members.iter().all(|m| *m < 5));
-            // A minority never reaches a quorum, a majority always does.
+            // A minority never reaches a quorum, a majority always does; a resize removes
+            // the highest slots down to a bare quorum.
             match f.kind {
+                FaultKind::Resize => assert_eq!(f.members, vec![3, 4]),
                 FaultKind::KillMinority => assert!(f.members.len() < 3),
                 FaultKind::KillMajority => assert!(f.members.len() >= 3),
                 _ => {}

@@ -74,6 +74,11 @@ pub struct SlotObservation {
     /// The ACL user lock clients use on this pod's process, as the pod was built
     /// (`REDIS_CLIENT_USER`); `None` for a pod without it (then the spec's user is assumed).
     pub client_user: Option<String>,
+    /// How this pod's process listens, as the pod was built: `Some(secret)` when TLS only,
+    /// with the certificate of that Secret; `None` when plain or when there is no pod.
+    pub tls_secret: Option<String>,
+    /// The CA of `tls_secret`, found for this observation (`None` while unknown).
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -184,7 +189,23 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         clock: None,
         unstopped: None,
         client_user: client_user_of(pod),
+        tls_secret: tls_secret_of(pod),
+        tls_ca: None,
     }
+}
+
+/// The Secret the pod's `tls` volume mounts: the pod was built TLS only.
+fn tls_secret_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "tls")?
+        .secret
+        .as_ref()?
+        .secret_name
+        .clone()
 }
 
 /// The value of `REDIS_CLIENT_USER` in the pod's Redis container.
@@ -281,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn the_client_user_is_read_from_the_pod_as_it_was_built() {
+    fn the_client_user_and_listener_are_read_from_the_pod_as_it_was_built() {
         let cluster: RedlockCluster = serde_json::from_value(json!({
             "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
             "metadata": {"name": "locks", "namespace": "team"},
@@ -299,6 +320,12 @@ mod tests {
         assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
         // A pod without the variable (not built by this operator): unknown.
         assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
+        // The listener too: plain, or TLS with the Secret the pod mounts.
+        assert_eq!(slot_observation(&built).tls_secret, None);
+        let mut tls = cluster.clone();
+        tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
+        let built = crate::resources::pod::pod(&tls, 0);
+        assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
     }
 
     #[test]

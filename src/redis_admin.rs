@@ -8,7 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::member_clock::TimeSample;
-use crate::observe::RedisInfo;
+use crate::observe::{RedisInfo, SlotObservation};
 use crate::resources::names::POD_UID_TAG;
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
@@ -70,6 +70,28 @@ impl AdminAccess {
             }),
             _ => std::borrow::Cow::Borrowed(self),
         }
+    }
+
+    /// This access for the process of the pod `o` shows, addressed as that pod was built: its
+    /// client user, and TLS exactly when the pod mounts a certificate (with that Secret's CA;
+    /// an unknown CA fails the connection, never falls back to plain). Without a pod, as the
+    /// spec says.
+    pub fn for_slot(&self, o: &SlotObservation) -> std::borrow::Cow<'_, AdminAccess> {
+        let access = self.for_client_user(o.client_user.as_deref());
+        if o.pod_uid.is_none() {
+            return access;
+        }
+        let tls_ca = o
+            .tls_secret
+            .as_ref()
+            .map(|_| o.tls_ca.clone().unwrap_or_default());
+        if tls_ca == access.tls_ca {
+            return access;
+        }
+        std::borrow::Cow::Owned(AdminAccess {
+            tls_ca,
+            ..access.into_owned()
+        })
     }
 
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the

@@ -673,3 +673,98 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
     let m = &after.status.unwrap().members[0];
     assert_ne!(m.run_id, before.run_id);
 }
+
+/// Whether the pod of `slot` was built TLS only (it mounts a certificate), if the pod exists.
+async fn pod_tls(env: &Env, slot: i32) -> Option<bool> {
+    let pod = env.pods().get_opt(&format!("{NAME}-{slot}")).await.unwrap()?;
+    Some(
+        pod.spec?
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .any(|v| v.name == "tls"),
+    )
+}
+
+/// Issue 14, liveness: TLS turned on and off again while lock clients run. The containers of
+/// pods the rollout has not replaced yet are killed after redis.conf was rewritten for the new
+/// mode; each restarts listening as its pod was built (`--port`/`--tls-port` on its command
+/// line override redis.conf), the operator reaches it the same way (the CA of the Secret the
+/// pod mounts, also once the spec no longer names it), and the rollout completes both ways.
+#[tokio::test]
+async fn tls_toggles_roll_out_while_old_processes_restart() {
+    let env = Env::start(3).await;
+    let (secret, ca) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.serving_with_ttl(NAME, 3, "8s").await;
+    let login = env.client_login(NAME).await;
+    for tls in [true, false] {
+        let spec_tls = if tls {
+            json!({"secretName": "locks-tls"})
+        } else {
+            serde_json::Value::Null
+        };
+        env.patch_spec(NAME, json!({"tls": spec_tls})).await;
+        let started = std::time::Instant::now();
+        wait_for("redis.conf rewritten", Duration::from_secs(10), async || {
+            let conf = env.config_map(&format!("{NAME}-config"), "redis.conf").await;
+            Ok((conf.contains("tls-port 6379") == tls).then_some(()))
+        })
+        .await;
+        // The pods' volumes show it (the test kubelet refreshes them every 10 s).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let mut restarted = 0;
+        for slot in 0..3 {
+            if pod_tls(&env, slot).await == Some(!tls)
+                && env
+                    .cp
+                    .kubelet()
+                    .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+                    .is_ok()
+            {
+                restarted += 1;
+            }
+        }
+        assert!(
+            restarted > 0,
+            "the rollout replaced every pod before the file changed"
+        );
+        wait_for(
+            &format!("rollout to tls {tls} complete"),
+            Duration::from_secs(120),
+            async || {
+                for slot in 0..3 {
+                    if pod_tls(&env, slot).await != Some(tls) {
+                        return Ok(None);
+                    }
+                }
+                let ready = env.cluster(NAME).await.status.and_then(|s| s.ready_instances);
+                Ok((ready == Some(3)).then_some(()))
+            },
+        )
+        .await;
+        println!(
+            "tls {tls}: rollout with {restarted} old process(es) restarted took {:?}",
+            started.elapsed()
+        );
+        for slot in 0..3 {
+            let ip = env.pod_ip(NAME, slot).await;
+            wait_for(
+                "a client of the new mode connects",
+                Duration::from_secs(10),
+                async || {
+                    let ok = if tls {
+                        connect_tls(ip, &login, &ca).await.is_ok()
+                    } else {
+                        connect(ip, &login).await.is_ok()
+                    };
+                    Ok(ok.then_some(()))
+                },
+            )
+            .await;
+        }
+    }
+}

@@ -58,14 +58,15 @@ pub async fn act(
         let Some(ip) = unstopped_ip.or_else(|| pod.and_then(|o| o.pod_ip)) else {
             continue;
         };
-        // Its pod's client user; a process that outlived its pod is assumed to use the spec's.
-        let user = pod
-            .filter(|_| unstopped_ip.is_none())
-            .and_then(|o| o.client_user.as_deref());
+        // As its pod was built; a process that outlived its pod is addressed as the spec says.
+        let access = match pod.filter(|_| unstopped_ip.is_none()) {
+            Some(o) => access.for_slot(o),
+            None => std::borrow::Cow::Borrowed(access),
+        };
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
-        match access.for_client_user(user).fence(ip, run_id).await {
+        match access.fence(ip, run_id).await {
             Ok(()) => tracing::warn!(slot, %run_id, "fenced again"),
             // The next probe sees it still serving and fences again.
             Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
@@ -125,7 +126,7 @@ pub async fn act(
         // its own, because a release names the run_id whose hold ended and is sent on the
         // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
-        let access = access.for_client_user(o.client_user.as_deref());
+        let access = access.for_slot(o);
         match access.release(ip, run_id, o.pod_uid.as_deref()).await {
             Ok(()) => {
                 released = true;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
 use crate::observe::{self, PodState, SlotObservation};
 use crate::redis_admin::AdminAccess;
+use crate::resources::config::TLS_CA_KEY;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit};
@@ -52,6 +53,7 @@ pub async fn observe(
     let published = published(ctx, cluster, ns);
     let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
+    find_tls_cas(ctx, cluster, ns, access, &mut slots).await?;
     let clock_tracks = probe_all(ctx, cluster, access, max_lock_ttl, &mut slots).await;
     look_for_unstopped(cluster, access, &mut slots).await;
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
@@ -103,6 +105,44 @@ async fn look_up_missing_by_name(
     Ok(())
 }
 
+/// The CA of each TLS pod's certificate Secret, so each process is reached as its pod was
+/// built: the spec's (already read) for pods of the spec's Secret, others read from the API,
+/// once per Secret. Other Secrets are met only during a rollout that turns TLS off or changes
+/// the Secret; a Secret that is gone or has no CA leaves the CA unknown, and the connection
+/// fails (nothing is released through it).
+async fn find_tls_cas(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    access: &AdminAccess,
+    slots: &mut BTreeMap<i32, SlotObservation>,
+) -> Result<()> {
+    let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
+    let mut read: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    for o in slots.values_mut() {
+        let Some(secret) = o.tls_secret.clone() else {
+            continue;
+        };
+        o.tls_ca = if Some(secret.as_str()) == spec_secret {
+            access.tls_ca.clone()
+        } else {
+            if !read.contains_key(&secret) {
+                let ca = api
+                    .get_opt(&secret)
+                    .await?
+                    .and_then(|s| s.data)
+                    .and_then(|mut d| d.remove(TLS_CA_KEY))
+                    .map(|ca| ca.0)
+                    .filter(|ca| !ca.is_empty());
+                read.insert(secret.clone(), ca);
+            }
+            read[&secret].clone()
+        };
+    }
+    Ok(())
+}
+
 /// Looks for every recorded process that was never seen to stop (`unstopped`, not yet seen
 /// fenced) at its last address, in parallel.
 async fn look_for_unstopped(
@@ -145,7 +185,7 @@ async fn probe_all(
     let probes = observed.iter().filter_map(|(slot, o)| {
         let running = matches!(o.pod, PodState::Running { .. });
         let ip = o.pod_ip.filter(|_| running)?;
-        let access = access.for_client_user(o.client_user.as_deref());
+        let access = access.for_slot(o);
         Some(async move { (*slot, access.probe(ip).await) })
     });
     let results = futures::future::join_all(probes).await;

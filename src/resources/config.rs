@@ -45,19 +45,11 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
         .and_then(|l| l.get("memory"))
         .and_then(quantity_bytes)
         .map(|bytes| (bytes as f64 * MAXMEMORY_SHARE) as u64);
-    match &spec.tls {
-        // TLS only: the plain port is closed, so no client can skip TLS by accident.
-        // Clients authenticate with their ACL password, not a client certificate.
-        Some(_) => lines.extend([
-            "port 0".into(),
-            format!("tls-port {REDIS_PORT}"),
-            format!("tls-cert-file {TLS_DIR}/{TLS_CERT_KEY}"),
-            format!("tls-key-file {TLS_DIR}/{TLS_KEY_KEY}"),
-            format!("tls-ca-cert-file {TLS_DIR}/{TLS_CA_KEY}"),
-            "tls-auth-clients no".into(),
-        ]),
-        None => lines.push(format!("port {REDIS_PORT}")),
-    }
+    lines.extend(
+        listener(spec.tls.is_some())
+            .into_iter()
+            .map(|(directive, value)| format!("{directive} {value}")),
+    );
     lines.extend([
         "bind 0.0.0.0".into(),
         // Safe: the default user is off and every other user needs a password.
@@ -74,6 +66,35 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
         "enable-module-command no".into(),
     ]);
     lines.join("\n") + "\n"
+}
+
+/// The directives of the port a process listens on. TLS only: the plain port is closed, so no
+/// client can skip TLS by accident; clients authenticate with their ACL password, not a client
+/// certificate. Plain: the TLS port is closed, whatever redis.conf says.
+fn listener(tls: bool) -> Vec<(&'static str, String)> {
+    if tls {
+        vec![
+            ("port", "0".into()),
+            ("tls-port", REDIS_PORT.to_string()),
+            ("tls-cert-file", format!("{TLS_DIR}/{TLS_CERT_KEY}")),
+            ("tls-key-file", format!("{TLS_DIR}/{TLS_KEY_KEY}")),
+            ("tls-ca-cert-file", format!("{TLS_DIR}/{TLS_CA_KEY}")),
+            ("tls-auth-clients", "no".into()),
+        ]
+    } else {
+        vec![("port", REDIS_PORT.to_string()), ("tls-port", "0".into())]
+    }
+}
+
+/// The same directives as redis-server command-line arguments, which override redis.conf:
+/// every pod names the listener it was built for (it has the certificate mount exactly when
+/// it was built with TLS), so a container restarting during a TLS toggle's rollout, when
+/// redis.conf already says the new mode, still starts as it was (docs/design.md §8.8).
+pub fn listener_args(tls: bool) -> Vec<String> {
+    listener(tls)
+        .into_iter()
+        .flat_map(|(directive, value)| [format!("--{directive}"), value])
+        .collect()
 }
 
 /// Why `key: value` from `spec.redisConfig` may not be written to redis.conf, or `None` when
@@ -201,8 +222,19 @@ mod tests {
         assert!(!conf.lines().any(|l| l == "port 6379"), "{conf}");
         let plain = redis_conf(&cluster(json!({"maxLockTTL": "30s"})));
         assert!(
-            plain.lines().any(|l| l == "port 6379") && !plain.contains("tls"),
+            plain.lines().any(|l| l == "port 6379")
+                && plain.lines().filter(|l| l.contains("tls")).eq(["tls-port 0"]),
             "{plain}"
+        );
+        // The same directives as arguments, which a pod passes for the mode it was built for.
+        assert_eq!(listener_args(false), ["--port", "6379", "--tls-port", "0"]);
+        let tls_args = listener_args(true);
+        assert_eq!(&tls_args[..4], ["--port", "0", "--tls-port", "6379"]);
+        assert!(
+            tls_args
+                .windows(2)
+                .any(|w| w == ["--tls-cert-file", "/etc/redis-tls/tls.crt"]),
+            "{tls_args:?}"
         );
     }
 

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR};
+use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR, listener_args};
 use super::hash::{SPEC_HASH, spec_hash};
 use super::names::{
     CLIENT_USER_ENV, LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name,
@@ -106,19 +106,24 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
     let container = Container {
         name: REDIS_CONTAINER.into(),
         image: Some(spec.image.clone()),
-        command: Some(vec![
-            "redis-server".into(),
-            format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
-            // The process names its pod: the operator's probe and release read it back on the
-            // connection that checks the run id, so an address reused by another pod's process
-            // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
-            "--proc-title-template".into(),
-            format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
-            // The ACL file of this pod's auth mode, not the one redis.conf names (the spec's
-            // now): a restart during an auth toggle's rollout keeps the process's users.
-            "--aclfile".into(),
-            format!("{ACL_DIR}/{}", acl_file_key(spec.auth.enabled)),
-        ]),
+        command: Some(
+            vec![
+                "redis-server".into(),
+                format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
+                // The process names its pod: the operator's probe and release read it back on the
+                // connection that checks the run id, so an address reused by another pod's process
+                // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
+                "--proc-title-template".into(),
+                format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
+                // The ACL file of this pod's auth mode, not the one redis.conf names (the spec's
+                // now): a restart during an auth toggle's rollout keeps the process's users.
+                "--aclfile".into(),
+                format!("{ACL_DIR}/{}", acl_file_key(spec.auth.enabled)),
+            ]
+            .into_iter()
+            .chain(listener_args(spec.tls.is_some()))
+            .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some("redis".into()),
             container_port: i32::from(REDIS_PORT),
@@ -376,7 +381,11 @@ mod tests {
                 "--proc-title-template",
                 "{title} {listen-addr} {server-mode} pod=$(POD_UID)",
                 "--aclfile",
-                "/etc/redis-acl/users-auth.acl"
+                "/etc/redis-acl/users-auth.acl",
+                "--port",
+                "6379",
+                "--tls-port",
+                "0"
             ]
         );
         // The readiness login's password comes from the operator's copy, which exists in

@@ -1093,9 +1093,14 @@ impl Drop for Worker {
 }
 
 /// Whether a redis config file sets `directive` itself (`protected-mode`: the image
-/// entrypoint then leaves it alone; `tls-port`: the server is TLS only).
+/// entrypoint then leaves it alone; `tls-port`: the server is TLS only). Redis keeps the last
+/// value of a directive, and a port of 0 is a closed port, so `tls-port 0` last sets nothing.
 fn config_sets(path: &std::path::Path, directive: &str) -> bool {
     std::fs::read_to_string(path)
-        .map(|c| c.lines().any(|l| l.split_whitespace().next() == Some(directive)))
+        .map(|c| {
+            c.lines()
+                .rfind(|l| l.split_whitespace().next() == Some(directive))
+                .is_some_and(|l| !(directive.ends_with("port") && l.split_whitespace().nth(1) == Some("0")))
+        })
         .unwrap_or(false)
 }

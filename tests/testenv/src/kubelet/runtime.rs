@@ -171,10 +171,16 @@ pub fn container_argv(
     argv[0] = resolve_program(&argv[0], mapped);
     if mapped.flavor == Flavor::RedisServer && Path::new(&argv[0]) == mapped.program {
         let port = first_port(container).to_string();
-        let tls = argv
-            .get(1)
-            .filter(|a| a.ends_with(".conf"))
-            .is_some_and(|c| config_sets(c, "tls-port"));
+        // The command line overrides the config file: its last `--tls-port` decides.
+        let tls_arg = argv
+            .windows(2)
+            .rfind(|w| w[0] == "--tls-port")
+            .map(|w| w[1] != "0");
+        let tls = tls_arg.unwrap_or_else(|| {
+            argv.get(1)
+                .filter(|a| a.ends_with(".conf"))
+                .is_some_and(|c| config_sets(c, "tls-port"))
+        });
         argv.extend(["--bind".to_string(), pod_ip.to_string()]);
         if tls {
             argv.extend(["--port".into(), "0".into(), "--tls-port".into(), port]);
@@ -381,6 +387,42 @@ mod tests {
                 "--daemonize",
                 "no"
             ]
+        );
+    }
+
+    #[test]
+    fn the_command_line_decides_tls_over_the_config_file() {
+        let with = |extra: &[&str]| Container {
+            command: Some(
+                ["redis-server", "/etc/redis/redis.conf"]
+                    .iter()
+                    .chain(extra)
+                    .map(|a| a.to_string())
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let tls_conf = |p: &str, d: &str| p == "/etc/redis/redis.conf" && d == "tls-port";
+        // A TLS config file, a plain process: plain.
+        let argv = container_argv(
+            &with(&["--port", "6379", "--tls-port", "0"]),
+            &redis(),
+            &env(),
+            "127.3.1.1",
+            tls_conf,
+        );
+        assert_eq!(&argv[argv.len() - 4..], ["--port", "6379", "--daemonize", "no"]);
+        // A plain config file, a TLS process: TLS only.
+        let argv = container_argv(
+            &with(&["--port", "0", "--tls-port", "6379"]),
+            &redis(),
+            &env(),
+            "127.3.1.1",
+            |_, _| false,
+        );
+        assert_eq!(
+            &argv[argv.len() - 6..],
+            ["--port", "0", "--tls-port", "6379", "--daemonize", "no"]
         );
     }
 

@@ -79,6 +79,10 @@ pub struct SlotObservation {
     pub tls_secret: Option<String>,
     /// The CA of `tls_secret`, found for this observation (`None` while unknown).
     pub tls_ca: Option<Vec<u8>>,
+    /// The pod is `Finished` but no kubelet reported its container terminated: the control
+    /// plane marked it failed (the pod garbage collector does so for a pod whose node was
+    /// deleted), which proves nothing about its process, as with a pod that vanished.
+    pub stop_unconfirmed: bool,
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -148,7 +152,12 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         .flatten()
         .find(|c| c.name == REDIS_CONTAINER);
     let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
-    let state = if phase == "Failed" || phase == "Succeeded" {
+    let finished = phase == "Failed" || phase == "Succeeded";
+    let stop_unconfirmed = finished
+        && !container
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.terminated.is_some());
+    let state = if finished {
         PodState::Finished {
             reason: match status.reason.as_deref() {
                 Some(r) => format!("{phase} ({r})"),
@@ -191,6 +200,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         client_user: client_user_of(pod),
         tls_secret: tls_secret_of(pod),
         tls_ca: None,
+        stop_unconfirmed,
     }
 }
 
@@ -350,6 +360,24 @@ mod tests {
         let slots = pods_by_slot(&cluster, &pods);
         assert_eq!(slots.keys().copied().collect::<Vec<_>>(), [1]);
         assert_eq!(slots[&1].pod_uid.as_deref(), Some("uid-1"));
+    }
+
+    #[test]
+    fn a_pod_marked_failed_without_a_stopped_container_does_not_prove_its_process_stopped() {
+        let running = json!({"name": "redis", "image": "redis", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {}}});
+        let marked = pod(json!({"phase": "Failed", "reason": "DeletionByPodGC",
+            "containerStatuses": [running]}));
+        let o = slot_observation(&marked);
+        assert!(matches!(o.pod, PodState::Finished { .. }), "{o:?}");
+        assert!(o.stop_unconfirmed);
+        let terminated = json!({"name": "redis", "image": "redis", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 137}}});
+        let stopped = pod(json!({"phase": "Failed", "containerStatuses": [terminated]}));
+        assert!(!slot_observation(&stopped).stop_unconfirmed);
+        // A running pod is not finished at all.
+        let live = pod(json!({"phase": "Running", "containerStatuses": [running]}));
+        assert!(!slot_observation(&live).stop_unconfirmed);
     }
 
     fn pod(status: serde_json::Value) -> Pod {

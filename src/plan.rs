@@ -537,11 +537,12 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
         );
         step.create_pod = obs.pod == PodState::Missing;
         let mut held = start_hold(input, slot, obs, why, step);
-        if obs.pod == PodState::Missing
+        if (obs.pod == PodState::Missing || obs.stop_unconfirmed)
             && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
         {
-            // The pod object is gone, but nothing showed its process stop: a node cut off
-            // from the API server keeps serving clients that reach it.
+            // The pod object is gone (or marked failed by the control plane), but nothing
+            // showed its process stop: a node cut off from the API server keeps serving
+            // clients that reach it.
             held.unstopped = Some(UnstoppedProcess {
                 run_id: run_id.clone(),
                 pod_ip: ip.clone(),
@@ -2944,6 +2945,20 @@ mod tests {
             ..Default::default()
         };
         let p = plan(&input(1, &members, at(NOW)), &observed([(0, stopped)]));
+        assert_eq!(p.members[0].unstopped, None);
+        // A pod the control plane marked failed (its node deleted) without any kubelet
+        // reporting its container stopped: not a process seen to stop either.
+        let marked_failed = SlotObservation {
+            stop_unconfirmed: true,
+            ..finished("Failed (DeletionByPodGC)")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, marked_failed)]));
+        assert_eq!(
+            p.members[0].unstopped.as_ref().map(|u| u.run_id.as_str()),
+            Some("A")
+        );
+        // Finished with its container seen terminated: stopped.
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, finished("Failed"))]));
         assert_eq!(p.members[0].unstopped, None);
     }
 

@@ -154,9 +154,9 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
     let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
     let finished = phase == "Failed" || phase == "Succeeded";
     let stop_unconfirmed = finished
-        && !container
+        && container
             .and_then(|c| c.state.as_ref())
-            .is_some_and(|s| s.terminated.is_some());
+            .is_none_or(|s| s.terminated.is_none());
     let state = if finished {
         PodState::Finished {
             reason: match status.reason.as_deref() {

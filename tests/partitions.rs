@@ -36,19 +36,18 @@ async fn a_process_that_outlives_its_deleted_node_is_fenced_before_its_replaceme
     outlived_pod(Assertion::DeleteNode).await;
 }
 
-async fn outlived_pod(assertion: Assertion) {
-    let env = Env::start(4).await;
+/// Three members serving; then slot 1's node is cut off from the API server (its process
+/// keeps serving) and cordoned. Returns the members' addresses before, slot 1's run id and
+/// its node.
+async fn serving_then_partitioned(env: &Env) -> (Vec<IpAddr>, String, String) {
     env.create_cluster(
         NAME,
         json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
     )
     .await;
     env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
-    let login = env.client_login(NAME).await;
     let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
     let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
-
-    // Slot 1's node is cut off from the API server; its process keeps serving.
     let node = env.node_of(NAME, 1).await;
     env.cp.kubelet().partition_node(&node).unwrap();
     Api::<Node>::all(env.cp.client())
@@ -59,6 +58,13 @@ async fn outlived_pod(assertion: Assertion) {
         )
         .await
         .unwrap();
+    (old, old_run, node)
+}
+
+async fn outlived_pod(assertion: Assertion) {
+    let env = Env::start(4).await;
+    let (old, old_run, node) = serving_then_partitioned(&env).await;
+    let login = env.client_login(NAME).await;
     match assertion {
         Assertion::ForceDeletePod => {
             env.pods()
@@ -116,27 +122,10 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
     use nix::sys::signal::{Signal, killpg};
     use nix::unistd::Pid;
     let env = Env::start(4).await;
-    env.create_cluster(
-        NAME,
-        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
-    )
-    .await;
-    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let (old, old_run, _node) = serving_then_partitioned(&env).await;
     let login = env.client_login(NAME).await;
-    let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
-    let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
+    // The process kubelet of a partitioned node still knows its processes.
     let pid = Pid::from_raw(env.cp.kubelet().pid(&env.ns, &format!("{NAME}-1")).unwrap() as i32);
-
-    let node = env.node_of(NAME, 1).await;
-    env.cp.kubelet().partition_node(&node).unwrap();
-    Api::<Node>::all(env.cp.client())
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
     killpg(pid, Signal::SIGSTOP).unwrap();
     env.pods()
         .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))

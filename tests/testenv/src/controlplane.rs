@@ -19,6 +19,20 @@ use crate::certs::Pki;
 use crate::kubelet::{KubeletConfig, ProcessKubelet};
 use crate::procs::{ManagedChild, free_port};
 
+const AUDIT_LOG: &str = "audit.log";
+
+/// Audit requests for RedlockClusters (and their status) only, without bodies.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources:
+  - group: redlock.dev
+    resources: [redlockclusters, redlockclusters/status]
+- level: None
+";
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct ControlPlaneConfig {
@@ -137,6 +151,10 @@ impl ControlPlane {
         ]);
         processes.push(ManagedChild::spawn("etcd", etcd, &logs.join("etcd.log"))?);
 
+        // Requests for RedlockClusters are audited (who asked, which verb), so tests can
+        // attribute API cost to the operator: the API server's own metrics count every client.
+        let audit_policy = dir.join("audit-policy.yaml");
+        std::fs::write(&audit_policy, AUDIT_POLICY)?;
         let api_port = free_port()?;
         let api_url = format!("https://127.0.0.1:{api_port}");
         let tolerate = config.eviction_toleration.as_secs().max(1).to_string();
@@ -164,6 +182,8 @@ impl ControlPlane {
             "--endpoint-reconciler-type=none",
             &format!("--default-not-ready-toleration-seconds={tolerate}"),
             &format!("--default-unreachable-toleration-seconds={tolerate}"),
+            &format!("--audit-policy-file={}", audit_policy.display()),
+            &format!("--audit-log-path={}", logs.join(AUDIT_LOG).display()),
         ]);
         processes.push(ManagedChild::spawn(
             "kube-apiserver",
@@ -281,6 +301,12 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The API server's audit log (JSON lines): every request for RedlockClusters, with its
+    /// verb, user and user agent, at the Metadata level.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs").join(AUDIT_LOG)
     }
 
     /// Second octet of every address of this control plane (pods are 127.B.x.y).

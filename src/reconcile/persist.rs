@@ -28,7 +28,14 @@ pub async fn persist(
     cluster: &RedlockCluster,
     decision: Decision,
 ) -> Result<OnRecord> {
-    if cluster.status.as_ref() != Some(&decision.status) {
+    // A release that changes no status (one repeated after a crash left its process fenced)
+    // is confirmed against the stored object all the same: the same status, applied on the
+    // condition of the version it was planned from, is refused if the watch cache showed an
+    // older version than the stored one (a lagging cache after a leader change), and costs
+    // no write otherwise. Fences, creates and deletes need no such check: none can let a
+    // client in.
+    let unchanged = cluster.status.as_ref() == Some(&decision.status);
+    if !unchanged || !decision.plan.releases.is_empty() {
         ctx.leadership.check()?;
         let written = api
             .patch_status(

@@ -30,6 +30,10 @@ pub const ADMIN_USER: &str = "redlock-admin";
 /// ACL user lock clients log in as when auth is enabled.
 pub const CLIENT_USER: &str = "redlock-client";
 
+/// Every ACL user lock clients may log in as: `default` with auth off, [`CLIENT_USER`] with it
+/// on. A process whose pod is gone is probed and fenced as both.
+pub const CLIENT_USERS: [&str; 2] = ["default", CLIENT_USER];
+
 /// Environment variable of the Redis container naming the ACL user lock clients log in as
 /// there. The pod keeps the value it was built with, so the operator reads it back to address
 /// each process as it was started, whatever the spec says now (an auth toggle mid-rollout, a

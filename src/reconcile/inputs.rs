@@ -115,7 +115,13 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
     };
     let admin = read(admin_secret_name(&name)).await?;
     let client = read(client_secret_name(&name)).await?;
-    let acl = read(acl_secret_name(&name)).await?;
+    // Evidence of processes that know the passwords only if it is this very object's: an
+    // earlier incarnation's ACL Secret (a delete + re-create, where the garbage collector may
+    // remove the old `<name>-admin` first) speaks for that incarnation's pods, which this
+    // cluster never adopts; its clients keep their password from `<name>-client` meanwhile.
+    let acl = read(acl_secret_name(&name))
+        .await?
+        .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
     secrets::recover_credentials(
         &name,
         admin.as_ref(),

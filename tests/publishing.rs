@@ -328,16 +328,7 @@ async fn pod_uids(env: &Env) -> BTreeMap<String, String> {
 /// (verb, resource, subresource). From `apiserver_request_total`, so even a write that changes
 /// nothing (a no-op apply) is counted.
 async fn api_writes(env: &Env) -> BTreeMap<String, f64> {
-    api_requests(
-        env,
-        &["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"],
-    )
-    .await
-}
-
-/// Requests the API server has served for `verbs` on the resources the operator touches, by
-/// `VERB resource/subresource` (its `apiserver_request_total`).
-async fn api_requests(env: &Env, verbs: &[&str]) -> BTreeMap<String, f64> {
+    let verbs = ["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"];
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = env.cp.client().request_text(req).await.unwrap();
     let resources = [

@@ -789,3 +789,110 @@ async fn a_refused_pod_create_does_not_delay_releases() {
     );
     assert!(env.pods().get_opt(&format!("{NAME}-3")).await.unwrap().is_none());
 }
+
+/// Issue 14 (audit finding F): the endpoints ConfigMap that tells clients which members serve
+/// is refused by the API server (here a ValidatingAdmissionPolicy; in the field a webhook or a
+/// policy engine). The refusal is reported (Warning event `EndpointsNotPublished`) and the
+/// write retried, while the hold and release of a killed member go on; once the refusal ends,
+/// the ConfigMap catches up without any other change.
+#[tokio::test]
+async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = Env::start(3).await;
+    // Holds of ~8.6 s: long enough to see the ConfigMap catch up while member 2 is held.
+    env.serving_with_ttl(NAME, 3, "8s").await;
+    let cm_name = format!("{NAME}-endpoints");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": format!("freeze-{}", env.ns)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["configmaps"],
+            }]},
+            "validations": [{
+                "expression": format!("object.metadata.name != '{cm_name}'"),
+                "message": "frozen by the test",
+            }],
+        },
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("freeze-{}", env.ns)},
+        "spec": {
+            "policyName": format!("freeze-{}", env.ns),
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": env.ns.clone(),
+            }}},
+        },
+    }))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(env.cp.client())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(env.cp.client());
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+    let cms = Api::<ConfigMap>::namespaced(env.cp.client(), &env.ns);
+    // The policy takes effect within a second or two: wait until an update is refused.
+    wait_for(
+        "the policy refuses updates",
+        Duration::from_secs(20),
+        async || {
+            let probe = cms
+                .patch(
+                    &cm_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"probe": Timestamp::now().to_string()}}}),
+                    ),
+                )
+                .await;
+            Ok(probe.is_err().then_some(()))
+        },
+    )
+    .await;
+
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    env.wait_event("EndpointsNotPublished").await;
+    let ready = |cm: &ConfigMap| cm.data.as_ref().unwrap()["ready"].lines().count();
+    assert_eq!(
+        ready(&cms.get(&cm_name).await.unwrap()),
+        3,
+        "the refused write changed nothing"
+    );
+    // Hold and release go on regardless.
+    env.wait_member(NAME, 1, "released", Duration::from_secs(30), |m| {
+        m.state == MemberState::Ready && m.run_id != before.run_id
+    })
+    .await;
+
+    // Still refused: the ConfigMap says 3 ready, which is true again. Kill another member so
+    // the ConfigMap must change once the refusal ends.
+    let before = env.member(NAME, 2).await.unwrap();
+    kill(&env, 2).await;
+    wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
+    bindings
+        .delete(&format!("freeze-{}", env.ns), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the ConfigMap lists 2 ready members",
+        Duration::from_secs(20),
+        async || {
+            let cm = cms.get(&cm_name).await?;
+            Ok((ready(&cm) == 2).then_some(()))
+        },
+    )
+    .await;
+    Api::<ValidatingAdmissionPolicy>::all(env.cp.client())
+        .delete(&format!("freeze-{}", env.ns), &DeleteParams::default())
+        .await
+        .unwrap();
+}

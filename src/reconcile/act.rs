@@ -26,9 +26,14 @@ use crate::resources::{endpoints, pod};
 pub struct Acted {
     /// Some process was released: its readiness is worth a look soon.
     pub released: bool,
-    /// A pod create or delete was refused: when it may be tried again.
-    pub pod_retry: Option<Duration>,
+    /// A pod create or delete, or the endpoints ConfigMap, was refused: when to try again.
+    pub retry: Option<Duration>,
 }
+
+/// Event reason of an endpoints ConfigMap that could not be written.
+pub const ENDPOINTS_NOT_PUBLISHED: &str = "EndpointsNotPublished";
+/// How soon a refused endpoints ConfigMap is written again.
+const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 
 pub async fn act(
     ctx: &Context,
@@ -108,14 +113,25 @@ pub async fn act(
         .await;
     }
 
+    let mut retry = None;
     if inputs.accepted() {
         let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
         let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
         let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
         let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
         if let Err(e) = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm).await {
-            // Reported like any other child; fences and releases below must still happen.
-            tracing::warn!(error = %e, "endpoints ConfigMap not applied");
+            // Clients read which members serve from it: a stale copy is reported (event,
+            // error metric) and written again soon, while the fences and releases below must
+            // still happen now.
+            ctx.metrics.reconcile_failed(&e);
+            let msg = format!(
+                "{}: cannot publish the endpoints clients read: {e}; tried again in {}s",
+                crate::resources::names::endpoints_config_map_name(&name),
+                ENDPOINTS_RETRY.as_secs()
+            );
+            tracing::warn!("{msg}");
+            events::publish_for_cluster(&ctx.recorder, cluster, ENDPOINTS_NOT_PUBLISHED, msg, true).await;
+            retry = Some(ENDPOINTS_RETRY);
         }
     }
 
@@ -165,7 +181,8 @@ pub async fn act(
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &d.plan, observed).await?;
-    Ok(Acted { released, pod_retry })
+    let retry = [retry, pod_retry].into_iter().flatten().min();
+    Ok(Acted { released, retry })
 }
 
 /// The plan's pod creates and deletes. A refused one is reported (event `PodChangeFailed`,

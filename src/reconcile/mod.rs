@@ -114,7 +114,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));
     }
-    if let Some(retry) = acted.pod_retry {
+    if let Some(retry) = acted.retry {
         after = after.min(retry);
     }
     Ok(Action::requeue(after))

@@ -4,10 +4,10 @@ DEV := target/dev
 # Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
-.PHONY: test fmt fmt-check clippy build crds chart controlplane redis-libc dev-binaries demo dev-up dev-down bench bench-env safety
+.PHONY: nodes test fmt fmt-check clippy build crds chart controlplane redis-libc dev-binaries demo dev-up dev-down bench bench-env safety
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
-test: fmt-check clippy controlplane chart redis-libc
+test: fmt-check clippy controlplane nodes chart redis-libc
 	$(CARGO) test --workspace --lib --bins --tests
 
 ## chart: helm lint --strict and helm template of charts/redlock-operator (tests/chart.rs
@@ -38,6 +38,13 @@ crds:
 ## pinned Go modules, cached in ~/.cache/redlock-operator and linked into target/dev/bin
 controlplane:
 	tests/controlplane/build.sh
+
+## nodes: what real nodes need (tests/real_nodes.rs): kubelet and kube-proxy (with the control
+## plane), containerd, runc and the CNI plugins from their pinned Go modules, and the pause,
+## Redis and Valkey images from Debian packages; cached in ~/.cache/redlock-operator
+nodes: controlplane
+	tests/nodes/build.sh
+	tests/nodes/images.sh > /dev/null
 
 ## redis-libc: a redis-server built with MALLOC=libc from the Debian source package, which runs
 ## under libfaketime (tests that jump a member's clock); cached in ~/.cache/redlock-operator

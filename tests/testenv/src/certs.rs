@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose, SanType,
+    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 /// Paths of the PEM files written by [`Pki::write`].
 #[derive(Debug, Clone)]
 pub struct Pki {
     pub ca_cert: PathBuf,
+    /// The CA's key, kept so that real nodes can get certificates later ([`Pki::issue`]).
+    pub ca_key: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
     pub admin_cert: PathBuf,
@@ -27,15 +29,9 @@ impl Pki {
     /// range (the `kubernetes` Service), which the serving certificate must name.
     pub fn write(dir: &Path, service_ip: IpAddr) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut ca_params = CertificateParams::default();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name = name("redlock-envtest-ca", None);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let ca_key = KeyPair::generate()?;
+        let ca_key_pem = ca_key.serialize_pem();
+        let ca = CertifiedIssuer::self_signed(ca_params(), ca_key)?;
 
         let mut serving = CertificateParams::new(vec![
             "localhost".to_owned(),
@@ -63,6 +59,7 @@ impl Pki {
 
         let pki = Self {
             ca_cert: dir.join("ca.crt"),
+            ca_key: dir.join("ca.key"),
             serving_cert: dir.join("apiserver.crt"),
             serving_key: dir.join("apiserver.key"),
             admin_cert: dir.join("admin.crt"),
@@ -71,6 +68,7 @@ impl Pki {
             sa_pub: dir.join("sa.pub"),
         };
         std::fs::write(&pki.ca_cert, ca.pem())?;
+        std::fs::write(&pki.ca_key, ca_key_pem)?;
         std::fs::write(&pki.serving_cert, serving_cert.pem())?;
         std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
         std::fs::write(&pki.admin_cert, admin_cert.pem())?;
@@ -78,6 +76,36 @@ impl Pki {
         std::fs::write(&pki.sa_key, sa.serialize_pem())?;
         std::fs::write(&pki.sa_pub, sa.public_key_pem())?;
         Ok(pki)
+    }
+
+    /// A certificate signed by this CA, written as `<dir>/<file>.crt` and `.key`: a client
+    /// certificate when `ips` is empty (`common_name` and `organization` are the user and
+    /// group the API server sees), else a serving certificate for those addresses.
+    pub fn issue(
+        &self,
+        dir: &Path,
+        file: &str,
+        common_name: &str,
+        organization: Option<&str>,
+        ips: &[IpAddr],
+    ) -> Result<(PathBuf, PathBuf)> {
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(&self.ca_key)?)?;
+        let issuer = Issuer::new(ca_params(), ca_key);
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name = name(common_name, organization);
+        if ips.is_empty() {
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        } else {
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            params.subject_alt_names = ips.iter().map(|ip| SanType::IpAddress(*ip)).collect();
+        }
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        std::fs::create_dir_all(dir)?;
+        let (cert_path, key_path) = (dir.join(format!("{file}.crt")), dir.join(format!("{file}.key")));
+        std::fs::write(&cert_path, cert.pem())?;
+        std::fs::write(&key_path, key.serialize_pem())?;
+        Ok((cert_path, key_path))
     }
 
     /// An admin kubeconfig for `server` referring to the PEM files by path.
@@ -89,6 +117,19 @@ impl Pki {
             key = self.admin_key.display(),
         )
     }
+}
+
+/// The CA's parameters; [`Pki::issue`] rebuilds the issuer from them and the saved key.
+fn ca_params() -> CertificateParams {
+    let mut ca_params = CertificateParams::default();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name = name("redlock-envtest-ca", None);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca_params
 }
 
 fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {

@@ -17,6 +17,8 @@ use kube::{Client, Config};
 
 use crate::certs::Pki;
 use crate::kubelet::{KubeletConfig, ProcessKubelet};
+use crate::nodes::layout::Layout;
+use crate::nodes::{RealNodes, RealNodesConfig};
 use crate::procs::{ManagedChild, free_port};
 
 const AUDIT_LOG: &str = "audit.log";
@@ -56,6 +58,9 @@ pub struct ControlPlaneConfig {
     /// Per-node wall clocks for Redis pods (a redis-server that runs under libfaketime), see
     /// `KubeletConfig::node_clocks`.
     pub node_clocks: Option<PathBuf>,
+    /// Real nodes (kubelet, containerd, CNI, kube-proxy; see [`crate::nodes`]) instead of the
+    /// process kubelet. Only inside the run's namespaces ([`crate::nodes::namespace::enter`]).
+    pub real_nodes: bool,
 }
 
 impl Default for ControlPlaneConfig {
@@ -69,6 +74,7 @@ impl Default for ControlPlaneConfig {
             dir: None,
             extra_images: Vec::new(),
             node_clocks: None,
+            real_nodes: false,
         }
     }
 }
@@ -77,6 +83,7 @@ impl Default for ControlPlaneConfig {
 /// plane processes newest first, then the directory.
 pub struct ControlPlane {
     kubelet: Option<ProcessKubelet>,
+    real_nodes: Option<RealNodes>,
     processes: Vec<ManagedChild>,
     client: Client,
     kubeconfig: PathBuf,
@@ -116,6 +123,10 @@ impl ControlPlane {
                 );
             }
         }
+        if config.real_nodes {
+            // Loopback, forwarding and private mounts first: etcd binds before any node.
+            crate::nodes::namespace::prepare()?;
+        }
         let (tempdir, dir) = match &config.dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -128,8 +139,16 @@ impl ControlPlane {
             }
         };
         let ip_block = IpBlock::acquire()?;
-        let service_range = format!("127.{}.240.0/20", ip_block.octet);
-        let service_ip = IpAddr::V4(Ipv4Addr::new(127, ip_block.octet, 240, 1));
+        let layout = Layout::new(ip_block.octet, &dir);
+        // Pods of the process kubelet live on loopback, real pods in 10.B.0.0/16.
+        let (service_range, service_ip) = if config.real_nodes {
+            (layout.service_range(), IpAddr::V4(layout.kubernetes_service_ip()))
+        } else {
+            (
+                format!("127.{}.240.0/20", ip_block.octet),
+                IpAddr::V4(Ipv4Addr::new(127, ip_block.octet, 240, 1)),
+            )
+        };
         let pki = Pki::write(&dir.join("pki"), service_ip)?;
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
@@ -198,6 +217,14 @@ impl ControlPlane {
 
         let kcm_port = free_port()?;
         let grace = config.node_monitor_grace_period.as_secs().max(2);
+        // Endpoint(Slice)s refuse loopback addresses, and every pod IP of the process kubelet
+        // is loopback: these controllers could only log errors, and the test resolver applies
+        // their rules. Real pods have real addresses: every controller runs.
+        let controllers = if config.real_nodes {
+            "*".to_owned()
+        } else {
+            "*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller".to_owned()
+        };
         let mut kcm = Command::new(bin_dir.join("kube-controller-manager"));
         kcm.args([
             &format!("--kubeconfig={}", kubeconfig.display()),
@@ -210,9 +237,7 @@ impl ControlPlane {
             &format!("--root-ca-file={}", pki.ca_cert.display()),
             &format!("--service-cluster-ip-range={service_range}"),
             "--allocate-node-cidrs=false",
-            // Endpoint(Slice)s refuse loopback addresses, and every pod IP here is loopback:
-            // these controllers could only log errors. The test resolver applies their rules.
-            "--controllers=*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
+            &format!("--controllers={controllers}"),
             "--node-monitor-period=1s",
             &format!("--node-monitor-grace-period={grace}s"),
         ]);
@@ -240,6 +265,7 @@ impl ControlPlane {
 
         let mut cp = Self {
             kubelet: None,
+            real_nodes: None,
             processes,
             client,
             kubeconfig,
@@ -253,7 +279,27 @@ impl ControlPlane {
         // runs; pods cannot be created in a namespace before its `default` account exists.
         cp.wait_service_account("default", Duration::from_secs(60))
             .await?;
-        if config.nodes > 0 {
+        if config.nodes > 0 && config.real_nodes {
+            let (node_bin, cni_bin, images) = crate::nodes::default_paths(&repo_root());
+            let nodes = RealNodes::start(
+                cp.client.clone(),
+                RealNodesConfig {
+                    nodes: config.nodes,
+                    zones: config.zones.clone(),
+                    layout,
+                    api_url: cp.api_url.clone(),
+                    pki: pki.clone(),
+                    bin_dir: node_bin,
+                    cni_bin,
+                    images: crate::nodes::image_tarballs(&images)?,
+                    // Renewed every second, like the process kubelet's lease.
+                    node_lease_seconds: 4,
+                },
+            )
+            .await
+            .context("start real nodes")?;
+            cp.real_nodes = Some(nodes);
+        } else if config.nodes > 0 {
             let kubelet = ProcessKubelet::start(
                 cp.client.clone(),
                 KubeletConfig {
@@ -282,6 +328,19 @@ impl ControlPlane {
 
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The real nodes (a control plane started with `real_nodes`).
+    pub fn real_nodes(&self) -> &RealNodes {
+        self.real_nodes
+            .as_ref()
+            .expect("control plane started without real nodes")
+    }
+
+    pub fn real_nodes_mut(&mut self) -> &mut RealNodes {
+        self.real_nodes
+            .as_mut()
+            .expect("control plane started without real nodes")
     }
 
     pub fn kubelet(&self) -> &ProcessKubelet {
@@ -383,6 +442,7 @@ impl ControlPlane {
         if let Some(k) = self.kubelet.take() {
             k.shutdown().await;
         }
+        drop(self.real_nodes.take());
         while let Some(mut p) = self.processes.pop() {
             p.stop(Duration::from_secs(5));
         }
@@ -392,6 +452,7 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         drop(self.kubelet.take());
+        drop(self.real_nodes.take());
         while let Some(mut p) = self.processes.pop() {
             p.stop(Duration::from_secs(5));
         }

@@ -9,6 +9,7 @@
 pub mod certs;
 pub mod controlplane;
 pub mod kubelet;
+pub mod nodes;
 pub mod operator;
 pub mod procs;
 pub mod resolver;

@@ -1,0 +1,345 @@
+//! The operator on real nodes: kubelet v1.37, containerd 2.x, runc, CNI bridges and
+//! kube-proxy, Redis in containers from images built here (tests/nodes). Runs inside the
+//! run's own network, mount and PID namespaces, so it has its own `main` (harness = false):
+//! it re-executes itself there first, then runs the tests one after another (the nodes of one
+//! control plane share the namespace's iptables with its kube-proxy).
+//!
+//! `cargo test --test real_nodes -- FILTER` runs the tests whose name contains FILTER.
+
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use redlock_testenv::ControlPlaneConfig;
+use serde_json::json;
+use support::*;
+
+const NAME: &str = "locks";
+
+type TestFn = fn() -> Pin<Box<dyn Future<Output = ()>>>;
+
+const TESTS: &[(&str, TestFn)] = &[
+    (
+        "kill_9_in_a_container_holds_the_restarted_process_until_held_until",
+        || Box::pin(kill_9_in_a_container_holds_the_restarted_process_until_held_until()),
+    ),
+    ("every_image_locks_holds_and_releases", || {
+        Box::pin(every_image_locks_holds_and_releases())
+    }),
+    (
+        "a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_replacement_serves",
+        || {
+            Box::pin(
+                a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_replacement_serves(),
+            )
+        },
+    ),
+];
+
+/// The images of the version matrix (tests/nodes/images.sh builds each from Debian packages);
+/// README "Tested versions" lists them.
+const IMAGES: &[(&str, &str)] = &[
+    ("r70", "redis:7.0"),
+    ("r80", "redis:8.0"),
+    ("v81", "valkey/valkey:8.1"),
+    ("v91", "valkey/valkey:9.1"),
+];
+
+fn main() -> ExitCode {
+    if let Err(e) = redlock_testenv::nodes::namespace::enter() {
+        eprintln!("cannot enter the run's namespaces: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<_> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    println!("\nrunning {} tests (real nodes, one at a time)", selected.len());
+    let mut failed = Vec::new();
+    for (name, test) in selected {
+        let started = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        // A panicking test drops its environment (every process, mount and cgroup) on unwind.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
+        drop(runtime);
+        let secs = started.elapsed().as_secs_f64();
+        match outcome {
+            Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
+            Err(_) => {
+                println!("test {name} ... FAILED ({secs:.1}s)");
+                failed.push(*name);
+            }
+        }
+    }
+    if failed.is_empty() {
+        println!("\ntest result: ok");
+        ExitCode::SUCCESS
+    } else {
+        println!("\nfailures: {failed:?}\ntest result: FAILED");
+        ExitCode::FAILURE
+    }
+}
+
+/// Five real nodes in three zones, as the process kubelet's tests use.
+async fn real_env() -> Env {
+    Env::start_config(
+        ControlPlaneConfig {
+            nodes: 5,
+            real_nodes: true,
+            ..Default::default()
+        },
+        &[],
+    )
+    .await
+}
+
+/// Debian's redis 7.0 in a container; hold = 3s + ceil(3s × 0.01) + 0.5s = 3.53s.
+fn spec() -> serde_json::Value {
+    json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms", "image": "redis:7.0"})
+}
+
+/// The lifecycle rule on a real container: kill -9 of redis-server (found through
+/// containerd) is restarted by the kubelet in the same pod, and the new process serves no
+/// client until its `heldUntil`, then at once. The Service's EndpointSlice (the real
+/// controller's) drops the member while it is held.
+async fn kill_9_in_a_container_holds_the_restarted_process_until_held_until() {
+    let env = real_env().await;
+    env.create_cluster(NAME, spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(120)).await;
+    let client = env.client_login(NAME).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    let ip = env.pod_ip(NAME, 0).await;
+    assert!(ip.to_string().starts_with("10."), "a real pod IP: {ip}");
+    lock(ip, &client, "warmup", "a", Duration::from_secs(1))
+        .await
+        .expect("the ready member serves a client in its container");
+
+    let old_pid = env
+        .cp
+        .real_nodes()
+        .pid(&env.ns, &format!("{NAME}-0"))
+        .await
+        .unwrap();
+    env.cp
+        .real_nodes()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .await
+        .unwrap();
+    let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let refused = lock(ip, &client, "res", "b", Duration::from_secs(1)).await;
+    assert!(
+        refused.is_err() || Timestamp::now() >= until,
+        "fenced process accepted a client: {refused:?}"
+    );
+
+    let served = first_client_write(ip, &client, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let late = served.duration_since(until);
+    assert!(
+        late >= SignedDuration::ZERO,
+        "served {served} before heldUntil {until}"
+    );
+    assert!(
+        late <= SignedDuration::from_secs(1),
+        "served {late:?} after heldUntil (limit 1s)"
+    );
+    let after = env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let m = after
+        .status
+        .unwrap()
+        .members
+        .into_iter()
+        .find(|m| m.slot == 0)
+        .unwrap();
+    assert_eq!(m.state, MemberState::Ready);
+    assert_ne!(m.run_id, before.run_id, "a new process serves");
+    let new_pid = env
+        .cp
+        .real_nodes()
+        .pid(&env.ns, &format!("{NAME}-0"))
+        .await
+        .unwrap();
+    assert_ne!(new_pid, old_pid, "the kubelet restarted the container");
+
+    // The real endpointslice controller publishes the members' pod IPs.
+    let slices = Api::<EndpointSlice>::namespaced(env.cp.client(), &env.ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let addresses: Vec<String> = slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect();
+    assert!(addresses.contains(&ip.to_string()), "{addresses:?}");
+}
+
+/// The version matrix: on every image, a cluster's ready members serve a lock client (and only
+/// as the client user: `default` is off, and the client user may not change what the hold
+/// rule depends on), and kill -9 of a member's process is held until `heldUntil`, then
+/// released at once. One control plane, one cluster per image, side by side.
+async fn every_image_locks_holds_and_releases() {
+    let env = real_env().await;
+    for (name, image) in IMAGES {
+        env.create_cluster(
+            name,
+            json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms", "image": image}),
+        )
+        .await;
+    }
+    for (name, image) in IMAGES {
+        env.wait_ready(name, 3, Duration::from_secs(180)).await;
+        let client = env.client_login(name).await;
+        let ip = env.pod_ip(name, 0).await;
+        assert_eq!(
+            lock(ip, &client, "orders", "a", Duration::from_secs(5))
+                .await
+                .ok(),
+            Some(true),
+            "{image}: a ready member grants a lock"
+        );
+        let mut as_client = connect(ip, &client).await.unwrap();
+        let refused: redis::RedisResult<()> = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg("yes")
+            .query_async(&mut as_client)
+            .await;
+        let err = refused.expect_err("the client user may not CONFIG SET");
+        assert!(
+            err.to_string().to_lowercase().contains("permission"),
+            "{image}: {err:?}"
+        );
+        let anonymous = Login {
+            user: "default".into(),
+            password: String::new(),
+        };
+        assert!(
+            lock(ip, &anonymous, "orders", "b", Duration::from_secs(1))
+                .await
+                .is_err(),
+            "{image}: the default user is off"
+        );
+        let server: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut as_client)
+            .await
+            .unwrap_or_default();
+        // Valkey reports the Redis version it is compatible with too; its own comes first.
+        let version = ["valkey_version:", "redis_version:"]
+            .iter()
+            .find_map(|key| server.lines().find(|l| l.starts_with(key)))
+            .unwrap_or("version hidden from the client user")
+            .to_owned();
+
+        let before = env.member(name, 0).await.unwrap();
+        env.cp
+            .real_nodes()
+            .signal_pod(&env.ns, &format!("{name}-0"), Signal::SIGKILL)
+            .await
+            .unwrap();
+        let (_, until) = wait_held(&env, name, 0, before.run_id.as_deref().unwrap()).await;
+        let served = first_client_write(ip, &client, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let late = served.duration_since(until);
+        assert!(
+            late >= SignedDuration::ZERO,
+            "{image}: served {served} before heldUntil {until}"
+        );
+        assert!(
+            late <= SignedDuration::from_secs(1),
+            "{image}: served {late:?} after heldUntil"
+        );
+        println!("{image} ({version}): locks, held after kill -9, released {late:?} after heldUntil");
+    }
+}
+
+/// Issue 15 on a real node: slot 1's node is cut off from the API server (its kubelet stops;
+/// its container keeps serving at the old pod IP), cordoned, and the administrator
+/// force-deletes the pod. The replacement is released only after the operator fenced the old
+/// process where it still runs; real lock clients with the old and the new address lists never
+/// both get a majority. When the partition heals, the kubelet kills the orphaned container.
+async fn a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_replacement_serves() {
+    let env = real_env().await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s", "image": "redis:7.0"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(120)).await;
+    let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
+    let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
+    let node = env.node_of(NAME, 1).await;
+    let old_pid = env
+        .cp
+        .real_nodes()
+        .pid(&env.ns, &format!("{NAME}-1"))
+        .await
+        .unwrap();
+    env.cp.real_nodes().partition_node(&node).unwrap();
+    Api::<Node>::all(env.cp.client())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let login = env.client_login(NAME).await;
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+
+    env.wait_member(NAME, 1, "replacement released", Duration::from_secs(120), |m| {
+        m.state == MemberState::Ready && m.run_id.as_deref() != Some(old_run.as_str())
+    })
+    .await;
+    let new: Vec<IpAddr> = env.member_ips(NAME, 3).await;
+    assert_ne!(new[1], old[1], "the replacement has another address");
+    assert!(
+        std::path::Path::new(&format!("/proc/{old_pid}")).exists(),
+        "the old container still runs on the partitioned node"
+    );
+
+    let ttl = Duration::from_secs(3);
+    let (granted, _) = redlock_attempt(&[new[0], new[1]], &login, "orders", "fresh-client", ttl).await;
+    assert_eq!(granted, 2, "the current list's client takes {{0, new 1}}");
+    let (granted, valid) = redlock_attempt(&old, &login, "orders", "stale-client", ttl).await;
+    assert!(
+        !valid,
+        "the stale client got a majority of the old list ({granted} of 3) while the fresh one holds the lock"
+    );
+    env.wait_event("UnstoppedProcessFenced").await;
+    assert!(
+        connect(old[1], &login).await.is_err(),
+        "the old process no longer lets lock clients log in"
+    );
+
+    // The partition heals: the kubelet finds the container of a pod that no longer exists.
+    env.cp.real_nodes().heal_node(&node).unwrap();
+    wait_for(
+        "the orphaned container is gone",
+        Duration::from_secs(60),
+        async || Ok((!std::path::Path::new(&format!("/proc/{old_pid}")).exists()).then_some(())),
+    )
+    .await;
+}

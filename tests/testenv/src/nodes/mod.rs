@@ -1,0 +1,308 @@
+//! Real nodes: per node a containerd, a kubelet v1.37 and a CNI bridge with its own pod
+//! subnet, plus one kube-proxy, all inside the run's own namespaces ([`namespace`]). Pods
+//! run in real containers from locally built images (tests/nodes/images.sh); faults use the
+//! real processes: a container's PID comes from containerd, a partition is a stopped kubelet
+//! whose containers keep serving, a lost node is a killed kubelet with its containers.
+//!
+//! Layout: `layout` (addresses and names, pure), `config` (config files, pure), `namespace`
+//! (the run's namespaces), `cgroups` (cgroup roots), `node` (one node's processes).
+
+pub mod cgroups;
+pub mod config;
+pub mod layout;
+pub mod namespace;
+mod node;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use nix::sys::signal::Signal;
+use tracing::info;
+
+use crate::certs::Pki;
+use crate::procs::{ManagedChild, free_port};
+use layout::{Layout, NodeLayout};
+use node::RealNode;
+
+/// Kernel settings the kubelet changes machine-wide at start (`setupKernelTunables`); they
+/// are put back when the nodes stop.
+const KUBELET_SYSCTLS: &[&str] = &["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"];
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct RealNodesConfig {
+    pub nodes: usize,
+    pub zones: Vec<String>,
+    pub layout: Layout,
+    pub api_url: String,
+    pub pki: Pki,
+    /// kubelet, kube-proxy, containerd, containerd-shim-runc-v2, ctr, runc.
+    pub bin_dir: PathBuf,
+    /// CNI plugins (bridge, host-local, loopback, portmap).
+    pub cni_bin: PathBuf,
+    /// Image tarballs imported into every node's containerd.
+    pub images: Vec<PathBuf>,
+    /// Node lease duration; the kubelet renews every quarter of it.
+    pub node_lease_seconds: u32,
+}
+
+/// Where `tests/nodes/build.sh` and `tests/nodes/images.sh` put their results.
+pub fn default_paths(repo: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let dev = repo.join("target/dev");
+    (dev.join("bin"), dev.join("cni/bin"), dev.join("images"))
+}
+
+/// The images of `dir` (`*.tar`), sorted.
+pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| {
+            format!(
+                "{} is missing: run `make nodes` (tests/nodes/images.sh) first",
+                dir.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tar"))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Running real nodes. Dropping them kills every process they started and removes their
+/// interfaces, cgroups and mounts, also when a test panics.
+pub struct RealNodes {
+    client: kube::Client,
+    nodes: Vec<RealNode>,
+    kube_proxy: Option<ManagedChild>,
+    sysctls: Vec<(String, String)>,
+    config: RealNodesConfig,
+}
+
+impl RealNodes {
+    pub async fn start(client: kube::Client, config: RealNodesConfig) -> Result<Self> {
+        namespace::prepare()?;
+        for b in [
+            "kubelet",
+            "kube-proxy",
+            "containerd",
+            "containerd-shim-runc-v2",
+            "ctr",
+            "runc",
+        ] {
+            if !config.bin_dir.join(b).exists() {
+                bail!(
+                    "{} is missing: run `make nodes` (tests/nodes/build.sh) first",
+                    config.bin_dir.join(b).display()
+                );
+            }
+        }
+        let sysctls = KUBELET_SYSCTLS
+            .iter()
+            .map(|k| Ok((k.to_string(), namespace::read_sysctl(k)?)))
+            .collect::<Result<Vec<_>>>()?;
+        bind_nodes_to_their_role(&client).await?;
+        let mut this = Self {
+            client: client.clone(),
+            nodes: Vec::new(),
+            kube_proxy: None,
+            sysctls,
+            config: config.clone(),
+        };
+        let started = Instant::now();
+        for layout in config.layout.nodes(config.nodes, &config.zones) {
+            let node = RealNode::start(layout, &config).await?;
+            this.nodes.push(node);
+        }
+        for node in &this.nodes {
+            node.wait_ready(&client, Duration::from_secs(120)).await?;
+        }
+        this.kube_proxy = Some(this.start_kube_proxy()?);
+        info!(
+            nodes = config.nodes,
+            seconds = started.elapsed().as_secs_f64(),
+            "real nodes ready"
+        );
+        Ok(this)
+    }
+
+    fn start_kube_proxy(&self) -> Result<ManagedChild> {
+        let dir = self.config.layout.dir.join("kube-proxy");
+        let (cert, key) = self
+            .config
+            .pki
+            .issue(&dir, "client", "system:kube-proxy", None, &[])?;
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            config::kubeconfig(&self.config.api_url, &self.config.pki.ca_cert, &cert, &key),
+        )?;
+        let conf = dir.join("config.yaml");
+        // One kube-proxy serves every node: they share the run's network namespace, and a
+        // second one would rewrite the same iptables chains.
+        std::fs::write(
+            &conf,
+            config::kube_proxy_yaml(
+                &self.config.layout,
+                &kubeconfig,
+                &self.nodes[0].layout.name,
+                free_port()?,
+            ),
+        )?;
+        let mut cmd = std::process::Command::new(self.config.bin_dir.join("kube-proxy"));
+        cmd.arg(format!("--config={}", conf.display()));
+        ManagedChild::spawn("kube-proxy", cmd, &dir.join("kube-proxy.log"))
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.layout.name.clone()).collect()
+    }
+
+    pub fn layouts(&self) -> Vec<NodeLayout> {
+        self.nodes.iter().map(|n| n.layout.clone()).collect()
+    }
+
+    fn node(&self, name: &str) -> Result<&RealNode> {
+        self.nodes
+            .iter()
+            .find(|n| n.layout.name == name)
+            .with_context(|| format!("unknown node {name}"))
+    }
+
+    /// PID (in this PID namespace) of the pod's first container's main process, from
+    /// containerd, while it runs.
+    pub async fn pid(&self, namespace: &str, pod: &str) -> Result<u32> {
+        let p = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get(pod)
+            .await
+            .with_context(|| format!("get pod {namespace}/{pod}"))?;
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .with_context(|| format!("pod {namespace}/{pod} is not bound to a node"))?;
+        let id = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.container_id.clone())
+            .with_context(|| format!("pod {namespace}/{pod} has no container yet"))?;
+        let id = id.strip_prefix("containerd://").unwrap_or(&id).to_owned();
+        self.node(&node)?.task_pid(&id)
+    }
+
+    /// Sends `sig` to the pod's first container's main process, as `kill` on its node would.
+    pub async fn signal_pod(&self, namespace: &str, pod: &str, sig: Signal) -> Result<()> {
+        let pid = self.pid(namespace, pod).await?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
+            .with_context(|| format!("send {sig} to pod {namespace}/{pod} (pid {pid})"))
+    }
+
+    /// The kubelet goes silent (stopped), its containers keep serving: a node cut off from
+    /// the API server but not from its clients.
+    pub fn partition_node(&self, node: &str) -> Result<()> {
+        self.node(node)?.partition()
+    }
+
+    /// The partition ends: the kubelet runs again and acts on what changed meanwhile.
+    pub fn heal_node(&self, node: &str) -> Result<()> {
+        self.node(node)?.heal()
+    }
+
+    /// The node dies: kubelet and every container on it are killed (containerd stays, as
+    /// on a machine whose runtime state survives a reboot).
+    pub fn lose_node(&self, node: &str) -> Result<()> {
+        self.node(node)?.lose()
+    }
+
+    /// The node comes back: a new kubelet, which restarts the pods still bound to it.
+    pub fn restore_node(&mut self, node: &str) -> Result<()> {
+        let config = self.config.clone();
+        let n = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.layout.name == node)
+            .with_context(|| format!("unknown node {node}"))?;
+        n.restore(&config)
+    }
+
+    /// Pod IPs are routable only inside the run's network namespace.
+    pub fn pod_network(&self) -> String {
+        self.config.layout.cluster_cidr()
+    }
+
+    fn stop_all(&mut self) {
+        if let Some(mut p) = self.kube_proxy.take() {
+            p.stop(Duration::from_secs(2));
+            // Its iptables chains stay behind a killed process; `--cleanup` removes them.
+            let _ = std::process::Command::new(self.config.bin_dir.join("kube-proxy"))
+                .args(["--cleanup", "--v=0"])
+                .output();
+        }
+        for n in &mut self.nodes {
+            n.stop();
+        }
+        self.nodes.clear();
+        for (k, v) in std::mem::take(&mut self.sysctls) {
+            let _ = namespace::write_sysctl(&k, &v);
+        }
+    }
+}
+
+impl Drop for RealNodes {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Kubelets authenticate as `system:node:<name>` in group `system:nodes`. The API server
+/// here authorizes with RBAC only, and Kubernetes no longer binds the `system:node` role to
+/// that group by itself.
+async fn bind_nodes_to_their_role(client: &kube::Client) -> Result<()> {
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some("redlock-envtest:nodes".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "system:node".into(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Group".into(),
+            name: "system:nodes".into(),
+            namespace: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(
+            "redlock-envtest:nodes",
+            &PatchParams::apply("envtest").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .context("bind system:nodes to ClusterRole system:node")?;
+    Ok(())
+}
+
+/// Whether `node` is Ready and carries no not-ready/unreachable taint.
+pub(crate) fn node_is_ready(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+    ready && !tainted
+}

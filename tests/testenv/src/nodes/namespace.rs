@@ -1,0 +1,132 @@
+//! The run's own network, mount and PID namespaces. Real nodes put pod subnets, bridges,
+//! iptables rules and mounts in place; all of that must stay inside namespaces the run
+//! created, and die with it:
+//!
+//! - network: pod subnets and Service IPs exist only here, never on the machine;
+//! - mount: overlay and tmpfs mounts of containers, and the shared paths that the kubelet and
+//!   containerd hard-code (`/run/containerd/s`, `/var/log/containers`, `/var/lib/cni`,
+//!   `/run/netns`), are private tmpfs mounts here;
+//! - PID: when the test binary (PID 1 here) exits, however it exits, the kernel kills every
+//!   process left in the namespace, containerd shims included.
+//!
+//! A test binary with `harness = false` calls [`enter`] first: it re-executes itself inside
+//! fresh namespaces (`unshare`), and [`prepare`] sets them up.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, bail};
+
+/// Set in the environment of a process re-executed inside the run's namespaces.
+const MARKER: &str = "REDLOCK_RUN_NAMESPACES";
+
+/// Paths shared by every kubelet/containerd on a machine that get a private tmpfs here.
+const PRIVATE_DIRS: &[&str] = &[
+    "/run/containerd",
+    "/run/netns",
+    "/var/lib/cni",
+    "/var/log/containers",
+    "/var/log/pods",
+];
+
+/// Whether this process runs inside namespaces made by [`enter`].
+pub fn inside() -> bool {
+    std::env::var_os(MARKER).is_some()
+}
+
+/// Re-executes the current program inside new network, mount and PID namespaces, unless it
+/// already runs there. Returns only inside them (the outer process exits with the inner one's
+/// status).
+pub fn enter() -> Result<()> {
+    if inside() {
+        return Ok(());
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("real nodes need root (network, mount and PID namespaces, cgroups)");
+    }
+    let exe = std::env::current_exe().context("own executable")?;
+    let err = Command::new("unshare")
+        .args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--",
+        ])
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .env(MARKER, "1")
+        .exec();
+    Err(err).context("exec unshare (util-linux)")
+}
+
+/// Sets up the namespaces once per process: loopback up, forwarding between the nodes'
+/// bridges, bridged traffic through iptables (kube-proxy's rules for pods on one bridge), and
+/// the private tmpfs mounts.
+pub fn prepare() -> Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| prepare_once().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn prepare_once() -> Result<()> {
+    if !inside() {
+        bail!(
+            "real nodes run only inside the run's own namespaces: call redlock_testenv::nodes::namespace::enter() \
+             at the start of the test binary (harness = false)"
+        );
+    }
+    run("ip", &["link", "set", "lo", "up"])?;
+    write_sysctl("net/ipv4/ip_forward", "1")?;
+    // Per network namespace since Linux 5.3; without it traffic between pods on one bridge
+    // bypasses kube-proxy's DNAT of Service IPs.
+    if Path::new("/proc/sys/net/bridge").exists() {
+        write_sysctl("net/bridge/bridge-nf-call-iptables", "1")?;
+    }
+    for dir in PRIVATE_DIRS {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {dir}"))?;
+        nix::mount::mount(
+            Some("tmpfs"),
+            *dir,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("mode=0755"),
+        )
+        .with_context(|| format!("mount a private tmpfs on {dir}"))?;
+    }
+    Ok(())
+}
+
+pub fn write_sysctl(key: &str, value: &str) -> Result<()> {
+    std::fs::write(Path::new("/proc/sys").join(key), value).with_context(|| format!("sysctl {key}={value}"))
+}
+
+pub fn read_sysctl(key: &str) -> Result<String> {
+    Ok(std::fs::read_to_string(Path::new("/proc/sys").join(key))
+        .with_context(|| format!("read sysctl {key}"))?
+        .trim()
+        .to_owned())
+}
+
+/// Runs a short command (ip, iptables) and fails with its stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("run {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

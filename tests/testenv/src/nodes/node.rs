@@ -1,0 +1,361 @@
+//! One real node's processes: containerd (with the images imported) and the kubelet, its
+//! veth (the node IP), cgroup root and directories.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use nix::sys::signal::Signal;
+use tracing::{info, warn};
+
+use super::config::{self, KubeletTimings};
+use super::layout::NodeLayout;
+use super::namespace::run;
+use super::{RealNodesConfig, cgroups, node_is_ready};
+use crate::controlplane::log_tail;
+use crate::procs::{ManagedChild, free_port};
+
+pub(super) struct RealNode {
+    pub(super) layout: NodeLayout,
+    containerd: Option<ManagedChild>,
+    kubelet: Option<ManagedChild>,
+    bin_dir: std::path::PathBuf,
+}
+
+impl RealNode {
+    pub(super) async fn start(layout: NodeLayout, config: &RealNodesConfig) -> Result<Self> {
+        std::fs::create_dir_all(&layout.dir)?;
+        // A node IP must sit on an interface; this kernel has no dummy devices, so a veth.
+        let _ = run("ip", &["link", "del", &layout.veth]);
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &layout.veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &layout.veth_peer,
+            ],
+        )?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{}/32", layout.ip), "dev", &layout.veth],
+        )?;
+        run("ip", &["link", "set", &layout.veth, "up"])?;
+        run("ip", &["link", "set", &layout.veth_peer, "up"])?;
+        cgroups::create(&layout.cgroup_root)?;
+
+        let mut node = Self {
+            layout,
+            containerd: None,
+            kubelet: None,
+            bin_dir: config.bin_dir.clone(),
+        };
+        node.start_containerd(config).await?;
+        node.import_images(&config.images)?;
+        node.write_kubelet_files(config)?;
+        node.start_kubelet()?;
+        Ok(node)
+    }
+
+    async fn start_containerd(&mut self, config: &RealNodesConfig) -> Result<()> {
+        let l = &self.layout;
+        std::fs::create_dir_all(l.cni_conf_dir())?;
+        std::fs::write(
+            l.cni_conf_dir().join("10-redlock.conflist"),
+            config::cni_conflist(l),
+        )?;
+        let toml = l.dir.join("containerd.toml");
+        std::fs::write(
+            &toml,
+            config::containerd_toml(l, &config.bin_dir.join("runc"), &config.cni_bin),
+        )?;
+        let mut cmd = Command::new(config.bin_dir.join("containerd"));
+        cmd.arg("--config").arg(&toml);
+        // The shim is found on PATH.
+        let path = format!(
+            "{}:{}",
+            config.bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.env("PATH", path);
+        let log = l.dir.join("containerd.log");
+        self.containerd = Some(ManagedChild::spawn(&format!("containerd {}", l.name), cmd, &log)?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.ctr(&["version"]).is_ok_and(|o| o.status.success()) {
+            if let Some(c) = self.containerd.as_mut()
+                && let Some(status) = c.exited()
+            {
+                bail!(
+                    "containerd of {} exited ({status}):\n{}",
+                    l.name,
+                    log_tail(&log, 30)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "containerd of {} not answering in 30s:\n{}",
+                    l.name,
+                    log_tail(&log, 30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    fn ctr(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        Command::new(self.bin_dir.join("ctr"))
+            .arg("--address")
+            .arg(self.layout.containerd_socket())
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+    }
+
+    /// Into the CRI namespace (`k8s.io`): images anywhere else are invisible to the kubelet.
+    fn import_images(&self, images: &[std::path::PathBuf]) -> Result<()> {
+        for image in images {
+            let path = image.display().to_string();
+            let out = self.ctr(&["images", "import", &path])?;
+            if !out.status.success() {
+                bail!(
+                    "import {path} into {}: {}",
+                    self.layout.name,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn write_kubelet_files(&self, config: &RealNodesConfig) -> Result<()> {
+        let l = &self.layout;
+        let pki_dir = l.dir.join("pki");
+        let (cert, key) = config.pki.issue(
+            &pki_dir,
+            "client",
+            &format!("system:node:{}", l.name),
+            Some("system:nodes"),
+            &[],
+        )?;
+        let (serving_cert, serving_key) =
+            config
+                .pki
+                .issue(&pki_dir, "serving", &l.name, None, &[std::net::IpAddr::V4(l.ip)])?;
+        std::fs::write(
+            l.dir.join("kubeconfig"),
+            config::kubeconfig(&config.api_url, &config.pki.ca_cert, &cert, &key),
+        )?;
+        std::fs::write(
+            l.dir.join("kubelet.yaml"),
+            config::kubelet_yaml(
+                l,
+                &config.pki.ca_cert,
+                (&serving_cert, &serving_key),
+                free_port()?,
+                KubeletTimings {
+                    node_lease_seconds: config.node_lease_seconds,
+                },
+            ),
+        )?;
+        Ok(())
+    }
+
+    fn start_kubelet(&mut self) -> Result<()> {
+        let l = &self.layout;
+        let mut cmd = Command::new(self.bin_dir.join("kubelet"));
+        cmd.arg(format!("--config={}", l.dir.join("kubelet.yaml").display()))
+            .arg(format!("--kubeconfig={}", l.dir.join("kubeconfig").display()))
+            .arg(format!("--root-dir={}", l.kubelet_root().display()))
+            .arg(format!("--cert-dir={}", l.dir.join("pki").display()))
+            .arg(format!("--hostname-override={}", l.name))
+            .arg(format!("--node-ip={}", l.ip))
+            .arg(format!("--node-labels=topology.kubernetes.io/zone={}", l.zone))
+            .arg("--v=1");
+        let log = l.dir.join("kubelet.log");
+        self.kubelet = Some(ManagedChild::spawn(&format!("kubelet {}", l.name), cmd, &log)?);
+        Ok(())
+    }
+
+    pub(super) async fn wait_ready(&self, client: &kube::Client, timeout: Duration) -> Result<()> {
+        let api = Api::<Node>::all(client.clone());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(n) = api.get_opt(&self.layout.name).await?
+                && node_is_ready(&n)
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {} not Ready in {timeout:?}; its kubelet log ends:\n{}",
+                    self.layout.name,
+                    log_tail(&self.layout.dir.join("kubelet.log"), 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The PID of a running container's task, from containerd (`ctr tasks ls`).
+    pub(super) fn task_pid(&self, container_id: &str) -> Result<u32> {
+        let out = self.ctr(&["tasks", "ls"])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .skip(1)
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((f.next()?, f.next()?, f.next()?))
+            })
+            .find(|(id, _, status)| *id == container_id && *status == "RUNNING")
+            .and_then(|(_, pid, _)| pid.parse().ok())
+            .with_context(|| format!("container {container_id} is not running on {}", self.layout.name))
+    }
+
+    fn kubelet_signal(&self, sig: Signal) -> Result<()> {
+        self.kubelet
+            .as_ref()
+            .with_context(|| format!("the kubelet of {} is not running", self.layout.name))?
+            .signal(sig)
+    }
+
+    pub(super) fn partition(&self) -> Result<()> {
+        self.kubelet_signal(Signal::SIGSTOP)?;
+        info!(node = %self.layout.name, "node partitioned (kubelet stopped, containers serving)");
+        Ok(())
+    }
+
+    pub(super) fn heal(&self) -> Result<()> {
+        self.kubelet_signal(Signal::SIGCONT)?;
+        info!(node = %self.layout.name, "node healed");
+        Ok(())
+    }
+
+    pub(super) fn lose(&self) -> Result<()> {
+        self.kubelet_signal(Signal::SIGKILL)?;
+        for pid in cgroups::processes(&self.layout.cgroup_root) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        info!(node = %self.layout.name, "node lost (kubelet and containers killed)");
+        Ok(())
+    }
+
+    pub(super) fn restore(&mut self, _config: &RealNodesConfig) -> Result<()> {
+        if let Some(mut k) = self.kubelet.take() {
+            k.stop(Duration::from_secs(2));
+        }
+        self.start_kubelet()?;
+        info!(node = %self.layout.name, "node restored (new kubelet)");
+        Ok(())
+    }
+
+    /// Kills everything of this node and removes its traces; best effort, never panics.
+    pub(super) fn stop(&mut self) {
+        let l = self.layout.clone();
+        if let Some(mut k) = self.kubelet.take() {
+            k.stop(Duration::from_secs(2));
+        }
+        // Containers (and their pause processes) live in the node's cgroups, their shims
+        // outside them: both go before containerd, which would otherwise restart nothing but
+        // leave shims running.
+        if let Err(e) = cgroups::remove(&l.cgroup_root) {
+            warn!(node = %l.name, "{e:#}");
+        }
+        kill_processes_naming(&l.containerd_socket());
+        if let Some(mut c) = self.containerd.take() {
+            c.stop(Duration::from_secs(5));
+        }
+        kill_processes_naming(&l.containerd_socket());
+        unmount_below(&l.dir);
+        let _ = run("ip", &["link", "del", &l.veth]);
+        let _ = run("ip", &["link", "del", &l.bridge]);
+        if let Err(e) = cgroups::remove(&l.cgroup_root) {
+            warn!(node = %l.name, "{e:#}");
+        }
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// SIGKILL to every process whose command line mentions `needle` (containerd shims name
+/// their containerd's socket in `-address`).
+fn kill_processes_naming(needle: &Path) {
+    let needle = needle.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Unmounts (lazily) every mount at or below `dir`, deepest first: container root
+/// filesystems, Secret tmpfs volumes, the overlay snapshots.
+fn unmount_below(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(unescape_mountinfo))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_mountinfo(s: &str) -> String {
+    let mut out = String::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 4 <= bytes.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+        {
+            out.push(v as char);
+            i += 4;
+            continue;
+        }
+        out.push(bytes[i] as char);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_mountinfo;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mountinfo(r"/a\040b/c"), "/a b/c");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+}

@@ -84,8 +84,9 @@ dev-down:
 	  rm -f $(DEV)/devenv.pid $(DEV)/ready; echo "dev environment stopped"; \
 	else echo "dev environment not running"; fi
 
-## bench-env: control-plane build/start times and pod-start latency, printed as numbers
-bench-env: dev-binaries
+## bench-env: build/start times of the environment (process kubelet and real nodes) and pod-start
+## latency, printed as numbers
+bench-env: dev-binaries nodes
 	$(CARGO) bench -p redlock-testenv --bench env
 
 ## bench: hold detection latency and release lateness over 24 kills (BENCH_KILLS=n to change),

@@ -770,14 +770,15 @@ def build_operator(img, suite, workdir):
         "WorkingDir": "/",
     }
     version = re.search(r'^version = "([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M).group(1)
-    head = out(["git", "-C", str(REPO), "rev-parse", "HEAD"]).strip()
-    dirty = bool(out(["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock"]).strip())
+    # The sources' hash rather than the git commit: the same key must give the same image, and
+    # the commit neither covers uncommitted changes nor is needed to reproduce the binary.
+    sources = operator_sources()
     labels = {
         "org.opencontainers.image.version": version,
-        "org.opencontainers.image.revision": head + ("-dirty" if dirty else ""),
+        "dev.redlock.sources-sha256": sources,
         "dev.redlock.ca-certificates": tree.packages["ca-certificates"][0],
     }
-    return root, config, labels, {"version": version, "revision": labels["org.opencontainers.image.revision"]}
+    return root, config, labels, {"version": version, "sources": sources}
 
 
 def module_version(module, go_mod):

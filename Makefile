@@ -41,10 +41,11 @@ controlplane:
 
 ## nodes: what real nodes need (tests/real_nodes.rs): kubelet and kube-proxy (with the control
 ## plane), containerd, runc and the CNI plugins from their pinned Go modules, and the pause,
-## Redis and Valkey images from Debian packages; cached in ~/.cache/redlock-operator
+## Redis and Valkey images from Debian packages, the operator image (Dockerfile's recipe); cached in ~/.cache/redlock-operator
 nodes: controlplane
 	tests/nodes/build.sh
 	tests/nodes/images.sh > /dev/null
+	tests/nodes/images.sh operator > /dev/null
 
 ## redis-libc: a redis-server built with MALLOC=libc from the Debian source package, which runs
 ## under libfaketime (tests that jump a member's clock); cached in ~/.cache/redlock-operator

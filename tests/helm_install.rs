@@ -18,37 +18,13 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::{MemberState, RedlockCluster};
-use redlock_testenv::controlplane::{bin_dir, repo_root};
 use redlock_testenv::resolver::Resolver;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 use support::*;
 
-const README: &str = include_str!("../README.md");
 const OPERATOR_NS: &str = "redlock-system";
 const APP_NS: &str = "team";
-
-/// The shell lines between the README's `install-steps` markers.
-fn install_steps() -> Vec<String> {
-    let start = README
-        .find("<!-- install-steps")
-        .expect("README has an install-steps block");
-    let end = README[start..]
-        .find("<!-- /install-steps -->")
-        .expect("install-steps block is closed")
-        + start;
-    let block = &README[start..end];
-    let code = block
-        .split_once("```sh\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(code, _)| code)
-        .expect("install-steps holds a ```sh block");
-    code.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect()
-}
 
 #[test]
 fn readme_install_steps_are_the_documented_ones() {
@@ -68,23 +44,7 @@ fn readme_install_steps_are_the_documented_ones() {
 /// and the locally built kubectl and helm first on PATH. Async: the process kubelet runs on
 /// this test's runtime.
 async fn run_step(cp: &ControlPlane, line: &str) -> String {
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let helm_home = cp.dir().join("helm");
-    let out = tokio::process::Command::new("sh")
-        .args(["-ec", line])
-        .current_dir(repo_root())
-        .env("KUBECONFIG", cp.kubeconfig())
-        .env("PATH", path)
-        .env("HELM_CACHE_HOME", helm_home.join("cache"))
-        .env("HELM_CONFIG_HOME", helm_home.join("config"))
-        .env("HELM_DATA_HOME", helm_home.join("data"))
-        .output()
-        .await
-        .unwrap();
+    let out = readme_step(cp, line).await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -114,20 +74,6 @@ fn operator_logs(cp: &ControlPlane) -> Vec<(PathBuf, String)> {
         .map(|d| d.path().join("logs/operator.log"))
         .filter_map(|p| Some((p.clone(), std::fs::read_to_string(&p).ok()?)))
         .collect()
-}
-
-/// `redis://user:password@host:port` → (login, host:port).
-fn parse_url(url: &str) -> (Login, String) {
-    let rest = url.strip_prefix("redis://").expect("redis:// URL");
-    let (userinfo, hostport) = rest.rsplit_once('@').expect("URL has credentials");
-    let (user, password) = userinfo.split_once(':').expect("user:password");
-    (
-        Login {
-            user: user.into(),
-            password: password.into(),
-        },
-        hostport.into(),
-    )
 }
 
 async fn kubectl(cp: &ControlPlane, args: &[&str]) -> (bool, String) {

@@ -45,6 +45,9 @@ const TESTS: &[(&str, TestFn)] = &[
             )
         },
     ),
+    ("readme_install_runs_the_operator_image_in_cluster", || {
+        Box::pin(readme_install_runs_the_operator_image_in_cluster())
+    }),
 ];
 
 /// The images of the version matrix (tests/nodes/images.sh builds each from Debian packages);
@@ -135,30 +138,7 @@ async fn kill_9_in_a_container_holds_the_restarted_process_until_held_until() {
         .pid(&env.ns, &format!("{NAME}-0"))
         .await
         .unwrap();
-    env.cp
-        .real_nodes()
-        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
-        .await
-        .unwrap();
-    let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
-    let refused = lock(ip, &client, "res", "b", Duration::from_secs(1)).await;
-    assert!(
-        refused.is_err() || Timestamp::now() >= until,
-        "fenced process accepted a client: {refused:?}"
-    );
-
-    let served = first_client_write(ip, &client, Duration::from_secs(30))
-        .await
-        .unwrap();
-    let late = served.duration_since(until);
-    assert!(
-        late >= SignedDuration::ZERO,
-        "served {served} before heldUntil {until}"
-    );
-    assert!(
-        late <= SignedDuration::from_secs(1),
-        "served {late:?} after heldUntil (limit 1s)"
-    );
+    kill_9_then_held_and_released(&env, NAME, 0, &client).await;
     let after = env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
     let m = after
         .status
@@ -189,6 +169,38 @@ async fn kill_9_in_a_container_holds_the_restarted_process_until_held_until() {
         .flat_map(|e| e.addresses.iter().cloned())
         .collect();
     assert!(addresses.contains(&ip.to_string()), "{addresses:?}");
+}
+
+/// kill -9 of a member's process in its container: the member is held, its new process
+/// refuses lock clients until `heldUntil` and serves them at most 1 s after it. Returns how
+/// late after `heldUntil` it served.
+async fn kill_9_then_held_and_released(env: &Env, name: &str, slot: i32, client: &Login) -> SignedDuration {
+    let before = env.member(name, slot).await.unwrap();
+    let ip = env.pod_ip(name, slot).await;
+    env.cp
+        .real_nodes()
+        .signal_pod(&env.ns, &format!("{name}-{slot}"), Signal::SIGKILL)
+        .await
+        .unwrap();
+    let (_, until) = wait_held(env, name, slot, before.run_id.as_deref().unwrap()).await;
+    let refused = lock(ip, client, "res", "b", Duration::from_secs(1)).await;
+    assert!(
+        refused.is_err() || Timestamp::now() >= until,
+        "{name}: the fenced process accepted a client: {refused:?}"
+    );
+    let served = first_client_write(ip, client, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let late = served.duration_since(until);
+    assert!(
+        late >= SignedDuration::ZERO,
+        "{name}: served {served} before heldUntil {until}"
+    );
+    assert!(
+        late <= SignedDuration::from_secs(1),
+        "{name}: served {late:?} after heldUntil (limit 1s)"
+    );
+    late
 }
 
 /// The version matrix: on every image, a cluster's ready members serve a lock client (and only
@@ -249,25 +261,7 @@ async fn every_image_locks_holds_and_releases() {
             .unwrap_or("version hidden from the client user")
             .to_owned();
 
-        let before = env.member(name, 0).await.unwrap();
-        env.cp
-            .real_nodes()
-            .signal_pod(&env.ns, &format!("{name}-0"), Signal::SIGKILL)
-            .await
-            .unwrap();
-        let (_, until) = wait_held(&env, name, 0, before.run_id.as_deref().unwrap()).await;
-        let served = first_client_write(ip, &client, Duration::from_secs(30))
-            .await
-            .unwrap();
-        let late = served.duration_since(until);
-        assert!(
-            late >= SignedDuration::ZERO,
-            "{image}: served {served} before heldUntil {until}"
-        );
-        assert!(
-            late <= SignedDuration::from_secs(1),
-            "{image}: served {late:?} after heldUntil"
-        );
+        let late = kill_9_then_held_and_released(&env, name, 0, &client).await;
         println!("{image} ({version}): locks, held after kill -9, released {late:?} after heldUntil");
     }
 }
@@ -342,4 +336,190 @@ async fn a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_re
         async || Ok((!std::path::Path::new(&format!("/proc/{old_pid}")).exists()).then_some(())),
     )
     .await;
+}
+
+/// The README's install steps on real nodes: the operator runs as two pods from its image
+/// (tests/nodes/images.sh builds it from the Dockerfile's recipe), talks to the API server
+/// in-cluster (the `kubernetes` Service through kube-proxy, its projected ServiceAccount
+/// token, the chart's RBAC), one leads, the example cluster becomes Available, and an app locks
+/// on all five members through their Services' ClusterIPs. A kill -9 is then held and
+/// released under the chart's permissions.
+///
+/// One deviation from the README: Debian carries no redis 7.4, so the example's
+/// `image: redis:7.4` is replaced by `redis:7.0` in a copy the step applies.
+async fn readme_install_runs_the_operator_image_in_cluster() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use kube::api::LogParams;
+    use redlock_operator::crd::RedlockCluster;
+
+    let cp = redlock_testenv::ControlPlane::start(ControlPlaneConfig {
+        nodes: 5,
+        real_nodes: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The chart names the image by its appVersion; the image is built as redlock-operator:dev.
+    let chart = std::fs::read_to_string("charts/redlock-operator/Chart.yaml").unwrap();
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .unwrap()
+        .trim()
+        .trim_matches('"')
+        .to_owned();
+    cp.real_nodes()
+        .tag_image(
+            "docker.io/library/redlock-operator:dev",
+            &format!("ghcr.io/redlock-dev/redlock-operator:{app_version}"),
+        )
+        .unwrap();
+    let example = cp.dir().join("redlockcluster.yaml");
+    let text = std::fs::read_to_string("examples/redlockcluster.yaml").unwrap();
+    assert!(text.contains("image: redis:7.4"), "the example names its image");
+    std::fs::write(&example, text.replace("image: redis:7.4", "image: redis:7.0")).unwrap();
+
+    let mut last = String::new();
+    for step in install_steps() {
+        let line = step.replace("examples/redlockcluster.yaml", &example.display().to_string());
+        let out = readme_step(&cp, &line).await;
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "README step failed: {line}\n{last}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("$ {line}\n{last}");
+    }
+
+    let clusters: Api<RedlockCluster> = Api::namespaced(cp.client(), "team");
+    wait_for(
+        "all five members of team/locks serve",
+        Duration::from_secs(120),
+        async || {
+            let s = clusters.get("locks").await?.status.unwrap_or_default();
+            Ok((s.ready_instances == Some(5)).then_some(()))
+        },
+    )
+    .await;
+    let urls: Vec<&str> = last.lines().collect();
+    assert_eq!(urls.len(), 5, "{urls:?}");
+    let services: Api<Service> = Api::namespaced(cp.client(), "team");
+    for url in &urls {
+        let (login, hostport) = parse_url(url);
+        // `locks-<i>.team.svc:6379`: there is no cluster DNS here; the Service's ClusterIP is
+        // what the name resolves to, and kube-proxy forwards it to the member's pod.
+        let service = hostport.split('.').next().unwrap();
+        let ip: IpAddr = services
+            .get(service)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap()
+            .parse()
+            .unwrap();
+        let locked = wait_for(
+            "a lock through the ClusterIP",
+            Duration::from_secs(20),
+            async || {
+                Ok(lock(ip, &login, "app-lock", "app-1", Duration::from_secs(10))
+                    .await
+                    .ok())
+            },
+        )
+        .await;
+        assert!(locked, "{url}: the app locks through {ip}");
+    }
+
+    // Two operator pods from the image, under the chart's ServiceAccount; one leads.
+    let op_pods: Api<Pod> = Api::namespaced(cp.client(), "redlock-system");
+    let pods = op_pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=redlock-operator"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pods.len(), 2, "two replicas");
+    let mut logs = String::new();
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap();
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("redlock-operator"));
+        let image = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+            .image
+            .clone();
+        assert!(image.contains("redlock-operator"), "{image}");
+        logs.push_str(&op_pods.logs(&name, &LogParams::default()).await.unwrap());
+    }
+    let holder = Api::<Lease>::namespaced(cp.client(), "redlock-system")
+        .get("redlock-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    assert!(
+        pods.iter()
+            .any(|p| p.metadata.name.as_deref() == Some(holder.as_str()))
+    );
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "an RBAC refusal:\n{logs}"
+    );
+    assert!(
+        logs.contains("acquired the leader lease"),
+        "one pod leads:\n{logs}"
+    );
+
+    // kill -9 of a member under the in-cluster operator: held, then released on time.
+    let before = clusters.get("locks").await.unwrap().status.unwrap();
+    let old_run = before
+        .members
+        .iter()
+        .find(|m| m.slot == 1)
+        .unwrap()
+        .run_id
+        .clone()
+        .unwrap();
+    let (login, _) = parse_url(urls[1]);
+    let ip: IpAddr = Api::<Pod>::namespaced(cp.client(), "team")
+        .get("locks-1")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap()
+        .parse()
+        .unwrap();
+    cp.real_nodes()
+        .signal_pod("team", "locks-1", Signal::SIGKILL)
+        .await
+        .unwrap();
+    let held = wait_for("locks-1 held", Duration::from_secs(30), async || {
+        let s = clusters.get("locks").await?.status.unwrap_or_default();
+        Ok(s.members.into_iter().find(|m| {
+            m.slot == 1 && m.state == MemberState::Held && m.run_id.as_deref() != Some(old_run.as_str())
+        }))
+    })
+    .await;
+    let until = held.held_until.unwrap().0;
+    // The example's hold is 31.3 s.
+    let served = first_client_write(ip, &login, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let late = served.duration_since(until);
+    println!("operator in-cluster from its image: released {late:?} after heldUntil");
+    assert!(
+        late >= SignedDuration::ZERO,
+        "served at {served}, before heldUntil {until}"
+    );
+    assert!(
+        late <= SignedDuration::from_millis(1500),
+        "served {late:?} after heldUntil"
+    );
+    cp.shutdown().await;
 }

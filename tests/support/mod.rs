@@ -541,3 +541,62 @@ impl Env {
         list.items.iter().any(|e| e.reason.as_deref() == Some(reason))
     }
 }
+
+/// The shell lines between the README's `install-steps` markers.
+pub fn install_steps() -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("<!-- install-steps")
+        .expect("README has an install-steps block");
+    let end = readme[start..]
+        .find("<!-- /install-steps -->")
+        .expect("install-steps block is closed")
+        + start;
+    let block = &readme[start..end];
+    let code = block
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(code, _)| code)
+        .expect("install-steps holds a ```sh block");
+    code.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `redis://user:password@host:port` → (login, host:port).
+pub fn parse_url(url: &str) -> (Login, String) {
+    let rest = url.strip_prefix("redis://").expect("redis:// URL");
+    let (userinfo, hostport) = rest.rsplit_once('@').expect("URL has credentials");
+    let (user, password) = userinfo.split_once(':').expect("user:password");
+    (
+        Login {
+            user: user.into(),
+            password: password.into(),
+        },
+        hostport.into(),
+    )
+}
+
+/// One README line under `sh`, from the repository root, with the control plane's kubeconfig
+/// and the locally built kubectl and helm first on PATH.
+pub async fn readme_step(cp: &ControlPlane, line: &str) -> std::process::Output {
+    let path = format!(
+        "{}:{}",
+        redlock_testenv::controlplane::bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let helm_home = cp.dir().join("helm");
+    tokio::process::Command::new("sh")
+        .args(["-ec", line])
+        .current_dir(redlock_testenv::controlplane::repo_root())
+        .env("KUBECONFIG", cp.kubeconfig())
+        .env("PATH", path)
+        .env("HELM_CACHE_HOME", helm_home.join("cache"))
+        .env("HELM_CONFIG_HOME", helm_home.join("config"))
+        .env("HELM_DATA_HOME", helm_home.join("data"))
+        .output()
+        .await
+        .unwrap()
+}

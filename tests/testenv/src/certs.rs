@@ -26,8 +26,9 @@ pub struct Pki {
 
 impl Pki {
     /// Generates everything into `dir`. `service_ip` is the first address of the service
-    /// range (the `kubernetes` Service), which the serving certificate must name.
-    pub fn write(dir: &Path, service_ip: IpAddr) -> Result<Self> {
+    /// range (the `kubernetes` Service), which the serving certificate must name, as it must
+    /// every address in `more_ips` (where pods reach the API server).
+    pub fn write(dir: &Path, service_ip: IpAddr, more_ips: &[IpAddr]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let ca_key = KeyPair::generate()?;
         let ca_key_pem = ca_key.serialize_pem();
@@ -44,6 +45,9 @@ impl Pki {
             .subject_alt_names
             .push(SanType::IpAddress("127.0.0.1".parse()?));
         serving.subject_alt_names.push(SanType::IpAddress(service_ip));
+        for ip in more_ips {
+            serving.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
         serving.distinguished_name = name("kube-apiserver", None);
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_key = KeyPair::generate()?;

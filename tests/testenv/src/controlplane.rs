@@ -18,7 +18,7 @@ use kube::{Client, Config};
 use crate::certs::Pki;
 use crate::kubelet::{KubeletConfig, ProcessKubelet};
 use crate::nodes::layout::Layout;
-use crate::nodes::{RealNodes, RealNodesConfig};
+use crate::nodes::{ApiAddress, RealNodes, RealNodesConfig};
 use crate::procs::{ManagedChild, free_port};
 
 const AUDIT_LOG: &str = "audit.log";
@@ -84,6 +84,8 @@ impl Default for ControlPlaneConfig {
 pub struct ControlPlane {
     kubelet: Option<ProcessKubelet>,
     real_nodes: Option<RealNodes>,
+    /// Declared after the nodes: it goes when they are gone.
+    _api_address: Option<ApiAddress>,
     processes: Vec<ManagedChild>,
     client: Client,
     kubeconfig: PathBuf,
@@ -149,7 +151,19 @@ impl ControlPlane {
                 IpAddr::V4(Ipv4Addr::new(127, ip_block.octet, 240, 1)),
             )
         };
-        let pki = Pki::write(&dir.join("pki"), service_ip)?;
+        // Real pods reach the API server through the `kubernetes` Service, at an address of
+        // the run's network namespace; the process kubelet's programs reach it on loopback.
+        let api_address = if config.real_nodes {
+            Some(ApiAddress::create(&layout)?)
+        } else {
+            None
+        };
+        let api_ip = IpAddr::V4(if config.real_nodes {
+            layout.api_ip()
+        } else {
+            Ipv4Addr::LOCALHOST
+        });
+        let pki = Pki::write(&dir.join("pki"), service_ip, &[api_ip])?;
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
 
@@ -180,8 +194,12 @@ impl ControlPlane {
         let mut apiserver = Command::new(bin_dir.join("kube-apiserver"));
         apiserver.args([
             &format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            // Only inside the run's network namespace with real nodes, else on loopback.
+            &format!(
+                "--bind-address={}",
+                if config.real_nodes { "0.0.0.0" } else { "127.0.0.1" }
+            ),
+            &format!("--advertise-address={api_ip}"),
             &format!("--secure-port={api_port}"),
             &format!("--tls-cert-file={}", pki.serving_cert.display()),
             &format!("--tls-private-key-file={}", pki.serving_key.display()),
@@ -197,8 +215,18 @@ impl ControlPlane {
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             "--allow-privileged=true",
             "--profiling=false",
-            // The `kubernetes` Service would point at 127.0.0.1, which Endpoints refuse.
-            "--endpoint-reconciler-type=none",
+            // The `kubernetes` Service would point at 127.0.0.1, which Endpoints refuse; with
+            // real nodes it points at the API server's address in the run's namespace.
+            &format!(
+                "--endpoint-reconciler-type={}",
+                if config.real_nodes { "lease" } else { "none" }
+            ),
+            // `kubectl logs/exec` reach kubelets with the admin certificate (the kubelets trust
+            // this CA); the process kubelet serves no such port.
+            &format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
+            &format!("--kubelet-client-key={}", pki.admin_key.display()),
+            // Node names resolve nowhere here; their InternalIP does.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             &format!("--default-not-ready-toleration-seconds={tolerate}"),
             &format!("--default-unreachable-toleration-seconds={tolerate}"),
             &format!("--audit-policy-file={}", audit_policy.display()),
@@ -266,6 +294,7 @@ impl ControlPlane {
         let mut cp = Self {
             kubelet: None,
             real_nodes: None,
+            _api_address: api_address,
             processes,
             client,
             kubeconfig,

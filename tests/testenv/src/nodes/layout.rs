@@ -10,6 +10,7 @@
 //! | node i's IP (a veth end in the run's network namespace) | 10.B.250.(i+1) |
 //! | node i's pod subnet (its CNI bridge) | 10.B.(i+1).0/24 |
 //! | Service ClusterIPs | 10.B.224.0/20 |
+//! | the API server, for pods (a veth end) | 10.B.255.1 |
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -111,6 +112,16 @@ impl Layout {
     /// The first ClusterIP: the `kubernetes` Service, which the API server's certificate names.
     pub fn kubernetes_service_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(NET, self.block, 224, 1)
+    }
+
+    /// Where pods reach the API server (the `kubernetes` Service's endpoint), on a veth of
+    /// its own in the run's network namespace.
+    pub fn api_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(NET, self.block, 255, 1)
+    }
+
+    pub fn api_veth(&self) -> (String, String) {
+        (format!("rlv{}api", self.block), format!("rlv{}apip", self.block))
     }
 
     /// Every address of this control plane (`clusterCIDR` of kube-proxy).

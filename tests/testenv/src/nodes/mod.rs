@@ -73,6 +73,40 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The address pods reach the API server at: a veth end in the run's network namespace,
+/// which also carries the route to Service ClusterIPs; removed on drop.
+pub struct ApiAddress {
+    veth: String,
+}
+
+impl ApiAddress {
+    pub fn create(layout: &Layout) -> Result<Self> {
+        namespace::prepare()?;
+        let (veth, peer) = layout.api_veth();
+        let _ = namespace::run("ip", &["link", "del", &veth]);
+        namespace::run(
+            "ip",
+            &["link", "add", &veth, "type", "veth", "peer", "name", &peer],
+        )?;
+        namespace::run(
+            "ip",
+            &["addr", "add", &format!("{}/32", layout.api_ip()), "dev", &veth],
+        )?;
+        namespace::run("ip", &["link", "set", &veth, "up"])?;
+        namespace::run("ip", &["link", "set", &peer, "up"])?;
+        // The run's namespace has no default route: without one for the Service range, a
+        // connection from here to a ClusterIP fails before kube-proxy's DNAT could apply.
+        namespace::run("ip", &["route", "add", &layout.service_range(), "dev", &veth])?;
+        Ok(Self { veth })
+    }
+}
+
+impl Drop for ApiAddress {
+    fn drop(&mut self) {
+        let _ = namespace::run("ip", &["link", "del", &self.veth]);
+    }
+}
+
 /// Running real nodes. Dropping them kills every process they started and removes their
 /// interfaces, cgroups and mounts, also when a test panics.
 pub struct RealNodes {
@@ -229,6 +263,15 @@ impl RealNodes {
             .find(|n| n.layout.name == node)
             .with_context(|| format!("unknown node {node}"))?;
         n.restore(&config)
+    }
+
+    /// Tags an imported image under another name on every node (`ctr images tag`), e.g. the
+    /// operator image under the name the chart asks for.
+    pub fn tag_image(&self, source: &str, target: &str) -> Result<()> {
+        for n in &self.nodes {
+            n.tag_image(source, target)?;
+        }
+        Ok(())
     }
 
     /// Pod IPs are routable only inside the run's network namespace.

@@ -135,6 +135,18 @@ impl RealNode {
         Ok(())
     }
 
+    pub(super) fn tag_image(&self, source: &str, target: &str) -> Result<()> {
+        let out = self.ctr(&["images", "tag", "--force", source, target])?;
+        if !out.status.success() {
+            bail!(
+                "tag {source} as {target} on {}: {}",
+                self.layout.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
     fn write_kubelet_files(&self, config: &RealNodesConfig) -> Result<()> {
         let l = &self.layout;
         let pki_dir = l.dir.join("pki");

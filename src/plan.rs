@@ -964,6 +964,16 @@ fn retire_member(
         step.member = Some(prev.clone());
         return step;
     }
+    // A process that outlived its pod is still looked for while the record lasts: clients
+    // that kept the longer list may reach it.
+    let prev = match removed_unstopped(input, prev, obs, &mut step) {
+        LookedFor::PlanFrom(prev) => prev,
+        LookedFor::Refenced(restarted) => {
+            step.member = Some(restarted);
+            return step;
+        }
+    };
+    let prev = &prev;
     let (until, started) = match prev.state {
         MemberState::Starting => return step,
         MemberState::Ready => (held_until(input.now, input.hold), floor_micros(input.now)),
@@ -979,6 +989,7 @@ fn retire_member(
         if prev.state == MemberState::Lost {
             m.since = prev.since.clone();
         }
+        m.unstopped = prev.unstopped.clone().filter(|u| !u.fenced);
         step.member = Some(m);
     }
     step
@@ -1006,6 +1017,18 @@ fn fence_removed(
         input.instances
     );
     let held_since = |m: &MemberStatus| m.state.is_holding() && m.held_until.is_some();
+    // A process of the slot that outlived its pod (docs/design.md §9.5): clients on the list
+    // that still names this slot reach it where it runs. Found letting them in, it is fenced
+    // there and the hold restarts; found fenced, it grants nothing.
+    let prev = match prev.map(|prev| removed_unstopped(input, prev, obs, &mut step)) {
+        Some(LookedFor::Refenced(restarted)) => {
+            step.member = Some(restarted);
+            return step;
+        }
+        Some(LookedFor::PlanFrom(prev)) => Some(prev),
+        None => None,
+    };
+    let prev = prev.as_ref();
     let p = running_process(obs);
     let answer = p.as_ref().and_then(|p| Some((p, p.run_id?, p.client_enabled?)));
     let next = match (answer, &p) {
@@ -1042,7 +1065,16 @@ fn fence_removed(
         (None, Some(_)) => match prev {
             Some(prev) if held_since(prev) => prev.clone(),
             Some(prev) if prev.state == MemberState::Starting => prev.clone(),
-            _ => MemberStatus {
+            // Which process it was stays on record: if its pod vanishes before it answers,
+            // that process is looked for where it ran.
+            Some(prev) => MemberStatus {
+                state: MemberState::Held,
+                held_until: None,
+                hold_started_at: None,
+                message: Some(unproven),
+                ..prev.clone()
+            },
+            None => MemberStatus {
                 message: Some(unproven),
                 ..fresh_record(input, slot, MemberState::Held)
             },
@@ -1061,6 +1093,15 @@ fn fence_removed(
             _ => {
                 let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
                 m.message = Some(removing.clone());
+                if let Some(u) = prev.and_then(|prev| vanished_unfenced(prev, obs)) {
+                    // Its pod went before it was seen fenced: nothing shows the process
+                    // stopped, and old-list clients may still reach it.
+                    m.message = Some(format!(
+                        "{removing}; its process {} was never seen to stop, so it is looked for at {} (and fenced if found) until then",
+                        u.run_id, u.pod_ip
+                    ));
+                    m.unstopped = Some(u);
+                }
                 m
             }
         },
@@ -1073,6 +1114,68 @@ fn fence_removed(
         _ => next,
     });
     step
+}
+
+/// What looking for a removed member's unstopped process came to.
+enum LookedFor {
+    /// Plan from this record (the process marked fenced if it was seen so).
+    PlanFrom(MemberStatus),
+    /// Found letting clients in: fenced there, and this record's hold restarts.
+    Refenced(MemberStatus),
+}
+
+/// A removed member's process that its vanished pod left behind, not yet found fenced.
+fn removed_unstopped(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> LookedFor {
+    let Some(u) = prev.unstopped.as_ref().filter(|u| !u.fenced) else {
+        return LookedFor::PlanFrom(prev.clone());
+    };
+    let found = match &obs.unstopped {
+        Some(Ok(info)) if info.run_id == u.run_id => info.client_enabled,
+        _ => return LookedFor::PlanFrom(prev.clone()),
+    };
+    if !found {
+        let mut next = prev.clone();
+        next.unstopped = Some(UnstoppedProcess {
+            fenced: true,
+            ..u.clone()
+        });
+        return LookedFor::PlanFrom(next);
+    }
+    step.fence_unstopped = Some(u.run_id.clone());
+    let why = format!(
+        "removed by scale-down: process {} at {} outlived its pod and still lets lock clients in; fenced, and the hold restarts before the shorter list is published",
+        u.run_id, u.pod_ip
+    );
+    step.tell(
+        prev.slot,
+        MemberReason::UnstoppedProcessFenced,
+        format!("{}: {why}", prev.name),
+        true,
+    );
+    let (until, _) = hold_end(input, prev);
+    LookedFor::Refenced(restart_hold(input, prev.clone(), until, &why))
+}
+
+/// The process of `prev` when its pod is gone (or failed) without the process having been
+/// seen to stop, and without it having been seen fenced: it may still serve (§9.5).
+fn vanished_unfenced(prev: &MemberStatus, obs: &SlotObservation) -> Option<UnstoppedProcess> {
+    if let Some(u) = &prev.unstopped {
+        return Some(u.clone());
+    }
+    let seen_fenced = prev.state.is_holding() && prev.held_until.is_some();
+    if seen_fenced || !(obs.pod == PodState::Missing || obs.stop_unconfirmed) {
+        return None;
+    }
+    Some(UnstoppedProcess {
+        run_id: prev.run_id.clone()?,
+        pod_ip: prev.pod_ip.clone()?,
+        fenced: false,
+    })
 }
 
 #[cfg(test)]
@@ -2913,6 +3016,105 @@ mod tests {
             client_enabled: enabled,
             pod_uid: None,
         }))
+    }
+
+    /// Audit finding D: a scale-down 3 → 2 while slot 2's node is cut off, and its pod is
+    /// force-deleted before the operator could fence it. Clients still told the list of 3
+    /// reach the process where it runs: it is looked for there, fenced when found serving
+    /// (the hold, and with it the shorter list, wait), and marked fenced when seen so.
+    #[test]
+    fn a_removed_members_process_that_outlives_its_pod_is_looked_for_and_fenced() {
+        let members = [
+            ready(0, "A", "c0"),
+            ready(1, "B", "c1"),
+            MemberStatus {
+                pod_ip: Some("10.1.0.9".into()),
+                ..ready(2, "C", "c2")
+            },
+        ];
+        fn published(members: &[MemberStatus], now: Timestamp) -> PlanInput<'_> {
+            PlanInput {
+                published: 3,
+                ..input(2, members, now)
+            }
+        }
+        let vanished = |unstopped| {
+            let mut o = observed([
+                (0, running("A", true, "c0")),
+                (1, running("B", true, "c1")),
+                (2, missing()),
+            ]);
+            o.get_mut(&2).unwrap().unstopped = unstopped;
+            o
+        };
+        // It does not answer the operator (the partition cuts the operator off too): the
+        // fence is not proven, and the record keeps which process it was.
+        let silent = observed([
+            (0, running("A", true, "c0")),
+            (1, running("B", true, "c1")),
+            (2, unreachable("c2")),
+        ]);
+        let p = plan(&published(&members, at(NOW - 1)), &silent);
+        assert_eq!(p.members[2].held_until, None);
+        assert_eq!(p.members[2].run_id.as_deref(), Some("C"));
+        // Then its pod is force-deleted.
+        let p = plan(&published(&p.members, at(NOW)), &vanished(None));
+        let m = &p.members[2];
+        assert!(m.state.is_holding(), "{m:?}");
+        assert_eq!(
+            m.unstopped,
+            Some(UnstoppedProcess {
+                run_id: "C".into(),
+                pod_ip: "10.1.0.9".into(),
+                fenced: false
+            }),
+            "{m:?}"
+        );
+        assert!(
+            m.message.as_deref().unwrap().contains("never seen to stop"),
+            "{m:?}"
+        );
+
+        // Found letting clients in where it ran: fenced there, the hold restarts.
+        let later = at(NOW + 20);
+        let p2 = plan(
+            &published(&p.members, later),
+            &vanished(zombie_answers("C", true)),
+        );
+        assert_eq!(p2.fences, vec![(2, "C".to_owned())]);
+        assert!(
+            p2.events
+                .iter()
+                .any(|e| e.reason == MemberReason::UnstoppedProcessFenced)
+        );
+        let m2 = &p2.members[2];
+        assert!(
+            m2.held_until.as_ref().unwrap().0 > m.held_until.as_ref().unwrap().0,
+            "{m2:?}"
+        );
+        assert!(!m2.unstopped.as_ref().unwrap().fenced);
+        // The shorter list waits for that hold.
+        let limits = crate::resize::after_plan(
+            crate::resize::Limits {
+                published: 3,
+                confirmed: 2,
+                token: None,
+            },
+            2,
+            &p2.members,
+            &vanished(None),
+            at(NOW + 40),
+        );
+        assert_eq!(limits.published, 3);
+
+        // Seen fenced: it grants nothing, and is not looked for any more.
+        let p3 = plan(
+            &published(&p2.members, at(NOW + 21)),
+            &vanished(zombie_answers("C", false)),
+        );
+        assert!(p3.fences.is_empty());
+        assert!(p3.members[2].unstopped.as_ref().unwrap().fenced);
+        assert_eq!(p3.members[2].held_until, m2.held_until);
     }
 
     #[test]

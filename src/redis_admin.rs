@@ -9,7 +9,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
-use crate::resources::names::POD_UID_TAG;
+use crate::resources::names::{CLIENT_USERS, POD_UID_TAG};
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
 
@@ -134,18 +134,25 @@ impl AdminAccess {
         let mut conn = self.connect(ip).await?;
         // One round trip for what identifies the process and its fence (this runs for every
         // member every probe period); `TIME` below gets its own, so that its timing is tight.
-        let (info, user, title): (String, redis::Value, Vec<String>) = redis::pipe()
-            .cmd("INFO")
-            .arg("server")
-            .cmd("ACL")
-            .arg("GETUSER")
-            .arg(&self.client_user)
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg(PROC_TITLE_TEMPLATE)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Both users a lock client could log in as: a process of either auth mode must let
+        // neither in while it is held, and `default` turned on behind the operator's back
+        // serves clients as well as the client user would.
+        let (info, user, other_user, title): (String, redis::Value, redis::Value, Vec<String>) =
+            redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("ACL")
+                .arg("GETUSER")
+                .arg(&self.client_user)
+                .cmd("ACL")
+                .arg("GETUSER")
+                .arg(self.other_client_user())
+                .cmd("CONFIG")
+                .arg("GET")
+                .arg(PROC_TITLE_TEMPLATE)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
         let (run_id, version) = parse_info_server(&info).ok_or("INFO server has no run_id")?;
         let pod_uid = pod_uid_of_config(&title);
         let sent = std::time::Instant::now();
@@ -158,7 +165,7 @@ impl AdminAccess {
             RedisInfo {
                 run_id,
                 version,
-                client_enabled: user_is_enabled(&user),
+                client_enabled: user_is_enabled(&user) || user_is_enabled(&other_user),
                 pod_uid,
             },
             TimeSample {
@@ -233,24 +240,50 @@ impl AdminAccess {
 
     /// Shuts lock clients out of `expected_run_id` again: the client user `off` (no new
     /// logins) and its connections killed (`off` alone leaves logged-in connections working).
+    /// The other user a lock client could log in as (`default` with auth on, the client user
+    /// with auth off) likewise, if the process has it: it must never serve while held either.
     /// Sent on a connection that checked the run id, like a release.
     pub async fn fence(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
-        let () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&self.client_user)
-            .arg("off")
+        let command = |e: redis::RedisError| GuardedError::Command(ip, e.to_string());
+        let other: redis::Value = redis::cmd("ACL")
+            .arg("GETUSER")
+            .arg(self.other_client_user())
             .query_async(&mut conn)
             .await
-            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
-        let _killed: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("USER")
-            .arg(&self.client_user)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+            .map_err(command)?;
+        let mut users = vec![self.client_user.as_str()];
+        // `ACL SETUSER` would create a user the process does not have; `CLIENT KILL USER`
+        // fails on one.
+        if !matches!(other, redis::Value::Nil) {
+            users.push(self.other_client_user());
+        }
+        for user in users {
+            let () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(user)
+                .arg("off")
+                .query_async(&mut conn)
+                .await
+                .map_err(command)?;
+            let _killed: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("USER")
+                .arg(user)
+                .query_async(&mut conn)
+                .await
+                .map_err(command)?;
+        }
         Ok(())
+    }
+
+    /// Of the two users lock clients log in as (`default`, the client user), the one this
+    /// access's processes do not use.
+    fn other_client_user(&self) -> &'static str {
+        CLIENT_USERS
+            .into_iter()
+            .find(|u| *u != self.client_user)
+            .unwrap_or(CLIENT_USERS[0])
     }
 
     /// Continues a `SCAN` from `cursor` for about `budget` keys and reads each key's `PTTL`

@@ -221,6 +221,68 @@ async fn orphans_are_reported_and_their_replacements_held() {
         .await;
 }
 
+/// Issue 14 (audit finding C): with auth on, lock clients log in as the client user, and
+/// `default` is off. Someone turning `default` on during a hold (`ACL SETUSER default on
+/// nopass +@all ~*`) lets clients in as well as the client user would: the operator watches
+/// both users, fences the process again (both users off, their connections killed) and
+/// restarts the hold.
+#[tokio::test]
+async fn a_default_user_turned_on_during_a_hold_is_fenced_again() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "8s").await;
+    let before = env.member(NAME, 0).await.unwrap();
+    kill(&env, 0).await;
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let ip = env.pod_ip(NAME, 0).await;
+    let admin = env.admin_login(NAME).await;
+    let anonymous = Login {
+        user: "default".into(),
+        password: "anything".into(),
+    };
+    assert!(
+        connect(ip, &anonymous).await.is_err(),
+        "default is off with auth on"
+    );
+    let mut a = connect(ip, &admin).await.unwrap();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("on")
+        .arg("nopass")
+        .arg("+@all")
+        .arg("~*")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let turned_on = Timestamp::now();
+    wait_for("default fenced again", Duration::from_secs(5), async || {
+        Ok(connect(ip, &anonymous).await.is_err().then_some(()))
+    })
+    .await;
+    env.wait_event("Refenced").await;
+    let m = env.member(NAME, 0).await.unwrap();
+    assert_eq!(m.state, MemberState::Held);
+    assert!(
+        m.held_until
+            .as_ref()
+            .unwrap()
+            .0
+            .duration_since(turned_on)
+            .as_secs_f64()
+            >= 8.0,
+        "the hold restarted when default was found on: {m:?}"
+    );
+    for _ in 0..10 {
+        assert!(
+            lock(ip, &anonymous, "orders", "x", Duration::from_secs(1))
+                .await
+                .is_err(),
+            "served as default during its hold"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A process found serving clients during its hold (someone ran `ACL SETUSER ... on`) is
 /// fenced again at once, held in full from then, and reported; an edited ACL Secret is
 /// restored by content.

@@ -171,3 +171,70 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
         "the old process stays fenced"
     );
 }
+
+/// Audit finding D: a scale-down 5 → 3 while the two removed members' node is cut off, and
+/// neither answers the operator (paused, as if the partition cut it off too) until their pods
+/// were force-deleted. Nothing shows their processes stopped; when they answer again, with
+/// their client users on, clients still told the list of 5 could lock on {2, 3, 4} while a
+/// client of the list of 3 holds {0, 1}: two majorities. The operator looks for both at their
+/// last addresses and fences them there, so the old-list client gets only slot 2.
+#[tokio::test]
+async fn removed_members_that_outlive_their_pods_are_fenced_before_old_list_clients_reach_them() {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let env = Env::start(6).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 5, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 5, Duration::from_secs(60)).await;
+    let old: Vec<IpAddr> = env.member_ips(NAME, 5).await;
+    let login = env.client_login(NAME).await;
+    let mut paused = Vec::new();
+    for slot in [3, 4] {
+        let node = env.node_of(NAME, slot).await;
+        env.cp.kubelet().partition_node(&node).unwrap();
+        let pid = env.cp.kubelet().pid(&env.ns, &format!("{NAME}-{slot}")).unwrap();
+        let pid = Pid::from_raw(pid as i32);
+        killpg(pid, Signal::SIGSTOP).unwrap();
+        paused.push(pid);
+    }
+    env.patch_spec(NAME, json!({"instances": 3})).await;
+    for slot in [3, 4] {
+        env.pods()
+            .delete(
+                &format!("{NAME}-{slot}"),
+                &DeleteParams::default().grace_period(0),
+            )
+            .await
+            .unwrap();
+    }
+    for slot in [3, 4] {
+        env.wait_member(NAME, slot, "looked for", Duration::from_secs(30), |m| {
+            m.unstopped.as_ref().is_some_and(|u| !u.fenced)
+        })
+        .await;
+    }
+    // They answer again, their keys and client users intact.
+    for pid in paused {
+        killpg(pid, Signal::SIGCONT).unwrap();
+    }
+    for slot in [3, 4] {
+        wait_for("the old process fenced", Duration::from_secs(15), async || {
+            Ok(connect(old[slot], &login).await.is_err().then_some(()))
+        })
+        .await;
+    }
+    env.wait_event("UnstoppedProcessFenced").await;
+
+    let ttl = Duration::from_secs(3);
+    let (granted, _) = redlock_attempt(&old[..2], &login, "orders", "new-list-client", ttl).await;
+    assert_eq!(granted, 2, "the list of 3's client takes {{0, 1}}");
+    let (granted, valid) = redlock_attempt(&old, &login, "orders", "old-list-client", ttl).await;
+    assert!(
+        !valid,
+        "a client of the list of 5 got a majority ({granted} of 5) while the list of 3's client holds the lock"
+    );
+    assert_eq!(granted, 1, "only slot 2 granted it");
+}

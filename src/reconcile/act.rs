@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::events;
 use crate::observe::SlotObservation;
 use crate::reasons::MemberReason;
-use crate::resources::names::{CLIENT_USERS, slot_name};
+use crate::resources::names::slot_name;
 use crate::resources::{endpoints, pod};
 
 /// What acting came to.
@@ -63,24 +63,19 @@ pub async fn act(
         let Some(ip) = unstopped_ip.or_else(|| pod.and_then(|o| o.pod_ip)) else {
             continue;
         };
-        // As its pod was built; a process that outlived its pod, whose client user is not
-        // known (an auth toggle may have been under way), as both possible client users.
-        let accesses = match pod.filter(|_| unstopped_ip.is_none()) {
-            Some(o) => vec![access.for_slot(o)],
-            None => CLIENT_USERS
-                .iter()
-                .map(|user| access.for_client_user(Some(user)))
-                .collect(),
+        // As its pod was built; a process that outlived its pod as the spec says (a fence
+        // shuts out both users lock clients could log in as).
+        let access = match pod.filter(|_| unstopped_ip.is_none()) {
+            Some(o) => access.for_slot(o),
+            None => std::borrow::Cow::Borrowed(access),
         };
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
-        for access in accesses {
-            match access.fence(ip, run_id).await {
-                Ok(()) => tracing::warn!(slot, %run_id, user = access.client_user, "fenced again"),
-                // The next probe sees it still serving and fences again.
-                Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
-            }
+        match access.fence(ip, run_id).await {
+            Ok(()) => tracing::warn!(slot, %run_id, user = access.client_user, "fenced again"),
+            // The next probe sees it still serving and fences again.
+            Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
         }
     }
 

@@ -14,11 +14,11 @@ use crate::context::Context;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
-use crate::observe::{self, PodState, RedisInfo, SlotObservation};
+use crate::observe::{self, PodState, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::config::TLS_CA_KEY;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
-use crate::resources::names::{CLIENT_USERS, endpoints_config_map_name, slot_name};
+use crate::resources::names::{endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit};
 
 pub struct Observation {
@@ -161,7 +161,9 @@ async fn look_for_unstopped(
         let ip = u.pod_ip.parse::<std::net::IpAddr>();
         Some(async move {
             let result = match ip {
-                Ok(ip) => probe_either_client_user(access, ip).await,
+                // Its client user is not known (an auth toggle may have been under way): the
+                // probe reads both users lock clients could log in as.
+                Ok(ip) => access.probe(ip).await.map(|(info, _)| info),
                 Err(e) => Err(format!("bad address {}: {e}", u.pod_ip)),
             };
             (slot, result)
@@ -170,21 +172,6 @@ async fn look_for_unstopped(
     for (slot, result) in futures::future::join_all(probes).await {
         observed.entry(slot).or_default().unstopped = Some(result);
     }
-}
-
-/// A probe of a process whose pod is gone, so whose client user is not known (an auth toggle
-/// may have been under way): it lets clients in if either possible client user is on there.
-async fn probe_either_client_user(access: &AdminAccess, ip: std::net::IpAddr) -> Result<RedisInfo, String> {
-    let mut found: Option<RedisInfo> = None;
-    for user in CLIENT_USERS {
-        let (info, _) = access.for_client_user(Some(user)).probe(ip).await?;
-        let enabled = info.client_enabled || found.as_ref().is_some_and(|f| f.client_enabled);
-        found = Some(RedisInfo {
-            client_enabled: enabled,
-            ..info
-        });
-    }
-    found.ok_or_else(|| "no client user to probe".to_owned())
 }
 
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's

@@ -6,6 +6,7 @@
 //!
 //! `cargo test --test real_nodes -- FILTER` runs the tests whose name contains FILTER.
 
+mod safety_harness;
 mod support;
 
 use std::future::Future;
@@ -45,6 +46,9 @@ const TESTS: &[(&str, TestFn)] = &[
             )
         },
     ),
+    ("safety_short_run_on_real_nodes", || {
+        Box::pin(safety_short_run_on_real_nodes())
+    }),
     ("readme_install_runs_the_operator_image_in_cluster", || {
         Box::pin(readme_install_runs_the_operator_image_in_cluster())
     }),
@@ -522,4 +526,36 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
         "served {late:?} after heldUntil"
     );
     cp.shutdown().await;
+}
+
+/// The short safety run (one fault of every kind: kill -9 of one, a minority, a majority, pod
+/// deletion, SIGSTOP, operator killed, node loss, maxLockTTL lowered, delete + re-create, a
+/// failover to an operator 20 s ahead, a partitioned node's pod force-deleted, a resize) with
+/// rslock, go-redsync and node-redlock, on real nodes: faults hit the containers' processes
+/// and the kubelets, clients reach the members through kube-proxy.
+async fn safety_short_run_on_real_nodes() {
+    use safety_harness::{Settings, run};
+    let mut settings = Settings::from_env(
+        redlock_safety::schedule::FaultKind::ALL.len(),
+        1,
+        "safety-real-nodes",
+    );
+    settings.real_nodes = true;
+    let report = run(&settings).await.expect("safety run");
+    assert_eq!(report.faults, settings.faults);
+    assert!(report.successful_operations > 0);
+    assert_eq!(
+        report.violations, 0,
+        "mutual exclusion violated: {:#?}",
+        report.operator.violations
+    );
+    assert_eq!(
+        report.counter_mismatches, 0,
+        "lost updates: {:?}",
+        report.operator.counter_mismatches
+    );
+    assert!(
+        report.control_violations >= 1,
+        "the control run showed no violation: the checker proved nothing"
+    );
 }

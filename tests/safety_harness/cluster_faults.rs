@@ -51,11 +51,12 @@ impl<'a> ClusterTarget<'a> {
             .collect()
     }
 
-    fn kill(&self, slot: usize, sig: Signal) -> Result<()> {
+    async fn kill(&self, slot: usize, sig: Signal) -> Result<()> {
         self.env
             .cp
-            .kubelet()
+            .nodes()
             .signal_pod(&self.env.ns, &self.pod(slot), sig)
+            .await
     }
 
     pub async fn inject(&mut self, f: &Fault) -> Result<FaultRecord> {
@@ -66,7 +67,7 @@ impl<'a> ClusterTarget<'a> {
         match f.kind {
             FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority => {
                 for &m in &f.members {
-                    self.kill(m, Signal::SIGKILL)?;
+                    self.kill(m, Signal::SIGKILL).await?;
                 }
             }
             FaultKind::DeletePod => {
@@ -76,15 +77,15 @@ impl<'a> ClusterTarget<'a> {
                     .await?;
             }
             FaultKind::StopCont => {
-                self.kill(f.members[0], Signal::SIGSTOP)?;
+                self.kill(f.members[0], Signal::SIGSTOP).await?;
                 tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
                 // A frozen process keeps its keys and its run id: nothing is replaced.
-                self.kill(f.members[0], Signal::SIGCONT)?;
+                self.kill(f.members[0], Signal::SIGCONT).await?;
                 replaced.clear();
             }
             FaultKind::OperatorKill => {
                 let slot = f.members[0];
-                self.kill(slot, Signal::SIGKILL)?;
+                self.kill(slot, Signal::SIGKILL).await?;
                 let old = before[slot].clone().unwrap_or_default();
                 let (_, until) = wait_held(self.env, &self.name, slot as i32, &old).await;
                 self.env.operator.kill()?;
@@ -104,7 +105,7 @@ impl<'a> ClusterTarget<'a> {
                     .await;
                 self.wait_hold("lowering published", |h| h.published_max_lock_ttl == Some(lower))
                     .await;
-                self.kill(f.members[0], Signal::SIGKILL)?;
+                self.kill(f.members[0], Signal::SIGKILL).await?;
                 self.wait_recovered(&replaced, &before).await;
                 self.env
                     .patch_spec(&self.name, json!({"maxLockTTL": spec.max_lock_ttl.to_string()}))
@@ -143,7 +144,7 @@ impl<'a> ClusterTarget<'a> {
             }
             FaultKind::OperatorSkew => {
                 let slot = f.members[0];
-                self.kill(slot, Signal::SIGKILL)?;
+                self.kill(slot, Signal::SIGKILL).await?;
                 let old = before[slot].clone().unwrap_or_default();
                 wait_held(self.env, &self.name, slot as i32, &old).await;
                 self.env.operator.kill()?;
@@ -172,14 +173,14 @@ impl<'a> ClusterTarget<'a> {
                 let node = self.env.node_of(&self.name, f.members[0] as i32).await;
                 let nodes: Api<Node> = Api::all(self.env.cp.client());
                 let cordon = |on: bool| Patch::Merge(json!({"spec": {"unschedulable": on}}));
-                self.env.cp.kubelet().partition_node(&node)?;
+                self.env.cp.nodes().partition_node(&node)?;
                 nodes.patch(&node, &PatchParams::default(), &cordon(true)).await?;
                 self.env
                     .pods()
                     .delete(&self.pod(f.members[0]), &DeleteParams::default().grace_period(0))
                     .await?;
                 self.wait_recovered(&replaced, &before).await;
-                self.env.cp.kubelet().heal_node(&node).await?;
+                self.env.cp.nodes().heal_node(&node).await?;
                 nodes
                     .patch(&node, &PatchParams::default(), &cordon(false))
                     .await?;
@@ -187,9 +188,9 @@ impl<'a> ClusterTarget<'a> {
             FaultKind::Resize => self.resize(&f.members).await?,
             FaultKind::NodeLoss => {
                 let node = self.env.node_of(&self.name, f.members[0] as i32).await;
-                self.env.cp.kubelet().lose_node(&node).await?;
+                self.env.cp.nodes().lose_node(&node).await?;
                 tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
-                self.env.cp.kubelet().restore_node(&node).await?;
+                self.env.cp.nodes().restore_node(&node).await?;
             }
         }
         // Kills and deletions need no undoing: they are healed the moment they happen.

@@ -35,7 +35,9 @@ impl Drop for Forwarders {
     }
 }
 
-pub async fn start(client: kube::Client, ns: &str, services: &[String]) -> Result<Forwarders> {
+/// The hosts lines for `services`, and (with `forward`) a forwarder on each ClusterIP. Real
+/// nodes need no forwarder: kube-proxy serves the ClusterIPs there.
+pub async fn start(client: kube::Client, ns: &str, services: &[String], forward: bool) -> Result<Forwarders> {
     let api: Api<Service> = Api::namespaced(client.clone(), ns);
     let resolver = Resolver::new(client);
     let mut tasks = Vec::new();
@@ -46,11 +48,14 @@ pub async fn start(client: kube::Client, ns: &str, services: &[String]) -> Resul
             .spec
             .and_then(|s| s.cluster_ip)
             .with_context(|| format!("service {name} has no ClusterIP"))?;
+        let host = format!("{name}.{ns}.svc");
+        hosts.push_str(&format!("{ip} {host} {host}.cluster.local\n"));
+        if !forward {
+            continue;
+        }
         let listener = TcpListener::bind(format!("{ip}:6379"))
             .await
             .with_context(|| format!("bind {ip}:6379 for service {name}"))?;
-        let host = format!("{name}.{ns}.svc");
-        hosts.push_str(&format!("{ip} {host} {host}.cluster.local\n"));
         let endpoints: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
         let (eps, r, h) = (endpoints.clone(), resolver.clone(), format!("{host}:6379"));
         tasks.push(tokio::spawn(async move {

@@ -55,6 +55,9 @@ pub struct Settings {
     pub control_ttl_ms: u64,
     pub control_hold_ms: (u64, u64),
     pub out_dir: PathBuf,
+    /// Real nodes (kubelet, containerd, kube-proxy; the binary must run in the run's
+    /// namespaces) instead of the process kubelet.
+    pub real_nodes: bool,
 }
 
 impl Settings {
@@ -78,6 +81,7 @@ impl Settings {
                 },
                 PathBuf::from,
             ),
+            real_nodes: false,
         }
     }
 }
@@ -223,16 +227,26 @@ async fn operator_phase(
     rng: &mut Rng,
 ) -> Result<PhaseRun> {
     // One spare node: a partitioned member's replacement needs a node of its own.
-    let mut env = Env::start(MEMBERS + 1).await;
-    env.create_cluster(
-        NAME,
-        json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"}),
+    let mut env = Env::start_config(
+        redlock_testenv::ControlPlaneConfig {
+            nodes: MEMBERS + 1,
+            real_nodes: settings.real_nodes,
+            ..Default::default()
+        },
+        &[],
     )
     .await;
+    let mut spec = json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"});
+    if settings.real_nodes {
+        // An image built here (Debian's redis 7.0); the process kubelet runs any redis tag.
+        spec["image"] = json!("redis:7.0");
+    }
+    env.create_cluster(NAME, spec).await;
     env.wait_ready(NAME, MEMBERS as i32, Duration::from_secs(90))
         .await;
     let services: Vec<String> = (0..MEMBERS).map(|i| format!("{NAME}-{i}")).collect();
-    let fwd = forwarder::start(env.cp.client(), &env.ns, &services).await?;
+    // Real nodes have kube-proxy; the process kubelet's ClusterIPs need the forwarder.
+    let fwd = forwarder::start(env.cp.client(), &env.ns, &services, !settings.real_nodes).await?;
     let dir = settings.out_dir.join("operator");
     std::fs::create_dir_all(&dir)?;
     let counter = CounterServer::start(&dir.join("counter.log")).await?;

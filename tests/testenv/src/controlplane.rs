@@ -359,16 +359,19 @@ impl ControlPlane {
         self.client.clone()
     }
 
+    /// The nodes, whichever runtime runs them (for faults).
+    pub fn nodes(&self) -> crate::faults::Nodes<'_> {
+        match (&self.kubelet, &self.real_nodes) {
+            (_, Some(r)) => crate::faults::Nodes::Real(r),
+            (Some(k), None) => crate::faults::Nodes::Process(k),
+            (None, None) => panic!("control plane started without nodes"),
+        }
+    }
+
     /// The real nodes (a control plane started with `real_nodes`).
     pub fn real_nodes(&self) -> &RealNodes {
         self.real_nodes
             .as_ref()
-            .expect("control plane started without real nodes")
-    }
-
-    pub fn real_nodes_mut(&mut self) -> &mut RealNodes {
-        self.real_nodes
-            .as_mut()
             .expect("control plane started without real nodes")
     }
 

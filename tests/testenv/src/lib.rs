@@ -8,6 +8,7 @@
 
 pub mod certs;
 pub mod controlplane;
+pub mod faults;
 pub mod kubelet;
 pub mod nodes;
 pub mod operator;

@@ -255,14 +255,8 @@ impl RealNodes {
     }
 
     /// The node comes back: a new kubelet, which restarts the pods still bound to it.
-    pub fn restore_node(&mut self, node: &str) -> Result<()> {
-        let config = self.config.clone();
-        let n = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.layout.name == node)
-            .with_context(|| format!("unknown node {node}"))?;
-        n.restore(&config)
+    pub fn restore_node(&self, node: &str) -> Result<()> {
+        self.node(node)?.restore()
     }
 
     /// Tags an imported image under another name on every node (`ctr images tag`), e.g. the

@@ -21,7 +21,8 @@ use crate::procs::{ManagedChild, free_port};
 pub(super) struct RealNode {
     pub(super) layout: NodeLayout,
     containerd: Option<ManagedChild>,
-    kubelet: Option<ManagedChild>,
+    /// Replaced when a lost node is restored (behind a lock: faults run on a shared handle).
+    kubelet: std::sync::Mutex<Option<ManagedChild>>,
     bin_dir: std::path::PathBuf,
 }
 
@@ -54,7 +55,7 @@ impl RealNode {
         let mut node = Self {
             layout,
             containerd: None,
-            kubelet: None,
+            kubelet: std::sync::Mutex::new(None),
             bin_dir: config.bin_dir.clone(),
         };
         node.start_containerd(config).await?;
@@ -180,7 +181,12 @@ impl RealNode {
         Ok(())
     }
 
-    fn start_kubelet(&mut self) -> Result<()> {
+    fn kubelet(&self) -> std::sync::MutexGuard<'_, Option<ManagedChild>> {
+        // Every critical section only swaps or signals the child: a poisoned lock is fine.
+        self.kubelet.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn start_kubelet(&self) -> Result<()> {
         let l = &self.layout;
         let mut cmd = Command::new(self.bin_dir.join("kubelet"));
         cmd.arg(format!("--config={}", l.dir.join("kubelet.yaml").display()))
@@ -192,7 +198,7 @@ impl RealNode {
             .arg(format!("--node-labels=topology.kubernetes.io/zone={}", l.zone))
             .arg("--v=1");
         let log = l.dir.join("kubelet.log");
-        self.kubelet = Some(ManagedChild::spawn(&format!("kubelet {}", l.name), cmd, &log)?);
+        *self.kubelet() = Some(ManagedChild::spawn(&format!("kubelet {}", l.name), cmd, &log)?);
         Ok(())
     }
 
@@ -232,7 +238,7 @@ impl RealNode {
     }
 
     fn kubelet_signal(&self, sig: Signal) -> Result<()> {
-        self.kubelet
+        self.kubelet()
             .as_ref()
             .with_context(|| format!("the kubelet of {} is not running", self.layout.name))?
             .signal(sig)
@@ -259,8 +265,9 @@ impl RealNode {
         Ok(())
     }
 
-    pub(super) fn restore(&mut self, _config: &RealNodesConfig) -> Result<()> {
-        if let Some(mut k) = self.kubelet.take() {
+    pub(super) fn restore(&self) -> Result<()> {
+        let old = self.kubelet().take();
+        if let Some(mut k) = old {
             k.stop(Duration::from_secs(2));
         }
         self.start_kubelet()?;
@@ -271,7 +278,8 @@ impl RealNode {
     /// Kills everything of this node and removes its traces; best effort, never panics.
     pub(super) fn stop(&mut self) {
         let l = self.layout.clone();
-        if let Some(mut k) = self.kubelet.take() {
+        let kubelet = self.kubelet().take();
+        if let Some(mut k) = kubelet {
             k.stop(Duration::from_secs(2));
         }
         // Containers (and their pause processes) live in the node's cgroups, their shims

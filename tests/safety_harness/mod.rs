@@ -345,6 +345,30 @@ async fn control_phase(
     })
 }
 
+/// What a passing run shows: every fault injected, locks taken, no two holders and no lost
+/// update under the operator, and at least one violation in the control (or the checker
+/// proved nothing). The full run (benches/safety_full.rs) prints and exits on
+/// `Report::passed` instead.
+#[allow(dead_code)]
+pub fn assert_safe(report: &Report, settings: &Settings) {
+    assert_eq!(report.faults, settings.faults);
+    assert!(report.successful_operations > 0);
+    assert_eq!(
+        report.violations, 0,
+        "mutual exclusion violated: {:#?}",
+        report.operator.violations
+    );
+    assert_eq!(
+        report.counter_mismatches, 0,
+        "lost updates: {:?}",
+        report.operator.counter_mismatches
+    );
+    assert!(
+        report.control_violations >= 1,
+        "the control run showed no violation: the checker proved nothing"
+    );
+}
+
 /// Runs both phases and writes `report.json`, `summary.md` and `timeline.svg` to
 /// `settings.out_dir`.
 pub async fn run(settings: &Settings) -> Result<Report> {

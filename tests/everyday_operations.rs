@@ -958,3 +958,45 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
         .await
         .unwrap();
 }
+
+/// Issue 14, liveness: pod creates refused long enough for their retry backoff to have grown
+/// (1, 2, 4, 8, 16 s …), then the cluster is deleted and re-created under the same name. The
+/// new object starts from no backoff: its predecessor's, kept by namespace and name, is
+/// forgotten with it (it would delay the new cluster's first pods by up to 5 min).
+#[tokio::test]
+async fn a_recreated_cluster_does_not_wait_out_its_predecessors_pod_backoff() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let env = Env::start(3).await;
+    let quotas = Api::<ResourceQuota>::namespaced(env.cp.client(), &env.ns);
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "3s"}))
+        .await;
+    env.wait_event("PodChangeFailed").await;
+    // Refused at 0, 1, 3, 7, 15 and 31 s: the next try would be 32 s later.
+    tokio::time::sleep(Duration::from_secs(33)).await;
+    env.clusters()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the cluster is gone", Duration::from_secs(30), async || {
+        Ok(env.clusters().get_opt(NAME).await?.is_none().then_some(()))
+    })
+    .await;
+    quotas.delete("no-pods", &DeleteParams::default()).await.unwrap();
+    // The quota's removal reaches the admission cache within a second or so.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let created = Instant::now();
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "3s"}))
+        .await;
+    wait_for(
+        "the re-created cluster's pods",
+        Duration::from_secs(15),
+        async || Ok(env.pods().get_opt(&format!("{NAME}-0")).await?.map(|_| ())),
+    )
+    .await;
+    println!("first pod {:?} after the re-create", created.elapsed());
+}

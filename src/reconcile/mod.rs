@@ -123,6 +123,11 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
 /// Drops what is kept in memory about a cluster that is gone (by UID where known).
 pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     ctx.metrics.forget_cluster(ns, name);
+    // Backoffs are kept by namespace and name: a cluster re-created under the same name must
+    // not wait out its predecessor's (up to 5 min before its first pods).
+    let key = ObjectRef::<RedlockCluster>::new(name).within(ns);
+    ctx.memory.backoff.succeeded(&key);
+    ctx.memory.pod_changes.succeeded(&key);
     if let Some(uid) = uid {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);

@@ -745,20 +745,11 @@ fn holding(
         _ => None,
     };
     if found == Some(true) {
-        step.fence = Some(u.run_id.clone());
-        let (until, _) = hold_end(input, prev);
         let why = format!(
             "process {} at {} outlived its pod and still lets lock clients in (its node is cut off or was deleted while it ran); fenced, and the hold restarts",
             u.run_id, u.pod_ip
         );
-        step.tell(
-            prev.slot,
-            MemberReason::UnstoppedProcessFenced,
-            format!("{}: {why}", prev.name),
-            true,
-        );
-        // The record keeps `unstopped` (not yet seen fenced: only those are looked for).
-        return restart_hold(input, prev.clone(), until, &why);
+        return refence_unstopped(input, prev, u, why, step);
     }
     let mut next = hold_runs(input, prev, obs, step);
     let fenced = u.fenced || found == Some(false);
@@ -1146,11 +1137,24 @@ fn removed_unstopped(
         });
         return LookedFor::PlanFrom(next);
     }
-    step.fence_unstopped = Some(u.run_id.clone());
     let why = format!(
         "removed by scale-down: process {} at {} outlived its pod and still lets lock clients in; fenced, and the hold restarts before the shorter list is published",
         u.run_id, u.pod_ip
     );
+    LookedFor::Refenced(refence_unstopped(input, prev, u, why, step))
+}
+
+/// A process that outlived its pod, found letting lock clients in where it ran: fenced there
+/// (event `UnstoppedProcessFenced`, saying `why`), and the record's hold restarts. The record
+/// keeps `unstopped` (not yet seen fenced: only those are looked for).
+fn refence_unstopped(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    u: &UnstoppedProcess,
+    why: String,
+    step: &mut Step,
+) -> MemberStatus {
+    step.fence_unstopped = Some(u.run_id.clone());
     step.tell(
         prev.slot,
         MemberReason::UnstoppedProcessFenced,
@@ -1158,7 +1162,7 @@ fn removed_unstopped(
         true,
     );
     let (until, _) = hold_end(input, prev);
-    LookedFor::Refenced(restart_hold(input, prev.clone(), until, &why))
+    restart_hold(input, prev.clone(), until, &why)
 }
 
 /// The process of `prev` when its pod is gone (or failed) without the process having been

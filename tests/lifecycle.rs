@@ -19,19 +19,6 @@ fn short_spec() -> serde_json::Value {
     json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms"})
 }
 
-fn assert_released_on_time(until: Timestamp, served: Timestamp) {
-    let late = served.duration_since(until);
-    assert!(
-        late >= SignedDuration::ZERO,
-        "served {} before heldUntil {until}",
-        served
-    );
-    assert!(
-        late <= SignedDuration::from_secs(1),
-        "served {late:?} after heldUntil (limit 1s)"
-    );
-}
-
 /// A new cluster's first processes are held in full: nothing the operator can read proves that
 /// no earlier process of the same pod name (an earlier incarnation of the cluster, a status
 /// wiped or restored) granted locks that are still valid.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use redlock_operator::crd::{MemberStatus, RedlockCluster};
 use redlock_testenv::operator::OperatorProcess;
@@ -599,4 +599,19 @@ pub async fn readme_step(cp: &ControlPlane, line: &str) -> std::process::Output 
         .output()
         .await
         .unwrap()
+}
+
+/// A released process served its first client at `served`: not before `until` (its
+/// `heldUntil`), and at most 1 s after it.
+pub fn assert_released_on_time(until: Timestamp, served: Timestamp) {
+    let late = served.duration_since(until);
+    assert!(
+        late >= SignedDuration::ZERO,
+        "served {} before heldUntil {until}",
+        served
+    );
+    assert!(
+        late <= SignedDuration::from_secs(1),
+        "served {late:?} after heldUntil (limit 1s)"
+    );
 }

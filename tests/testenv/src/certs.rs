@@ -114,11 +114,17 @@ impl Pki {
 
     /// An admin kubeconfig for `server` referring to the PEM files by path.
     pub fn kubeconfig(&self, server: &str) -> String {
+        self.kubeconfig_for(server, &self.admin_cert, &self.admin_key)
+    }
+
+    /// A kubeconfig for `server` that trusts this CA and logs in with the client certificate
+    /// `cert` (a node's, kube-proxy's), referring to the PEM files by path.
+    pub fn kubeconfig_for(&self, server: &str, cert: &Path, key: &Path) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: admin\n    namespace: default\ncurrent-context: envtest\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: envtest\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: envtest\n    namespace: default\ncurrent-context: envtest\n",
             ca = self.ca_cert.display(),
-            cert = self.admin_cert.display(),
-            key = self.admin_key.display(),
+            cert = cert.display(),
+            key = key.display(),
         )
     }
 }

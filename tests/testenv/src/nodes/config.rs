@@ -192,16 +192,6 @@ pub fn kube_proxy_yaml(layout: &Layout, kubeconfig: &Path, node_name: &str, metr
     serde_yaml::to_string(&conf).expect("static YAML")
 }
 
-/// A kubeconfig for one client certificate.
-pub fn kubeconfig(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: node\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: node\ncurrent-context: envtest\n",
-        ca = ca.display(),
-        cert = cert.display(),
-        key = key.display(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -173,7 +173,7 @@ impl RealNodes {
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(
             &kubeconfig,
-            config::kubeconfig(&self.config.api_url, &self.config.pki.ca_cert, &cert, &key),
+            self.config.pki.kubeconfig_for(&self.config.api_url, &cert, &key),
         )?;
         let conf = dir.join("config.yaml");
         // One kube-proxy serves every node: they share the run's network namespace, and a
@@ -281,9 +281,7 @@ impl RealNodes {
                 .args(["--cleanup", "--v=0"])
                 .output();
         }
-        for n in &mut self.nodes {
-            n.stop();
-        }
+        // Each node stops everything of its own when dropped.
         self.nodes.clear();
         for (k, v) in std::mem::take(&mut self.sysctls) {
             let _ = namespace::write_sysctl(&k, &v);

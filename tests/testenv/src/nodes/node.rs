@@ -164,7 +164,7 @@ impl RealNode {
                 .issue(&pki_dir, "serving", &l.name, None, &[std::net::IpAddr::V4(l.ip)])?;
         std::fs::write(
             l.dir.join("kubeconfig"),
-            config::kubeconfig(&config.api_url, &config.pki.ca_cert, &cert, &key),
+            config.pki.kubeconfig_for(&config.api_url, &cert, &key),
         )?;
         std::fs::write(
             l.dir.join("kubelet.yaml"),
@@ -276,7 +276,7 @@ impl RealNode {
     }
 
     /// Kills everything of this node and removes its traces; best effort, never panics.
-    pub(super) fn stop(&mut self) {
+    fn stop(&mut self) {
         let l = self.layout.clone();
         let kubelet = self.kubelet().take();
         if let Some(mut k) = kubelet {

@@ -38,6 +38,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let election = election_config(&args, &client)?;
 
     let metrics = Arc::new(Metrics::default());
+    metrics.clock_offset_limit(Duration::from_millis(args.max_clock_offset_ms).as_secs_f64());
     // The clock check runs from the start (also on a standby), so a new leader knows its
     // offset before its first reconcile.
     let clock = Arc::new(ClockCheck::new(
@@ -79,6 +80,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             }
         }
     };
+    metrics.leading(true);
     let leadership = elected
         .as_ref()
         .map_or_else(Leadership::unconditional, |(_, l)| l.clone());
@@ -167,6 +169,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         memory: Memory::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
+    let metrics_on_exit = ctx.metrics.clone();
     let gone_ctx = ctx.clone();
     let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
         // A deleted cluster is not reconciled again (it is no longer in the cache): what is
@@ -193,6 +196,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
                 _ = controller => false,
                 _ = elector.keep(&leadership) => true,
             };
+            metrics_on_exit.leading(false);
             if lost {
                 // The controller future was dropped above, in-flight reconciles with it: no
                 // write of this process can land after the renew deadline. Exit and let the

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::crd::{MemberState, MemberStatus};
+use crate::crd::{MemberState, RedlockClusterStatus};
 use crate::error::Error;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,6 +55,11 @@ struct ClusterSeries {
     releases: Family<ClusterLabels, Counter>,
     hold_length: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     ttl_violations: Family<ClusterLabels, Gauge>,
+    quorum: Family<ClusterLabels, Gauge>,
+    instances: Family<ClusterLabels, Gauge>,
+    in_maintenance: Family<ClusterLabels, Gauge>,
+    release_overdue: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    release_lateness: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     /// Member names with a hold-remaining series, per (namespace, cluster).
     known_members: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
 }
@@ -62,6 +67,11 @@ struct ClusterSeries {
 fn hold_length_histogram() -> Histogram {
     // 250 ms .. ~36 h: holds are maxLockTTL plus drift and margin.
     Histogram::new(exponential_buckets(0.25, 2.0, 20))
+}
+
+fn release_lateness_histogram() -> Histogram {
+    // 1 ms .. ~33 s: a release is due the moment a hold ends.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,6 +89,8 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     clock_offset_uncertainty: Gauge<f64, AtomicU64>,
     clock_steps: Gauge<f64, AtomicU64>,
+    clock_offset_limit: Gauge<f64, AtomicU64>,
+    leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -111,6 +123,11 @@ impl Default for Metrics {
             releases: Family::default(),
             hold_length: Family::new_with_constructor(hold_length_histogram),
             ttl_violations: Family::default(),
+            quorum: Family::default(),
+            instances: Family::default(),
+            in_maintenance: Family::default(),
+            release_overdue: Family::default(),
+            release_lateness: Family::new_with_constructor(release_lateness_histogram),
             known_members: Mutex::default(),
         };
         registry.register(
@@ -148,6 +165,31 @@ impl Default for Metrics {
             "Keys found by the TTL audit without expiry or with a TTL above maxLockTTL",
             clusters.ttl_violations.clone(),
         );
+        registry.register(
+            "cluster_quorum",
+            "Instances a lock client must lock in each RedlockCluster (N/2+1 of the published list)",
+            clusters.quorum.clone(),
+        );
+        registry.register(
+            "cluster_instances",
+            "Instances asked for in each RedlockCluster (spec.instances)",
+            clusters.instances.clone(),
+        );
+        registry.register(
+            "members_in_maintenance",
+            "Members fenced on purpose (kubectl redlock fence) in each RedlockCluster",
+            clusters.in_maintenance.clone(),
+        );
+        registry.register(
+            "member_release_overdue_seconds",
+            "Seconds since a member's hold ended while it still does not serve (0 otherwise, and while fenced for maintenance)",
+            clusters.release_overdue.clone(),
+        );
+        registry.register(
+            "release_lateness_seconds",
+            "Release time minus the end of the hold it ended",
+            clusters.release_lateness.clone(),
+        );
         let clock_offset = Gauge::<f64, AtomicU64>::default();
         let clock_offset_uncertainty = Gauge::<f64, AtomicU64>::default();
         let clock_steps = Gauge::<f64, AtomicU64>::default();
@@ -166,6 +208,18 @@ impl Default for Metrics {
             "Sum of the forward steps of the operator's wall clock since it started (each lengthens running holds)",
             clock_steps.clone(),
         );
+        let clock_offset_limit = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "operator_clock_offset_limit_seconds",
+            "Bound on the clock offset plus its uncertainty beyond which no member is released",
+            clock_offset_limit.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 on the operator replica that holds the leader Lease (the only one that reconciles), 0 on a standby",
+            leader.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -175,6 +229,8 @@ impl Default for Metrics {
             clock_offset,
             clock_offset_uncertainty,
             clock_steps,
+            clock_offset_limit,
+            leader,
         }
     }
 }
@@ -195,6 +251,14 @@ impl Metrics {
         self.clock_offset_uncertainty.set(uncertainty);
     }
 
+    pub fn clock_offset_limit(&self, limit: f64) {
+        self.clock_offset_limit.set(limit);
+    }
+
+    pub fn leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
     pub fn clock_steps(&self, skipped: f64) {
         self.clock_steps.set(skipped);
     }
@@ -212,11 +276,12 @@ impl Metrics {
         &self,
         ns: &str,
         cluster: &str,
-        members: &[MemberStatus],
+        status: &RedlockClusterStatus,
         instances: i32,
         now: Timestamp,
     ) {
         let c = &self.clusters;
+        let members = status.members.as_slice();
         for (state, label) in STATES {
             let n = members
                 .iter()
@@ -230,22 +295,37 @@ impl Metrics {
                 })
                 .set(n as i64);
         }
+        let labels = cluster_labels(ns, cluster);
+        if let Some(q) = status.quorum {
+            c.quorum.get_or_create(&labels).set(i64::from(q));
+        }
+        c.instances.get_or_create(&labels).set(i64::from(instances));
+        let in_maintenance = members.iter().filter(|m| m.maintenance.is_some()).count();
+        c.in_maintenance.get_or_create(&labels).set(in_maintenance as i64);
         let mut known = c.known_members.lock().expect("metrics lock is never poisoned");
         let names = known.entry((ns.into(), cluster.into())).or_default();
         let current: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
         for gone in names.difference(&current) {
             c.hold_remaining.remove(&member_labels(ns, cluster, gone));
+            c.release_overdue.remove(&member_labels(ns, cluster, gone));
         }
         for m in members {
-            let left = m
+            let until = m
                 .held_until
                 .as_ref()
-                .filter(|_| matches!(m.state, MemberState::Held | MemberState::Lost))
-                .map(|t| t.0.duration_since(now).as_secs_f64().max(0.0))
-                .unwrap_or(0.0);
+                .filter(|_| m.state.is_holding())
+                .map(|t| t.0);
+            let left = until.map_or(0.0, |u| u.duration_since(now).as_secs_f64().max(0.0));
+            // A removed slot's record (slot >= N) only waits out its hold; it is never released.
+            let overdue = until
+                .filter(|_| m.maintenance.is_none() && m.slot < instances)
+                .map_or(0.0, |u| now.duration_since(u).as_secs_f64().max(0.0));
             c.hold_remaining
                 .get_or_create(&member_labels(ns, cluster, &m.name))
                 .set(left);
+            c.release_overdue
+                .get_or_create(&member_labels(ns, cluster, &m.name))
+                .set(overdue);
         }
         *names = current;
     }
@@ -267,12 +347,16 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a release; `hold_seconds` is the hold it ended, if it ended one.
-    pub fn released(&self, ns: &str, cluster: &str, hold_seconds: Option<f64>) {
+    /// Counts a release of `ended`, the hold it ended if it ended one.
+    pub fn released(&self, ns: &str, cluster: &str, ended: Option<EndedHold>) {
         let labels = cluster_labels(ns, cluster);
         self.clusters.releases.get_or_create(&labels).inc();
-        if let Some(s) = hold_seconds {
-            self.clusters.hold_length.get_or_create(&labels).observe(s);
+        if let Some(h) = ended {
+            self.clusters.hold_length.get_or_create(&labels).observe(h.length);
+            self.clusters
+                .release_lateness
+                .get_or_create(&labels)
+                .observe(h.lateness);
         }
     }
 
@@ -301,6 +385,7 @@ impl Metrics {
             .unwrap_or_default();
         for name in names {
             c.hold_remaining.remove(&member_labels(ns, cluster, &name));
+            c.release_overdue.remove(&member_labels(ns, cluster, &name));
         }
         let labels = cluster_labels(ns, cluster);
         c.losses.remove(&labels);
@@ -308,6 +393,10 @@ impl Metrics {
         c.releases.remove(&labels);
         c.hold_length.remove(&labels);
         c.ttl_violations.remove(&labels);
+        c.quorum.remove(&labels);
+        c.instances.remove(&labels);
+        c.in_maintenance.remove(&labels);
+        c.release_lateness.remove(&labels);
     }
 
     /// The OpenMetrics text exposition of every registered metric.
@@ -334,6 +423,15 @@ fn member_labels(ns: &str, cluster: &str, member: &str) -> MemberLabels {
     }
 }
 
+/// A hold ended by a release, in seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EndedHold {
+    /// From the loss to the release.
+    pub length: f64,
+    /// From the hold's end (`heldUntil`) to the release.
+    pub lateness: f64,
+}
+
 /// Records the elapsed time of a reconcile on drop.
 pub struct ReconcileTimer<'a> {
     histogram: &'a Histogram,
@@ -349,6 +447,15 @@ impl Drop for ReconcileTimer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::MemberStatus;
+
+    fn status(members: &[MemberStatus], quorum: i32) -> RedlockClusterStatus {
+        RedlockClusterStatus {
+            members: members.to_vec(),
+            quorum: Some(quorum),
+            ..RedlockClusterStatus::default()
+        }
+    }
 
     #[test]
     fn renders_counts_errors_and_durations() {
@@ -385,17 +492,29 @@ mod tests {
             member(0, MemberState::Ready, None),
             member(1, MemberState::Held, Some(130)),
             member(2, MemberState::Lost, Some(110)),
-            member(3, MemberState::Held, Some(500)), // retired slot: not counted
+            member(3, MemberState::Held, Some(40)),
+            MemberStatus {
+                maintenance: Some("kernel upgrade".into()),
+                ..member(4, MemberState::Held, Some(70))
+            },
+            member(5, MemberState::Held, Some(50)), // retired slot: not counted, never overdue
         ];
-        m.observe_members("ns", "locks", &members, 3, now);
+        m.observe_members("ns", "locks", &status(&members, 3), 5, now);
         m.instance_lost("ns", "locks");
-        m.released("ns", "locks", Some(31.5));
+        m.released(
+            "ns",
+            "locks",
+            Some(EndedHold {
+                length: 31.5,
+                lateness: 0.02,
+            }),
+        );
         m.released("ns", "locks", None);
         m.ttl_violations("ns", "locks", 2);
         let text = m.render();
         for line in [
             r#"redlock_members{namespace="ns",cluster="locks",state="ready"} 1"#,
-            r#"redlock_members{namespace="ns",cluster="locks",state="held"} 1"#,
+            r#"redlock_members{namespace="ns",cluster="locks",state="held"} 3"#,
             r#"redlock_members{namespace="ns",cluster="locks",state="lost"} 1"#,
             r#"redlock_members{namespace="ns",cluster="locks",state="starting"} 0"#,
             r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-1"} 30.0"#,
@@ -404,11 +523,20 @@ mod tests {
             r#"redlock_instance_releases_total{namespace="ns",cluster="locks"} 2"#,
             r#"redlock_hold_length_seconds_count{namespace="ns",cluster="locks"} 1"#,
             r#"redlock_ttl_policy_violations{namespace="ns",cluster="locks"} 2"#,
+            r#"redlock_release_lateness_seconds_sum{namespace="ns",cluster="locks"} 0.02"#,
+            r#"redlock_cluster_quorum{namespace="ns",cluster="locks"} 3"#,
+            r#"redlock_cluster_instances{namespace="ns",cluster="locks"} 5"#,
+            r#"redlock_members_in_maintenance{namespace="ns",cluster="locks"} 1"#,
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-0"} 0.0"#,
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-1"} 0.0"#,
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-3"} 60.0"#,
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-4"} 0.0"#,
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-5"} 0.0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
         // A member that goes away loses its series.
-        m.observe_members("ns", "locks", &members[..1], 1, now);
+        m.observe_members("ns", "locks", &status(&members[..1], 1), 1, now);
         assert!(!m.render().contains(r#"member="locks-1""#));
         m.forget_cluster("ns", "locks");
         assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());

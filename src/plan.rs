@@ -2346,6 +2346,7 @@ mod tests {
                     message: None,
                     pod_ip: None,
                     unstopped: None,
+                    maintenance: None,
                 }),
                 true,
             ),

@@ -186,6 +186,12 @@ pub struct MemberStatus {
     /// clients that reach it. Looked for at its last address before the slot is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unstopped: Option<UnstoppedProcess>,
+
+    /// Fenced on purpose (`kubectl redlock fence`, annotation `redlock.dev/fenced-members`):
+    /// the reason given. The member is held as after a loss and not released, even once its
+    /// hold has run, until it is unfenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<String>,
 }
 
 /// A process that outlived its pod object as far as the operator knows.
@@ -218,6 +224,7 @@ impl MemberStatus {
             message: None,
             pod_ip: None,
             unstopped: None,
+            maintenance: None,
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::context::Context;
 use crate::crd::{MemberStatus, RedlockCluster};
 use crate::error::Result;
 use crate::events;
+use crate::metrics::EndedHold;
 use crate::observe::SlotObservation;
 use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
@@ -80,7 +81,7 @@ pub async fn act(
     }
 
     ctx.metrics
-        .observe_members(ns, &name, &d.status.members, cluster.spec.instances, now);
+        .observe_members(ns, &name, &d.status, cluster.spec.instances, now);
     if let Some(keys) = d.ttl_violations {
         ctx.metrics.ttl_violations(ns, &name, keys);
     }
@@ -152,7 +153,7 @@ pub async fn act(
                     .as_ref()
                     .map(|s| s.members.as_slice())
                     .unwrap_or_default();
-                ctx.metrics.released(ns, &name, hold_length(previous, *slot, now));
+                ctx.metrics.released(ns, &name, ended_hold(previous, *slot, now));
                 let msg = format!(
                     "{}: released process {run_id} to lock clients",
                     slot_name(&name, *slot)
@@ -239,9 +240,14 @@ async fn change_pods(
     Ok(None)
 }
 
-/// How long the hold that a release of `slot` ends lasted: from its (last) start to now.
-fn hold_length(previous: &[MemberStatus], slot: i32, now: Timestamp) -> Option<f64> {
+/// The hold a release of `slot` ends: how long it lasted, from its (last) start to now, and
+/// how late the release comes after its recorded end.
+fn ended_hold(previous: &[MemberStatus], slot: i32, now: Timestamp) -> Option<EndedHold> {
     let m = previous.iter().find(|m| m.slot == slot && m.state.is_holding())?;
     let started = m.hold_started_at.as_ref()?.0;
-    Some(now.duration_since(started).as_secs_f64().max(0.0))
+    let until = m.held_until.as_ref()?.0;
+    Some(EndedHold {
+        length: now.duration_since(started).as_secs_f64().max(0.0),
+        lateness: now.duration_since(until).as_secs_f64().max(0.0),
+    })
 }

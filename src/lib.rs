@@ -19,6 +19,7 @@ pub mod hold_policy;
 pub mod hold_timers;
 pub mod http;
 pub mod leader;
+pub mod maintenance;
 pub mod member_clock;
 pub mod metrics;
 pub mod model;

@@ -79,7 +79,12 @@ pub struct PlanInput<'a> {
     pub confirmed: i32,
     /// This process's own timing of running holds, and what may stop releases.
     pub timing: Timing<'a>,
+    /// Slots fenced on purpose, with the reason given ([`crate::maintenance`]).
+    pub maintenance: &'a BTreeMap<i32, String>,
 }
+
+/// No slot fenced on purpose.
+pub static NO_MAINTENANCE: BTreeMap<i32, String> = BTreeMap::new();
 
 /// What this operator process adds to the recorded deadlines (docs/design.md §9.1).
 #[derive(Clone, Copy)]
@@ -121,7 +126,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         let obs = observed.get(&slot).unwrap_or(&missing);
         let prev = previous.get(&slot).copied();
         let step = if slot < input.instances {
-            step_member(input, slot, prev, obs)
+            maintenance(input, slot, step_member(input, slot, prev, obs), obs)
         } else {
             retire_member(input, slot, prev, obs)
         };
@@ -402,6 +407,57 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
         },
         _ => next,
     });
+    step
+}
+
+/// A slot the user fenced on purpose (`kubectl redlock fence`), or just unfenced. A serving
+/// member is fenced now and held in full from now, as after a loss: whatever maintenance does
+/// to it, it serves again only once unfenced and a whole hold has run since it was fenced. A
+/// held member stays held, also after its hold (see `hold_runs`). Unfencing only lets the hold
+/// end as it would have.
+fn maintenance(input: &PlanInput<'_>, slot: i32, mut step: Step, obs: &SlotObservation) -> Step {
+    let Some(mut next) = step.member.take() else {
+        return step;
+    };
+    let Some(reason) = input.maintenance.get(&slot) else {
+        if next.maintenance.take().is_some() {
+            let when = match (&next.held_until, next.state.is_holding()) {
+                (Some(until), true) if until.0 > input.now => format!("once its hold ends at {}", until.0),
+                _ => "now".to_owned(),
+            };
+            step.tell(
+                slot,
+                MemberReason::Unfenced,
+                format!("{}: unfenced; serves lock clients again {when}", next.name),
+                false,
+            );
+        }
+        step.member = Some(next);
+        return step;
+    };
+    if matches!(obs.pod, PodState::Foreign { .. }) {
+        step.member = Some(next);
+        return step;
+    }
+    if next.state == MemberState::Ready {
+        step.release = None;
+        let why = format!("fenced for maintenance ({reason})");
+        if let Some(run_id) = running_process(obs).and_then(|p| p.run_id) {
+            step.fence = Some(run_id.to_owned());
+        }
+        step.tell(
+            slot,
+            MemberReason::FencedForMaintenance,
+            format!(
+                "{}: {why}; shut out of lock clients and held in full from now, until unfenced",
+                next.name
+            ),
+            true,
+        );
+        next = start_hold(input, slot, obs, why, &mut step);
+    }
+    next.maintenance = Some(reason.clone());
+    step.member = Some(next);
     step
 }
 
@@ -831,10 +887,21 @@ fn hold_runs(
             fill_identity(&mut next, &p);
             match (p.run_id, p.client_enabled) {
                 // Serving during its hold, or after it while it must not serve yet (a scale-up's
-                // new member before the new list is confirmed).
-                (Some(run_id), Some(true)) if until > input.now || slot >= input.confirmed => {
+                // new member before the new list is confirmed, a member fenced for maintenance).
+                (Some(run_id), Some(true))
+                    if until > input.now
+                        || slot >= input.confirmed
+                        || input.maintenance.contains_key(&slot) =>
+                {
                     refence(input, next, until, run_id, step)
                 }
+                (Some(_), _) if until <= input.now && input.maintenance.contains_key(&slot) => MemberStatus {
+                    message: Some(format!(
+                        "hold ended; stays fenced for maintenance ({}) until unfenced (kubectl redlock unfence)",
+                        input.maintenance[&slot]
+                    )),
+                    ..next
+                },
                 (Some(_), _)
                     if until <= input.now
                         && slot < input.confirmed
@@ -1352,6 +1419,7 @@ mod tests {
                 timers: own_timers(members),
                 ..Timing::default()
             },
+            maintenance: &NO_MAINTENANCE,
         }
     }
 
@@ -3314,5 +3382,134 @@ mod tests {
         assert_eq!(p4.members[0].state, MemberState::Ready);
         assert_eq!(p4.members[0].unstopped, None);
         assert!(p4.fences.is_empty());
+    }
+
+    mod fenced_for_maintenance {
+        use super::*;
+
+        fn fenced(reason: &str) -> BTreeMap<i32, String> {
+            [(0, reason.to_owned())].into()
+        }
+
+        fn plan_with(
+            members: &[MemberStatus],
+            request: &BTreeMap<i32, String>,
+            obs: SlotObservation,
+        ) -> Plan {
+            plan(
+                &PlanInput {
+                    maintenance: request,
+                    ..input(1, members, at(NOW))
+                },
+                &observed([(0, obs)]),
+            )
+        }
+
+        #[test]
+        fn a_serving_member_is_fenced_now_and_held_in_full() {
+            let request = fenced("kernel upgrade");
+            let p = plan_with(&[ready(0, "A", "c1")], &request, running("A", true, "c1"));
+            let m = &p.members[0];
+            assert_eq!(m.state, MemberState::Held);
+            assert_eq!(m.maintenance.as_deref(), Some("kernel upgrade"));
+            assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+            assert_eq!(m.run_id.as_deref(), Some("A"));
+            assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+            assert!(p.releases.is_empty());
+            assert!(
+                p.events
+                    .iter()
+                    .any(|e| e.reason == MemberReason::FencedForMaintenance && e.warning)
+            );
+        }
+
+        #[test]
+        fn a_ready_member_left_fenced_by_a_crash_is_not_released_but_held() {
+            let p = plan_with(&[ready(0, "A", "c1")], &fenced("x"), running("A", false, "c1"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert!(p.releases.is_empty());
+            assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+        }
+
+        #[test]
+        fn an_unanswering_member_is_held_and_fenced_once_it_answers() {
+            let p = plan_with(&[ready(0, "A", "c1")], &fenced("x"), unreachable("c1"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert!(p.fences.is_empty(), "no run id to fence on: {:?}", p.fences);
+            // Found serving at the next probe: fenced then, and the hold restarts.
+            let later = plan_with(&p.members, &fenced("x"), running("A", true, "c1"));
+            assert_eq!(later.fences, vec![(0, "A".to_owned())]);
+            assert!(later.events.iter().any(|e| e.reason == MemberReason::Refenced));
+        }
+
+        #[test]
+        fn a_held_member_stays_held_after_its_hold_while_fenced() {
+            let over = at(NOW - 1);
+            let p = plan_with(
+                &[held(0, "A", "c1", over)],
+                &fenced("disk"),
+                running("A", false, "c1"),
+            );
+            let m = &p.members[0];
+            assert_eq!(m.state, MemberState::Held);
+            assert!(p.releases.is_empty());
+            assert!(
+                m.message.as_deref().unwrap().contains("maintenance (disk)"),
+                "{m:?}"
+            );
+            // Someone turns its client user on by hand: fenced again, held in full.
+            let p = plan_with(
+                &[held(0, "A", "c1", over)],
+                &fenced("disk"),
+                running("A", true, "c1"),
+            );
+            assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+            assert_eq!(p.members[0].held_until.as_ref().unwrap().0, hold_from_now());
+        }
+
+        #[test]
+        fn a_restart_during_maintenance_restarts_the_hold_and_stays_fenced() {
+            let mut h = held(0, "A", "c1", at(NOW + 10));
+            h.maintenance = Some("x".into());
+            let p = plan_with(&[h], &fenced("x"), running("B", false, "c2"));
+            let m = &p.members[0];
+            assert_eq!((m.state, m.run_id.as_deref()), (MemberState::Held, Some("B")));
+            assert_eq!(m.maintenance.as_deref(), Some("x"));
+            assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+        }
+
+        #[test]
+        fn unfencing_lets_the_hold_end_as_it_would_have() {
+            let none = BTreeMap::new();
+            // Hold still running: stays held, told when it serves again.
+            let mut h = held(0, "A", "c1", at(NOW + 10));
+            h.maintenance = Some("x".into());
+            let p = plan_with(std::slice::from_ref(&h), &none, running("A", false, "c1"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert_eq!(p.members[0].maintenance, None);
+            assert!(p.releases.is_empty());
+            let e = p
+                .events
+                .iter()
+                .find(|e| e.reason == MemberReason::Unfenced)
+                .unwrap();
+            assert!(e.message.contains("once its hold ends"), "{}", e.message);
+            // Hold over: released at once.
+            h.held_until = micro(at(NOW - 1));
+            h.hold_started_at = started_for(at(NOW - 1));
+            let p = plan_with(&[h], &none, running("A", false, "c1"));
+            assert_eq!(p.members[0].state, MemberState::Ready);
+            assert_eq!(p.releases, vec![(0, "A".to_owned())]);
+        }
+
+        #[test]
+        fn starting_and_lost_members_are_marked_and_never_released_while_fenced() {
+            let p = plan_with(&[starting(0)], &fenced("x"), running("A", false, "c1"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert_eq!(p.members[0].maintenance.as_deref(), Some("x"));
+            let p = plan_with(&[lost(0, at(NOW - 1))], &fenced("x"), running("A", false, "c1"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert!(p.releases.is_empty());
+        }
     }
 }

@@ -18,10 +18,12 @@ pub enum MemberReason {
     UnstoppedProcessFenced,
     ReleaseAssumesProcessGone,
     PodChangeFailed,
+    FencedForMaintenance,
+    Unfenced,
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 14] = [
+    pub const ALL: [MemberReason; 16] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
@@ -36,6 +38,8 @@ impl MemberReason {
         Self::UnstoppedProcessFenced,
         Self::ReleaseAssumesProcessGone,
         Self::PodChangeFailed,
+        Self::FencedForMaintenance,
+        Self::Unfenced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +58,8 @@ impl MemberReason {
             Self::UnstoppedProcessFenced => "UnstoppedProcessFenced",
             Self::ReleaseAssumesProcessGone => "ReleaseAssumesProcessGone",
             Self::PodChangeFailed => "PodChangeFailed",
+            Self::FencedForMaintenance => "FencedForMaintenance",
+            Self::Unfenced => "Unfenced",
         }
     }
 

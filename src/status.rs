@@ -46,6 +46,8 @@ pub struct Findings {
     pub rollout: Rollout,
     /// Placement of the members; `None` leaves failure domains unreported.
     pub failure_domains: Option<FailureDomains>,
+    /// Members the user fenced on purpose.
+    pub maintenance: crate::maintenance::Request,
 }
 
 /// The status to persist: the planned member states plus the counts and conditions that
@@ -160,6 +162,7 @@ pub fn compute(
         });
     }
     desired.push(children_applied(&findings.apply_problems));
+    desired.push(crate::maintenance::condition(&findings.maintenance, &members));
     if let Some(d) = &findings.failure_domains {
         desired.push(failure_domains::condition(
             instances,
@@ -193,6 +196,11 @@ fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i
         .filter(|slot| !serving.contains(slot))
         .map(|slot| match members.iter().find(|m| m.slot == slot) {
             Some(m) => match (m.state, &m.held_until) {
+                _ if m.maintenance.is_some() => format!(
+                    "{} fenced for maintenance ({})",
+                    m.name,
+                    m.maintenance.as_deref().unwrap_or_default()
+                ),
                 (MemberState::Held | MemberState::Lost, Some(until)) => {
                     format!("{} {:?} until {}", m.name, m.state, until.0)
                 }

@@ -17,7 +17,7 @@ use crate::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
 use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
 use crate::validate::Rejection;
-use crate::{hold, resize, rollout, status};
+use crate::{hold, maintenance, resize, rollout, status};
 
 /// Everything one reconcile will do, decided before anything is written.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +87,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
             token: previous.confirmation_token.clone(),
         }
     };
+    let fence_request = maintenance::request(cluster, &previous.members);
     let mut plan = plan(
         &PlanInput {
             cluster: &name,
@@ -105,6 +106,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
                 skipped: clock.skipped,
                 release_blocked: facts.release_blocked,
             },
+            maintenance: &fence_request.slots,
         },
         &obs.slots,
     );
@@ -165,6 +167,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         limits: Some(limits),
         rollout,
         failure_domains: Some(obs.failure_domains.clone()),
+        maintenance: fence_request,
     };
     let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
     let requeue = requeue(&plan, &policy.policy, facts.probe_period, obs.next_audit, now);

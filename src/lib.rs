@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod plugin;
 pub mod reasons;
 pub mod reconcile;
 pub mod redis_admin;

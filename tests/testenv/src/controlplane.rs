@@ -93,6 +93,7 @@ pub struct ControlPlane {
     bin_dir: PathBuf,
     ip_block: IpBlock,
     dir: PathBuf,
+    pki: Pki,
     _tempdir: Option<tempfile::TempDir>,
 }
 
@@ -302,6 +303,7 @@ impl ControlPlane {
             bin_dir,
             ip_block,
             dir,
+            pki: pki.clone(),
             _tempdir: tempdir,
         };
         // The service-account controller creating `default` proves the controller manager
@@ -392,6 +394,16 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A kubeconfig that logs in as `user` (a client certificate without groups), so it may do
+    /// only what RBAC grants that user: e.g. nothing, to test permission errors.
+    pub fn kubeconfig_for_user(&self, user: &str) -> Result<PathBuf> {
+        let dir = self.dir.join("users");
+        let (cert, key) = self.pki.issue(&dir, user, user, None, &[])?;
+        let path = dir.join(format!("{user}.kubeconfig"));
+        std::fs::write(&path, self.pki.kubeconfig_for(&self.api_url, &cert, &key))?;
+        Ok(path)
     }
 
     /// The API server's audit log (JSON lines): every request for RedlockClusters, with its

@@ -1,0 +1,204 @@
+//! `kubectl redlock client-config`: a ready configuration for each client library the README
+//! documents, filled in from what the operator publishes (`<name>-endpoints`, `<name>-client`).
+//! Pure. The password never appears: the snippets read the client Secret's `urls` from an
+//! environment variable, so the output can be pasted into a repository.
+
+use std::fmt::Write;
+
+use clap::ValueEnum;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// node-redlock 4.x with ioredis
+    Node,
+    /// go-redsync v4 with go-redis v9
+    Go,
+    /// pottery with redis-py
+    Python,
+    /// rslock
+    Rust,
+    /// Redisson's RedissonRedLock
+    Java,
+}
+
+/// What the operator published for one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub name: String,
+    pub namespace: String,
+    /// `servers` of `<name>-endpoints`: all N addresses, slot order.
+    pub servers: Vec<String>,
+    pub quorum: i32,
+    pub max_lock_ttl: String,
+    pub max_lock_ttl_millis: u64,
+    /// The Secret with `ca.crt` when the instances serve TLS.
+    pub tls_secret: Option<String>,
+}
+
+/// The lock TTL the snippets use: 10 s, or maxLockTTL when that is shorter.
+fn example_ttl_ms(p: &Published) -> u64 {
+    p.max_lock_ttl_millis.min(10_000)
+}
+
+pub fn snippet(lang: Lang, p: &Published) -> String {
+    let mut out = String::new();
+    let comment = match lang {
+        Lang::Python => "#",
+        _ => "//",
+    };
+    let _ = writeln!(
+        out,
+        "{comment} RedlockCluster {}/{}: {} servers, quorum {}, maxLockTTL {} ({} ms).",
+        p.namespace,
+        p.name,
+        p.servers.len(),
+        p.quorum,
+        p.max_lock_ttl,
+        p.max_lock_ttl_millis
+    );
+    for s in &p.servers {
+        let _ = writeln!(out, "{comment}   {s}");
+    }
+    let _ = writeln!(
+        out,
+        "{comment} Use all {} servers (never only the ready ones) and never a lock TTL above {} ms.",
+        p.servers.len(),
+        p.max_lock_ttl_millis
+    );
+    let _ = writeln!(out, "{comment} In the client's container spec:");
+    let _ = writeln!(out, "{comment}   env:");
+    let _ = writeln!(out, "{comment}     - name: REDLOCK_URLS");
+    let _ = writeln!(
+        out,
+        "{comment}       valueFrom: {{secretKeyRef: {{name: {}-client, key: urls}}}}",
+        p.name
+    );
+    let _ = writeln!(out, "{comment}     - name: REDLOCK_MAX_TTL_MS");
+    let _ = writeln!(
+        out,
+        "{comment}       valueFrom: {{configMapKeyRef: {{name: {}-endpoints, key: maxLockTTLMillis}}}}",
+        p.name
+    );
+    if let Some(tls) = &p.tls_secret {
+        let _ = writeln!(
+            out,
+            "{comment} TLS: the urls are rediss://; trust ca.crt of Secret {tls} (mount it and point the client's TLS options at it)."
+        );
+    }
+    out.push('\n');
+    let ttl = example_ttl_ms(p);
+    out.push_str(&match lang {
+        Lang::Node => format!(
+            r#"const Redis = require("ioredis");
+const Redlock = require("redlock"); // npm redlock@4
+const clients = process.env.REDLOCK_URLS.trim().split("\n").map((u) => new Redis(u));
+const redlock = new Redlock(clients, {{ driftFactor: 0.01, retryCount: 10, retryDelay: 200 }});
+const lock = await redlock.lock("orders:42", {ttl}); // ms, <= {max}
+try {{ /* critical section */ }} finally {{ await lock.unlock(); }}
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Go => format!(
+            r#"// github.com/go-redsync/redsync/v4, .../redsync/v4/redis/goredis/v9, github.com/redis/go-redis/v9
+var pools []redsyncredis.Pool
+for _, u := range strings.Fields(os.Getenv("REDLOCK_URLS")) {{
+    opt, err := redis.ParseURL(u)
+    if err != nil {{ log.Fatal(err) }}
+    pools = append(pools, goredis.NewPool(redis.NewClient(opt)))
+}}
+rs := redsync.New(pools...)
+m := rs.NewMutex("orders:42", redsync.WithExpiry({ttl}*time.Millisecond)) // <= {max} ms
+if err := m.Lock(); err != nil {{ return err }}
+defer m.Unlock()
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Python => format!(
+            r#"import os
+from redis import Redis
+from pottery import Redlock
+masters = {{Redis.from_url(u) for u in os.environ["REDLOCK_URLS"].split()}}
+lock = Redlock(key="orders:42", masters=masters, auto_release_time={secs})  # seconds, <= {max_s}
+with lock:
+    ...  # critical section
+"#,
+            secs = ttl as f64 / 1000.0,
+            max_s = p.max_lock_ttl_millis as f64 / 1000.0
+        ),
+        Lang::Rust => format!(
+            r#"// crates.io: rslock
+let urls: Vec<String> = std::env::var("REDLOCK_URLS")?.split_whitespace().map(String::from).collect();
+let locks = rslock::LockManager::new(urls);
+let lock = locks.lock(b"orders:42", std::time::Duration::from_millis({ttl})).await?; // <= {max} ms
+// critical section
+locks.unlock(&lock).await;
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Java => format!(
+            r#"// Maven: org.redisson:redisson. RedissonRedLock is deprecated upstream but is Redisson's
+// Redlock over independent masters. Always pass a lease time: without one Redisson's watchdog
+// keeps the lock alive with its own TTL (30 s by default), which may exceed maxLockTTL.
+List<RLock> locks = new ArrayList<>();
+for (String url : System.getenv("REDLOCK_URLS").trim().split("\\s+")) {{
+    URI u = URI.create(url);
+    Config config = new Config();
+    SingleServerConfig server = config.useSingleServer()
+        .setAddress(u.getScheme() + "://" + u.getHost() + ":" + u.getPort());
+    if (u.getUserInfo() != null) {{
+        String[] login = u.getUserInfo().split(":", 2);
+        server.setUsername(login[0]).setPassword(login[1]);
+    }}
+    locks.add(Redisson.create(config).getLock("orders:42"));
+}}
+RLock lock = new RedissonRedLock(locks.toArray(new RLock[0]));
+if (lock.tryLock(5_000, {ttl}, TimeUnit.MILLISECONDS)) {{ // lease <= {max} ms
+    try {{ /* critical section */ }} finally {{ lock.unlock(); }}
+}}
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published(max_ms: u64, tls: bool) -> Published {
+        Published {
+            name: "locks".into(),
+            namespace: "team".into(),
+            servers: (0..3).map(|i| format!("locks-{i}.team.svc:6379")).collect(),
+            quorum: 2,
+            max_lock_ttl: format!("{}ms", max_ms),
+            max_lock_ttl_millis: max_ms,
+            tls_secret: tls.then(|| "locks-tls".to_owned()),
+        }
+    }
+
+    #[test]
+    fn every_language_reads_the_published_objects_and_caps_the_ttl() {
+        for lang in Lang::value_variants() {
+            let s = snippet(*lang, &published(30_000, false));
+            assert!(s.contains("REDLOCK_URLS"), "{lang:?}");
+            assert!(s.contains("name: locks-client, key: urls"), "{lang:?}\n{s}");
+            assert!(s.contains("locks-2.team.svc:6379"), "{lang:?}");
+            assert!(s.contains("quorum 2"), "{lang:?}");
+            assert!(!s.contains("TLS"), "{lang:?}");
+            // A TTL of 10 s is used below a 30 s maxLockTTL; 2 s is used when that is the max.
+            let short = snippet(*lang, &published(2_000, true));
+            assert!(short.contains("locks-tls"), "{lang:?}");
+            let ttl_shown = match lang {
+                Lang::Python => ["10", "2"],
+                _ => ["10000", "2000"],
+            };
+            assert!(s.contains(ttl_shown[0]), "{lang:?}\n{s}");
+            assert!(
+                short.contains(ttl_shown[1]) && !short.contains("10000"),
+                "{lang:?}\n{short}"
+            );
+        }
+    }
+}

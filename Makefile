@@ -4,10 +4,12 @@ DEV := target/dev
 # Where cargo puts binaries (CI keeps it outside the clone via CARGO_TARGET_DIR).
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
-.PHONY: nodes test fmt fmt-check clippy build crds chart controlplane redis-libc dev-binaries demo dev-up dev-down bench bench-env safety
+PREFIX ?= $(HOME)/.local
+
+.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env safety
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
-test: fmt-check clippy controlplane nodes chart redis-libc
+test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests
 
 ## chart: helm lint --strict and helm template of charts/redlock-operator (tests/chart.rs
@@ -24,6 +26,13 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## plugin: kubectl-redlock (release) installed into $(PREFIX)/bin, where kubectl finds it as
+## `kubectl redlock` (PREFIX defaults to ~/.local)
+plugin:
+	$(CARGO) build --release --bin kubectl-redlock
+	install -D -m 0755 $(or $(CARGO_TARGET_DIR),target)/release/kubectl-redlock $(PREFIX)/bin/kubectl-redlock
+	@echo "installed $(PREFIX)/bin/kubectl-redlock; try: kubectl redlock --help"
 
 ## build: the operator binary (release)
 build:
@@ -51,6 +60,12 @@ nodes: controlplane
 ## under libfaketime (tests that jump a member's clock); cached in ~/.cache/redlock-operator
 redis-libc:
 	tests/tools/build-redis-libc.sh
+
+## promtool: promtool from the pinned Prometheus Go module (tests/alerts/promtool), cached in
+## ~/.cache/redlock-operator and linked into target/dev/bin; tests/alerts.rs checks and unit-tests
+## the chart's alert rules with it
+promtool:
+	tests/alerts/build.sh
 
 dev-binaries: controlplane
 	$(CARGO) build --workspace --bins

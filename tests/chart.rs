@@ -2,50 +2,17 @@
 //! renders what a restricted, least-privilege install needs, and bad values are refused by
 //! `values.schema.json` (or the chart's own checks) before anything reaches a cluster.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use serde_yaml::Value;
 
+mod helm_chart;
+use helm_chart::{chart, helm};
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-fn chart() -> PathBuf {
-    Path::new(ROOT).join("charts/redlock-operator")
-}
-
-fn helm() -> Command {
-    let bin = redlock_testenv::controlplane::bin_dir().join("helm");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `make controlplane` (tests/controlplane/build.sh) first",
-        bin.display()
-    );
-    let mut c = Command::new(bin);
-    // Helm keeps caches and config under these; never the user's.
-    let home = std::env::temp_dir().join("redlock-helm-home");
-    c.env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"));
-    c
-}
-
-/// `helm template` with `--set` pairs: Ok(documents) or Err(stderr).
 fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
-    let mut cmd = helm();
-    cmd.args(["template", "rl", "--namespace", "redlock-system"])
-        .arg(chart());
-    for s in sets {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8(out.stdout).unwrap();
-    Ok(serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect())
+    helm_chart::template("rl", "redlock-system", sets)
 }
 
 fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -269,4 +236,243 @@ fn chart_version_follows_the_crate() {
     let chart_yaml: Value =
         serde_yaml::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap()).unwrap();
     assert_eq!(chart_yaml["appVersion"], env!("CARGO_PKG_VERSION"));
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn chart_yaml() -> Value {
+    serde_yaml::from_str(&read(chart().join("Chart.yaml"))).unwrap()
+}
+
+#[test]
+fn dashboard_configmap_is_opt_in_and_labelled_for_the_grafana_sidecar() {
+    let docs = template(&[]).unwrap();
+    assert!(
+        kind(&docs, "ConfigMap").is_empty(),
+        "the dashboard ConfigMap is opt-in"
+    );
+
+    let file = read(chart().join("dashboards/redlock-operator.json"));
+    let docs = template(&["dashboard.enabled=true"]).unwrap();
+    let cm = one(&docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], "redlock-system");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        cm["metadata"]["labels"]["app.kubernetes.io/name"],
+        "redlock-operator"
+    );
+    let data = cm["data"].as_mapping().unwrap();
+    assert_eq!(data.len(), 1, "one dashboard per ConfigMap");
+    assert!(
+        cm["data"]["redlock-operator.json"].as_str() == Some(file.as_str()),
+        "the ConfigMap's redlock-operator.json is not dashboards/redlock-operator.json byte for byte"
+    );
+    // What Grafana reads is JSON (tests/dashboard.rs checks its content).
+    serde_json::from_str::<serde_json::Value>(&file).unwrap();
+    // A ConfigMap holds at most 1 MiB.
+    assert!(file.len() < 512 * 1024, "dashboard is {} bytes", file.len());
+
+    let docs = template(&[
+        "dashboard.enabled=true",
+        "dashboard.label=grafana.example.com/dashboard",
+        "dashboard.labelValue=redlock",
+        "dashboard.namespace=monitoring",
+        "dashboard.labels.team=platform",
+        "dashboard.annotations.grafana_folder=Redlock",
+    ])
+    .unwrap();
+    let meta = &one(&docs, "ConfigMap")["metadata"];
+    assert_eq!(meta["namespace"], "monitoring");
+    assert_eq!(meta["labels"]["grafana.example.com/dashboard"], "redlock");
+    assert!(meta["labels"]["grafana_dashboard"].is_null());
+    assert_eq!(meta["labels"]["team"], "platform");
+    assert_eq!(meta["annotations"]["grafana_folder"], "Redlock");
+
+    for (set, mentions) in [
+        ("dashboard.label=a/b/c", "label"),
+        ("dashboard.labelValue=-1-", "labelValue"),
+        ("dashboard.namespace=Monitoring", "namespace"),
+        ("dashboard.enable=true", "enable"),
+    ] {
+        match template(&["dashboard.enabled=true", set]) {
+            Ok(_) => panic!("--set {set} was accepted"),
+            Err(stderr) => assert!(
+                stderr.contains(mentions),
+                "--set {set}: error does not name {mentions}:\n{stderr}"
+            ),
+        }
+    }
+}
+
+/// The newest released or planned version of CHANGELOG.md (Keep a Changelog: `## [x.y.z] -
+/// date`, newest first; `[Unreleased]` is skipped) and its entries as (kind, text), the
+/// text of each bullet on one line.
+fn newest_changelog_entries() -> (String, Vec<(String, String)>) {
+    let text = read(chart().join("CHANGELOG.md"));
+    let mut version = None;
+    let mut kind = String::new();
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("## [") {
+            let v = rest.split(']').next().unwrap();
+            if v.eq_ignore_ascii_case("unreleased") {
+                continue;
+            }
+            if version.is_some() {
+                break;
+            }
+            version = Some(v.to_owned());
+        } else if version.is_none() {
+            continue;
+        } else if let Some(k) = line.strip_prefix("### ") {
+            kind = k.trim().to_lowercase();
+        } else if let Some(item) = line.strip_prefix("- ") {
+            entries.push((kind.clone(), item.trim().to_owned()));
+        } else if line.starts_with("  ") && !line.trim().is_empty() {
+            let last = entries.last_mut().expect("a continuation line after a bullet");
+            last.1.push(' ');
+            last.1.push_str(line.trim());
+        }
+    }
+    (version.expect("CHANGELOG.md has a version"), entries)
+}
+
+/// An annotation that holds a YAML document.
+fn annotation_yaml(chart: &Value, key: &str) -> Value {
+    let text = chart["annotations"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("Chart.yaml has no annotation {key}"));
+    serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+#[test]
+fn chart_metadata_agrees_with_the_changelog_crd_example_and_values() {
+    let meta = chart_yaml();
+    let a = &meta["annotations"];
+
+    // kubeVersion: refused below it, provider builds of supported versions accepted.
+    let constraint = meta["kubeVersion"].as_str().expect("kubeVersion");
+    assert!(constraint.starts_with(">="), "{constraint}");
+    let render = |v: &str| {
+        helm()
+            .args(["template", "rl", "--kube-version", v])
+            .arg(chart())
+            .output()
+            .unwrap()
+    };
+    let old = render("1.32.9");
+    assert!(!old.status.success(), "Kubernetes 1.32 was accepted");
+    assert!(String::from_utf8_lossy(&old.stderr).contains("kubeVersion"));
+    for v in ["1.33.0", "1.33.2-gke.1200", "1.37.1"] {
+        let out = render(v);
+        assert!(
+            out.status.success(),
+            "{v}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // The changelog's newest version is the chart's, and its entries are the annotation's.
+    let (version, entries) = newest_changelog_entries();
+    assert_eq!(meta["version"].as_str(), Some(version.as_str()));
+    assert!(!entries.is_empty());
+    let kinds = ["added", "changed", "deprecated", "removed", "fixed", "security"];
+    let changes = annotation_yaml(&meta, "artifacthub.io/changes");
+    let changes: Vec<(String, String)> = changes
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let k = c["kind"].as_str().unwrap().to_owned();
+            assert!(kinds.contains(&k.as_str()), "change kind {k}");
+            (k, c["description"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = entries
+        .iter()
+        .map(|(k, t)| (k.clone(), t.replace('`', "")))
+        .collect();
+    assert_eq!(
+        changes, expected,
+        "artifacthub.io/changes differs from CHANGELOG.md's {version} (without code marks)"
+    );
+
+    assert!(
+        [
+            "ai-machine-learning",
+            "database",
+            "integration-delivery",
+            "monitoring-logging",
+            "networking",
+            "security",
+            "storage",
+            "streaming-messaging"
+        ]
+        .contains(&a["artifacthub.io/category"].as_str().unwrap())
+    );
+    assert_eq!(a["artifacthub.io/license"], env!("CARGO_PKG_LICENSE"));
+    assert_eq!(a["artifacthub.io/operator"], "true");
+    assert!(
+        [
+            "Basic Install",
+            "Seamless Upgrades",
+            "Full Lifecycle",
+            "Deep Insights",
+            "Auto Pilot"
+        ]
+        .contains(&a["artifacthub.io/operatorCapabilities"].as_str().unwrap())
+    );
+    for link in annotation_yaml(&meta, "artifacthub.io/links")
+        .as_sequence()
+        .unwrap()
+    {
+        assert!(link["name"].is_string());
+        assert!(link["url"].as_str().unwrap().starts_with("https://"), "{link:?}");
+    }
+
+    // The CRD entry names the chart's CRD; the example is examples/redlockcluster.yaml.
+    let crd: Value = serde_yaml::from_str(&read(chart().join("crds/redlockcluster.yaml"))).unwrap();
+    let crds = annotation_yaml(&meta, "artifacthub.io/crds");
+    let entry = &crds[0];
+    assert_eq!(crds.as_sequence().unwrap().len(), 1);
+    assert_eq!(entry["name"], crd["metadata"]["name"]);
+    assert_eq!(entry["kind"], crd["spec"]["names"]["kind"]);
+    assert_eq!(entry["version"], crd["spec"]["versions"][0]["name"]);
+    assert!(entry["description"].is_string() && entry["displayName"].is_string());
+    let example: Value =
+        serde_yaml::from_str(&read(Path::new(ROOT).join("examples/redlockcluster.yaml"))).unwrap();
+    assert_eq!(
+        annotation_yaml(&meta, "artifacthub.io/crdsExamples"),
+        Value::Sequence(vec![example]),
+        "artifacthub.io/crdsExamples differs from examples/redlockcluster.yaml"
+    );
+
+    // Images: the operator's as values.yaml and appVersion make it, the CRD's default member image.
+    let values: Value = serde_yaml::from_str(&read(chart().join("values.yaml"))).unwrap();
+    let images = annotation_yaml(&meta, "artifacthub.io/images");
+    let image = |name: &str| {
+        images
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .unwrap_or_else(|| panic!("no image {name} in artifacthub.io/images"))["image"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        image("redlock-operator"),
+        format!(
+            "{}:{}",
+            values["image"]["repository"].as_str().unwrap(),
+            meta["appVersion"].as_str().unwrap()
+        )
+    );
+    let default_member = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["image"]["default"];
+    assert_eq!(Value::from(image("redis")), *default_member);
 }

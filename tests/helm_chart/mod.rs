@@ -1,0 +1,53 @@
+//! The chart rendered by the Helm built from its Go module (`make controlplane`), with its
+//! caches kept away from the user's: shared by tests/chart.rs and tests/alerts.rs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_yaml::Value;
+
+pub fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/redlock-operator")
+}
+
+/// A tool of `target/dev/bin`, or a failure that says which `make` target builds it.
+pub fn tool(name: &str, make_target: &str) -> PathBuf {
+    let bin = redlock_testenv::controlplane::bin_dir().join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run `make {make_target}` first",
+        bin.display()
+    );
+    bin
+}
+
+pub fn helm() -> Command {
+    let mut c = Command::new(tool("helm", "controlplane"));
+    // Helm keeps caches and config under these; never the user's.
+    let home = std::env::temp_dir().join("redlock-helm-home");
+    c.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    c
+}
+
+/// `helm template <release> --namespace <namespace>` with `--set` pairs: Ok(documents) or
+/// Err(stderr).
+pub fn template(release: &str, namespace: &str, sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut cmd = helm();
+    cmd.args(["template", release, "--namespace", namespace])
+        .arg(chart());
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect())
+}

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env safety
+.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
@@ -99,6 +99,12 @@ dev-down:
 	  fi; \
 	  rm -f $(DEV)/devenv.pid $(DEV)/ready; echo "dev environment stopped"; \
 	else echo "dev environment not running"; fi
+
+## bench-scale: K clusters x 3 members (BENCH_CLUSTERS=10,50,200): time to Available, operator
+## RSS and CPU, API requests per minute by verb and resource (audit log), detection latency and
+## release lateness while all K run (release build; prints, asserts nothing)
+bench-scale: controlplane
+	$(CARGO) bench --bench scale
 
 ## bench-env: build/start times of the environment (process kubelet and real nodes) and pod-start
 ## latency, printed as numbers

@@ -87,6 +87,8 @@ pub struct Memory {
     pub member_clocks: Mutex<HashMap<(String, i32), ClockTrack>>,
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
+    /// Admin connections kept for probes, per cluster UID (only ever used to read).
+    pub probe_connections: crate::probe_connections::ProbeConnections,
 }
 
 /// The resourceVersions of this process's last status write per cluster UID: the one the

@@ -26,6 +26,7 @@ pub mod model;
 pub mod observe;
 pub mod plan;
 pub mod plugin;
+pub mod probe_connections;
 pub mod reasons;
 pub mod reconcile;
 pub mod redis_admin;

@@ -317,7 +317,9 @@ impl Metrics {
                 .map(|t| t.0);
             let left = until.map_or(0.0, |u| u.duration_since(now).as_secs_f64().max(0.0));
             // A removed slot's record (slot >= N) only waits out its hold; it is never released.
-            let overdue = until
+            // A member unfenced after its hold ended is due from the unfencing (its `since`).
+            let due = until.map(|u| m.since.as_ref().map_or(u, |s| u.max(s.0)));
+            let overdue = due
                 .filter(|_| m.maintenance.is_none() && m.slot < instances)
                 .map_or(0.0, |u| now.duration_since(u).as_secs_f64().max(0.0));
             c.hold_remaining
@@ -540,5 +542,26 @@ mod tests {
         assert!(!m.render().contains(r#"member="locks-1""#));
         m.forget_cluster("ns", "locks");
         assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());
+    }
+
+    #[test]
+    fn a_member_unfenced_after_its_hold_is_overdue_from_the_unfencing() {
+        let m = Metrics::default();
+        let unfenced = MemberStatus {
+            since: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                Timestamp::from_second(90).unwrap(),
+            )),
+            ..member(0, MemberState::Held, Some(40))
+        };
+        m.observe_members(
+            "ns",
+            "locks",
+            &status(&[unfenced], 1),
+            1,
+            Timestamp::from_second(100).unwrap(),
+        );
+        let line =
+            r#"redlock_member_release_overdue_seconds{namespace="ns",cluster="locks",member="locks-0"} 10.0"#;
+        assert!(m.render().contains(line), "{}", m.render());
     }
 }

@@ -126,15 +126,22 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
         let obs = observed.get(&slot).unwrap_or(&missing);
         let prev = previous.get(&slot).copied();
         let step = if slot < input.instances {
-            maintenance(input, slot, step_member(input, slot, prev, obs), obs)
+            maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
         } else {
-            retire_member(input, slot, prev, obs)
+            let mut step = retire_member(input, slot, prev, obs);
+            // A removed slot is not a member to fence or unfence: it only waits out its hold.
+            if let Some(m) = step.member.as_mut() {
+                m.maintenance = None;
+            }
+            step
         };
         if let Some(m) = &step.member
             && slot < input.confirmed
             && step.release.is_none()
             && waits_for_process(m, input.now)
             && obs.redis.is_none()
+            // Fenced on purpose: nothing is released, so nothing waits for it to answer.
+            && !input.maintenance.contains_key(&slot)
             && !matches!(obs.pod, PodState::Foreign { .. })
         {
             plan.awaiting_process = true;
@@ -411,19 +418,36 @@ fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, ob
 }
 
 /// A slot the user fenced on purpose (`kubectl redlock fence`), or just unfenced. A serving
-/// member is fenced now and held in full from now, as after a loss: whatever maintenance does
-/// to it, it serves again only once unfenced and a whole hold has run since it was fenced. A
-/// held member stays held, also after its hold (see `hold_runs`). Unfencing only lets the hold
-/// end as it would have.
-fn maintenance(input: &PlanInput<'_>, slot: i32, mut step: Step, obs: &SlotObservation) -> Step {
+/// member that answers is fenced now (by the run id just probed) and held in full from now, as
+/// after a loss: whatever maintenance does to it, it serves again only once unfenced and a
+/// whole hold has run since it was fenced. A member that does not answer cannot be fenced and
+/// nothing proves it is shut out: it stays `Ready` (a loss is still seen as for any member),
+/// marked, and is fenced once it answers. A held member stays held, also after its hold (see
+/// `hold_runs`). Unfencing only lets the hold end as it would have.
+fn maintenance(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    mut step: Step,
+    obs: &SlotObservation,
+) -> Step {
     let Some(mut next) = step.member.take() else {
         return step;
     };
     let Some(reason) = input.maintenance.get(&slot) else {
-        if next.maintenance.take().is_some() {
-            let when = match (&next.held_until, next.state.is_holding()) {
-                (Some(until), true) if until.0 > input.now => format!("once its hold ends at {}", until.0),
-                _ => "now".to_owned(),
+        next.maintenance = None;
+        if prev.is_some_and(|p| p.maintenance.is_some()) {
+            // Its release is due from now at the earliest (`redlock_member_release_overdue_seconds`).
+            next.since = Some(MicroTime(floor_micros(input.now)));
+            let when = match &next.held_until {
+                _ if step.release.is_some() => "now".to_owned(),
+                Some(until) if next.state.is_holding() && until.0 > input.now => {
+                    format!("once its hold ends at {}", until.0)
+                }
+                _ if next.state.is_holding() => {
+                    "once the operator releases it (its hold has ended)".to_owned()
+                }
+                _ => "as before (it was never fenced)".to_owned(),
             };
             step.tell(
                 slot,
@@ -440,21 +464,34 @@ fn maintenance(input: &PlanInput<'_>, slot: i32, mut step: Step, obs: &SlotObser
         return step;
     }
     if next.state == MemberState::Ready {
-        step.release = None;
         let why = format!("fenced for maintenance ({reason})");
-        if let Some(run_id) = running_process(obs).and_then(|p| p.run_id) {
-            step.fence = Some(run_id.to_owned());
+        match running_process(obs)
+            .and_then(|p| p.run_id)
+            .filter(|_| obs.redis.is_some())
+        {
+            Some(run_id) => {
+                step.release = None;
+                step.fence = Some(run_id.to_owned());
+                step.tell(
+                    slot,
+                    MemberReason::FencedForMaintenance,
+                    format!(
+                        "{}: {why}; shut out of lock clients and held in full from now, until unfenced",
+                        next.name
+                    ),
+                    true,
+                );
+                let unstopped = next.unstopped.clone();
+                next = start_hold(input, slot, obs, why, &mut step);
+                // A process of the slot that outlived its pod is still looked for (§9.5).
+                next.unstopped = unstopped;
+            }
+            None => {
+                next.message = Some(format!(
+                    "fence for maintenance ({reason}) requested; not answering the operator, so not fenced yet (it may still serve lock clients)"
+                ));
+            }
         }
-        step.tell(
-            slot,
-            MemberReason::FencedForMaintenance,
-            format!(
-                "{}: {why}; shut out of lock clients and held in full from now, until unfenced",
-                next.name
-            ),
-            true,
-        );
-        next = start_hold(input, slot, obs, why, &mut step);
     }
     next.maintenance = Some(reason.clone());
     step.member = Some(next);
@@ -3432,14 +3469,66 @@ mod tests {
         }
 
         #[test]
-        fn an_unanswering_member_is_held_and_fenced_once_it_answers() {
-            let p = plan_with(&[ready(0, "A", "c1")], &fenced("x"), unreachable("c1"));
-            assert_eq!(p.members[0].state, MemberState::Held);
-            assert!(p.fences.is_empty(), "no run id to fence on: {:?}", p.fences);
-            // Found serving at the next probe: fenced then, and the hold restarts.
+        fn an_unanswering_member_is_marked_but_not_counted_fenced_until_it_answers() {
+            let r = MemberStatus {
+                pod_ip: Some("10.0.0.1".into()),
+                ..ready(0, "A", "c1")
+            };
+            let p = plan_with(&[r], &fenced("x"), unreachable("c1"));
+            let m = &p.members[0];
+            assert_eq!(m.state, MemberState::Ready, "nothing proves it is shut out");
+            assert_eq!(m.maintenance.as_deref(), Some("x"));
+            assert!(m.message.as_deref().unwrap().contains("not fenced yet"), "{m:?}");
+            assert!(p.fences.is_empty() && p.releases.is_empty());
+            // It answers at the next probe: fenced then, held in full from then.
             let later = plan_with(&p.members, &fenced("x"), running("A", true, "c1"));
             assert_eq!(later.fences, vec![(0, "A".to_owned())]);
-            assert!(later.events.iter().any(|e| e.reason == MemberReason::Refenced));
+            assert_eq!(later.members[0].state, MemberState::Held);
+            assert_eq!(later.members[0].held_until.as_ref().unwrap().0, hold_from_now());
+            // Or its pod is force-deleted first: its process is looked for, as for any member.
+            let gone = plan_with(&p.members, &fenced("x"), missing());
+            assert_eq!(gone.members[0].state, MemberState::Lost);
+            assert_eq!(gone.members[0].unstopped.as_ref().unwrap().run_id, "A");
+            assert_eq!(gone.members[0].maintenance.as_deref(), Some("x"));
+        }
+
+        #[test]
+        fn a_process_still_looked_for_is_kept_when_the_member_is_fenced() {
+            let mut r = ready(0, "B", "c2");
+            r.unstopped = Some(UnstoppedProcess {
+                run_id: "A".into(),
+                pod_ip: "10.0.0.9".into(),
+                fenced: false,
+            });
+            let p = plan_with(&[r], &fenced("x"), running("B", true, "c2"));
+            assert_eq!(p.members[0].state, MemberState::Held);
+            assert_eq!(p.members[0].unstopped.as_ref().unwrap().run_id, "A");
+        }
+
+        #[test]
+        fn a_fenced_member_that_does_not_answer_after_its_hold_is_not_awaited() {
+            let mut h = held(0, "A", "c1", at(NOW - 1));
+            h.maintenance = Some("x".into());
+            let p = plan_with(std::slice::from_ref(&h), &fenced("x"), unreachable("c1"));
+            assert!(!p.awaiting_process, "a 100 ms loop for the whole maintenance");
+            let p = plan_with(&[h], &BTreeMap::new(), unreachable("c1"));
+            assert!(p.awaiting_process);
+        }
+
+        #[test]
+        fn a_removed_slot_loses_its_mark() {
+            let mut h = held(1, "A", "c1", at(NOW + 10));
+            h.maintenance = Some("x".into());
+            let request: BTreeMap<i32, String> = [(1, "x".to_owned())].into();
+            let p = plan(
+                &PlanInput {
+                    maintenance: &request,
+                    ..input(1, std::slice::from_ref(&h), at(NOW))
+                },
+                &observed([(0, running("Z", true, "c0")), (1, missing())]),
+            );
+            let m = p.members.iter().find(|m| m.slot == 1).unwrap();
+            assert_eq!(m.maintenance, None);
         }
 
         #[test]
@@ -3500,6 +3589,12 @@ mod tests {
             let p = plan_with(&[h], &none, running("A", false, "c1"));
             assert_eq!(p.members[0].state, MemberState::Ready);
             assert_eq!(p.releases, vec![(0, "A".to_owned())]);
+            let e = p
+                .events
+                .iter()
+                .find(|e| e.reason == MemberReason::Unfenced)
+                .unwrap();
+            assert!(e.message.ends_with("again now"), "{}", e.message);
         }
 
         #[test]

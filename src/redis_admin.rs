@@ -9,6 +9,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
+use crate::probe_connections::{ConnectionKey, ProbeConnections};
 use crate::resources::names::{CLIENT_USERS, POD_UID_TAG};
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
@@ -35,6 +36,21 @@ impl std::fmt::Debug for AdminAccess {
             .field("port", &self.port)
             .field("tls", &self.tls_ca.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// Why a probe got no answer.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+impl ProbeError {
+    fn timed_out(&self) -> bool {
+        matches!(self, Self::Redis(e) if e.is_timeout())
     }
 }
 
@@ -129,9 +145,56 @@ impl AdminAccess {
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
-    /// timed on this process's monotonic clock).
+    /// timed on this process's monotonic clock), on a fresh connection.
     pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
         let mut conn = self.connect(ip).await?;
+        self.probe_on(&mut conn).await.map_err(|e| e.to_string())
+    }
+
+    /// The key of the connections `probe_kept` keeps for `ip`.
+    pub fn connection_key(&self, ip: IpAddr) -> ConnectionKey {
+        ConnectionKey::new(
+            ip,
+            self.port,
+            &self.admin_user,
+            &self.admin_password,
+            self.tls_ca.as_deref(),
+        )
+    }
+
+    /// Like [`Self::probe`], on the connection kept for `ip` in `kept` (cluster `uid`) when
+    /// there is one (see [`crate::probe_connections`]). A kept connection that fails (its
+    /// process restarted, the connection broke) is dropped and the probe is made again at once
+    /// on a fresh connection, so a restart is seen by the same probe; one that timed out is
+    /// not retried (a fresh connection to a process that does not answer would wait as long).
+    pub async fn probe_kept(
+        &self,
+        ip: IpAddr,
+        kept: &ProbeConnections,
+        uid: &str,
+    ) -> Result<(RedisInfo, TimeSample), String> {
+        let key = self.connection_key(ip);
+        if let Some(mut conn) = kept.get(uid, &key) {
+            match self.probe_on(&mut conn).await {
+                Ok(found) => return Ok(found),
+                Err(e) => {
+                    kept.drop_connection(uid, &key);
+                    if e.timed_out() {
+                        return Err(e.to_string());
+                    }
+                }
+            }
+        }
+        let mut conn = self.connect(ip).await?;
+        let found = self.probe_on(&mut conn).await.map_err(|e| e.to_string())?;
+        kept.keep(uid, key, conn);
+        Ok(found)
+    }
+
+    async fn probe_on(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<(RedisInfo, TimeSample), ProbeError> {
         // One round trip for what identifies the process and its fence (this runs for every
         // member every probe period); `TIME` below gets its own, so that its timing is tight.
         // Both users a lock client could log in as: a process of either auth mode must let
@@ -150,16 +213,13 @@ impl AdminAccess {
                 .cmd("CONFIG")
                 .arg("GET")
                 .arg(PROC_TITLE_TEMPLATE)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-        let (run_id, version) = parse_info_server(&info).ok_or("INFO server has no run_id")?;
+                .query_async(conn)
+                .await?;
+        let (run_id, version) =
+            parse_info_server(&info).ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
         let pod_uid = pod_uid_of_config(&title);
         let sent = std::time::Instant::now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
         let received = std::time::Instant::now();
         Ok((
             RedisInfo {

@@ -216,7 +216,7 @@ async fn errors_say_what_is_wrong() {
     }
 
     // A user RBAC grants nothing.
-    let nobody = env.cp.kubeconfig_for_user("nobody").unwrap();
+    let nobody = env.cp.kubeconfig_for_user("nobody", None).unwrap();
     let err = stderr(&plugin_as(&env, &nobody, &["status", NAME]).await);
     assert!(err.contains("no permission to get RedlockCluster locks"), "{err}");
 

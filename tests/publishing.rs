@@ -431,6 +431,10 @@ async fn steady_state_costs_zero_api_writes() {
     let versions_before = resource_versions(&env).await;
     let (_, metrics) = env.operator.get("/metrics").await.unwrap();
     let reconciles_before = reconciles(&metrics);
+    let mut connections_before = vec![];
+    for slot in 0..3 {
+        connections_before.push(connections_received(&env, slot).await);
+    }
 
     tokio::time::sleep(window).await;
 
@@ -472,4 +476,51 @@ async fn steady_state_costs_zero_api_writes() {
         versions_after, versions_before,
         "objects changed during steady state"
     );
+    // Probes reuse one admin connection per member (src/probe_connections.rs): each member has
+    // an admin connection as old as the window, and accepted few connections in it (the TTL
+    // audit's, the test's own), not one per probe.
+    let admin = env.admin_login(NAME).await;
+    for slot in 0..3 {
+        let ip = env.pod_ip(NAME, slot).await;
+        let mut c = connect(ip, &admin).await.unwrap();
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let user = format!("user={}", admin.user);
+        let oldest = list
+            .lines()
+            .filter(|l| l.split(' ').any(|f| f == user))
+            .filter_map(|l| {
+                l.split(' ')
+                    .find_map(|f| f.strip_prefix("age="))?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            oldest + 5 >= window.as_secs(),
+            "slot {slot}: no probe connection kept through the {window:?} window (oldest admin connection {oldest} s):\n{list}"
+        );
+    }
+    for (slot, before) in connections_before.iter().enumerate() {
+        let after = connections_received(&env, slot as i32).await;
+        println!(
+            "slot {slot}: {} connections accepted in {window:?} with {reconciled} reconciles",
+            after - before
+        );
+    }
+}
+
+/// `total_connections_received` of a member (INFO stats).
+async fn connections_received(env: &Env, slot: i32) -> u64 {
+    let admin = env.admin_login(NAME).await;
+    let mut c = connect(env.pod_ip(NAME, slot).await, &admin).await.unwrap();
+    let info: String = redis::cmd("INFO").arg("stats").query_async(&mut c).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO stats has total_connections_received")
 }

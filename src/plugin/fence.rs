@@ -65,7 +65,8 @@ pub fn fence(
     let mut slots = current(cluster)?;
     let status = cluster.status.clone().unwrap_or_default();
     let published = status.published_instances.unwrap_or(instances);
-    let q = status.quorum.unwrap_or_else(|| quorum(published));
+    // Clients lock a quorum of the list they are told, which a resize can keep longer than N.
+    let q = quorum(published).max(status.quorum.unwrap_or(0));
     let serving = status
         .members
         .iter()
@@ -151,6 +152,25 @@ mod tests {
         // A held member does not count as serving.
         let c = cluster(&[Ready, Held, Ready], None);
         assert!(fence(&c, 0, "x", false).is_err());
+        // A scale-down 5 -> 3 with the list of 5 still published: clients need 3 of those 5.
+        let mut c = cluster(&[Ready, Ready, Ready, Held, Held], None);
+        c.spec.instances = 3;
+        let s = c.status.as_mut().unwrap();
+        s.published_instances = Some(5);
+        s.quorum = Some(2);
+        let e = fence(&c, 0, "x", false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Refusal::BelowQuorum {
+                    serving: 2,
+                    quorum: 3,
+                    published: 5,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // Re-fencing a fenced member only changes the reason.
         let c = cluster(&[Ready, Ready, Ready], Some(r#"{"1":"kernel"}"#));
         assert_eq!(

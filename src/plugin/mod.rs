@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 
-use crate::crd::RedlockCluster;
+use crate::crd::{MemberState, RedlockCluster};
 use crate::maintenance::{self, FENCED_MEMBERS};
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
 
@@ -113,7 +113,7 @@ pub enum PluginError {
     #[error("{what} changed while this command ran; run it again")]
     Conflict { what: String },
     #[error(
-        "the operator has not recorded it within {waited:?}: {detail}. The request stays in annotation {FENCED_MEMBERS} and takes effect once the operator runs"
+        "the operator has not recorded it within {waited:?}: {detail}. The request stays in annotation {FENCED_MEMBERS} and takes effect as soon as the operator can act on it"
     )]
     NotRecorded { waited: Duration, detail: String },
     #[error("{object} is not published yet: has the operator reconciled {name}?")]
@@ -318,8 +318,9 @@ async fn write_request(
     }
 }
 
-/// Waits until the operator's status records the member with `maintenance` as asked (the
-/// reason, or none). Returns the member's `heldUntil` then (or "now"), `None` when not waiting.
+/// Waits until the operator's status records the member with `maintenance` as asked: fenced
+/// and held with the reason (a member not started yet: marked), or no longer marked. Returns
+/// when the member may serve again (`heldUntil`, or "now"), `None` when not waiting.
 async fn wait_recorded(
     clusters: &Api<RedlockCluster>,
     name: &str,
@@ -340,19 +341,38 @@ async fn wait_recorded(
             .status
             .as_ref()
             .and_then(|s| s.members.iter().find(|m| m.slot == slot).cloned());
-        if let Some(m) = member
+        if let Some(m) = &member
             && m.maintenance.as_deref() == maintenance
-            && (maintenance.is_none() || m.state.is_holding())
+            && (maintenance.is_none() || m.state.is_holding() || m.state == MemberState::Starting)
         {
+            let now = Timestamp::now();
             return Ok(Some(match (&m.held_until, m.state.is_holding()) {
-                (Some(u), true) => u.0.to_string(),
+                (Some(u), true) if u.0 > now => u.0.to_string(),
                 _ => "now".to_owned(),
             }));
         }
         if tokio::time::Instant::now() >= deadline {
+            let detail = match &member {
+                Some(m) => format!(
+                    "{} is {:?}{}{}",
+                    m.name,
+                    m.state,
+                    m.maintenance
+                        .as_deref()
+                        .map(|r| format!(", marked for maintenance ({r})"))
+                        .unwrap_or_default(),
+                    m.message
+                        .as_deref()
+                        .map(|msg| format!(": {msg}"))
+                        .unwrap_or_default()
+                ),
+                None => format!("no member record of slot {slot} yet"),
+            };
             return Err(PluginError::NotRecorded {
                 waited: wait,
-                detail: "is the operator running? (kubectl redlock status shows its Lease)".into(),
+                detail: format!(
+                    "{detail}. kubectl redlock status {name} shows the operator's Lease and the conditions"
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

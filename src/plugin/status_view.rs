@@ -110,7 +110,8 @@ pub fn view(
     let status = cluster.status.clone().unwrap_or_default();
     let instances = cluster.spec.instances;
     let published = status.published_instances.unwrap_or(instances);
-    let q = status.quorum.unwrap_or_else(|| quorum(published));
+    // What a client of the published list needs (a resize can keep it longer than N).
+    let q = quorum(published).max(status.quorum.unwrap_or(0));
     let pod_of = |name: &str| pods.iter().find(|p| p.metadata.name.as_deref() == Some(name));
     let members: Vec<MemberView> = status
         .members

@@ -184,14 +184,25 @@ async fn probe_all(
     max_lock_ttl: Duration,
     observed: &mut BTreeMap<i32, SlotObservation>,
 ) -> Vec<(ClockKey, ClockTrack)> {
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let kept = &ctx.memory.probe_connections;
     let probes = observed.iter().filter_map(|(slot, o)| {
         let running = matches!(o.pod, PodState::Running { .. });
         let ip = o.pod_ip.filter(|_| running)?;
         let access = access.for_slot(o);
-        Some(async move { (*slot, access.probe(ip).await) })
+        let uid = uid.as_str();
+        Some(async move {
+            let key = access.connection_key(ip);
+            let result = access.probe_kept(ip, kept, uid).await;
+            (*slot, key, result)
+        })
     });
-    let results = futures::future::join_all(probes).await;
-    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let results: Vec<_> = futures::future::join_all(probes).await;
+    kept.retain(
+        &uid,
+        &results.iter().map(|(_, key, _)| key.clone()).collect::<Vec<_>>(),
+    );
+    let results = results.into_iter().map(|(slot, _, result)| (slot, result));
     let clocks = ctx
         .memory
         .member_clocks

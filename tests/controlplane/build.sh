@@ -19,7 +19,9 @@ k8s=$(mod_version k8s.io/kubernetes "$here/k8s")
 etcd=$(mod_version go.etcd.io/etcd/server/v3 "$here/k8s")
 helm=$(mod_version helm.sh/helm/v4 "$here/helm")
 go_ver=$(go env GOVERSION)
-key="k8s-${k8s}_etcd-${etcd}_helm-${helm}_${go_ver}"
+# "stamped": the Kubernetes binaries carry their version (below); an unstamped build says
+# v0.0.0-master, which a chart's kubeVersion constraint refuses.
+key="k8s-${k8s}_etcd-${etcd}_helm-${helm}_${go_ver}_stamped"
 cache="${REDLOCK_CACHE:-$HOME/.cache/redlock-operator}/$key"
 
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$cache"; exit 0; fi
@@ -33,12 +35,21 @@ if ((${#missing[@]})); then
   mkdir -p "$cache/bin.partial"
   start=$(date +%s)
   flags=(-trimpath -ldflags "-s -w")
+  # What the Kubernetes release build stamps (hack/lib/version.sh), so that /version, kubelet
+  # and kubectl report the pinned release: v1.37.1, major 1, minor 37.
+  minor=${k8s#v1.}; minor=${minor%%.*}
+  stamp="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    stamp+=" -X ${pkg}.gitVersion=${k8s} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
+    stamp+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+  done
+  k8s_flags=(-trimpath -ldflags "$stamp")
   for b in "${missing[@]}"; do
     b_start=$(date +%s)
     case "$b" in
       etcd) (cd "$here/k8s" && go build "${flags[@]}" -o "$cache/bin.partial/etcd" go.etcd.io/etcd/server/v3) ;;
       helm) (cd "$here/helm" && go build "${flags[@]}" -o "$cache/bin.partial/helm" helm.sh/helm/v4/cmd/helm) ;;
-      *) (cd "$here/k8s" && go build "${flags[@]}" -o "$cache/bin.partial/$b" "k8s.io/kubernetes/cmd/$b") ;;
+      *) (cd "$here/k8s" && go build "${k8s_flags[@]}" -o "$cache/bin.partial/$b" "k8s.io/kubernetes/cmd/$b") ;;
     esac
     echo "  built $b in $(( $(date +%s) - b_start ))s" >&2
   done

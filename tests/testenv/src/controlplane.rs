@@ -23,11 +23,18 @@ use crate::procs::{ManagedChild, free_port};
 
 const AUDIT_LOG: &str = "audit.log";
 
-/// Audit requests for RedlockClusters (and their status) only, without bodies.
+/// The user whose every request the audit log records (see `AUDIT_POLICY`).
+pub const OPERATOR_USER: &str = "redlock-operator";
+
+/// Audit requests for RedlockClusters (and their status), and every request of the user
+/// [`OPERATOR_USER`] (an operator started with [`ControlPlane::kubeconfig_for_user`] under that
+/// name), without bodies.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Metadata
+  users: [redlock-operator]
 - level: Metadata
   resources:
   - group: redlock.dev
@@ -396,11 +403,12 @@ impl ControlPlane {
         &self.dir
     }
 
-    /// A kubeconfig that logs in as `user` (a client certificate without groups), so it may do
-    /// only what RBAC grants that user: e.g. nothing, to test permission errors.
-    pub fn kubeconfig_for_user(&self, user: &str) -> Result<PathBuf> {
+    /// A kubeconfig that logs in as `user` in `group` (a client certificate), so it may do
+    /// only what RBAC grants them: e.g. nothing, to test permission errors; or everything
+    /// (`system:masters`) under a name the audit log can tell apart.
+    pub fn kubeconfig_for_user(&self, user: &str, group: Option<&str>) -> Result<PathBuf> {
         let dir = self.dir.join("users");
-        let (cert, key) = self.pki.issue(&dir, user, user, None, &[])?;
+        let (cert, key) = self.pki.issue(&dir, user, user, group, &[])?;
         let path = dir.join(format!("{user}.kubeconfig"));
         std::fs::write(&path, self.pki.kubeconfig_for(&self.api_url, &cert, &key))?;
         Ok(path)

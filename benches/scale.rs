@@ -1,0 +1,253 @@
+//! `make bench-scale`: K clusters × 3 members on one control plane (process kubelet), for each
+//! K of `BENCH_CLUSTERS` (default 10,50,200), growing the same environment:
+//!
+//! - time until all K clusters are Available;
+//! - over a steady-state window (`BENCH_WINDOW_SECS`, 60): the operator's RSS and CPU, and
+//!   the API requests it sent by verb and resource (the API server's audit log records every
+//!   request of the operator's own user, `redlock-operator`);
+//! - with all K running: detection latency (kill -9 → Held/Lost in status) and release
+//!   lateness (heldUntil → first client SET) over `BENCH_KILLS` (20) kills.
+//!
+//! Release build (cargo bench). Prints numbers; asserts nothing.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use redlock_testenv::controlplane::OPERATOR_USER;
+use redlock_testenv::operator::OperatorProcess;
+use redlock_testenv::{ControlPlane, ControlPlaneConfig};
+use serde_json::json;
+use support::*;
+
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect()
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// (user + system CPU seconds, RSS MiB, peak RSS MiB) of a process, from /proc.
+fn usage(pid: u32) -> (f64, f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start at ") ".
+    let fields: Vec<&str> = stat[stat.rfind(") ").unwrap() + 2..].split(' ').collect();
+    let ticks = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64;
+    let cpu = (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (cpu, kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+}
+
+/// The operator's requests in [from, to], by "verb resource[/subresource]".
+fn operator_requests(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> BTreeMap<String, usize> {
+    let log = std::fs::read_to_string(cp.audit_log()).unwrap();
+    let mut out = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if e["user"]["username"] != OPERATOR_USER {
+            continue;
+        }
+        let Some(at) = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+        else {
+            continue;
+        };
+        if at < from || at > to {
+            continue;
+        }
+        let resource = match (
+            e["objectRef"]["resource"].as_str(),
+            e["objectRef"]["subresource"].as_str(),
+        ) {
+            (Some(r), Some(s)) => format!("{r}/{s}"),
+            (Some(r), None) => r.to_owned(),
+            _ => e["requestURI"].as_str().unwrap_or("?").to_owned(),
+        };
+        *out.entry(format!("{} {resource}", e["verb"].as_str().unwrap_or("?")))
+            .or_default() += 1;
+    }
+    out
+}
+
+async fn available(env: &Env) -> usize {
+    let list = env.clusters().list(&ListParams::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True")
+                    && s.ready_instances == Some(3)
+            })
+        })
+        .count()
+}
+
+#[tokio::main]
+async fn main() {
+    let ks = env_list("BENCH_CLUSTERS", "10,50,200");
+    let window = Duration::from_secs(env_num("BENCH_WINDOW_SECS", 60));
+    let kills = env_num("BENCH_KILLS", 20) as usize;
+    let largest = ks.iter().copied().max().unwrap_or(10);
+    // The process kubelet takes 110 pods per node; `spread: host` puts one member per node.
+    let nodes = (largest * 3).div_ceil(90).max(3);
+    println!(
+        "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let cp = ControlPlane::start(ControlPlaneConfig {
+        nodes,
+        ..Default::default()
+    })
+    .await
+    .expect("control plane starts");
+    cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
+    let ns = cp.new_namespace("scale").await.unwrap();
+    // Its own user, so the audit log attributes every request it sends.
+    let kubeconfig = cp
+        .kubeconfig_for_user(OPERATOR_USER, Some("system:masters"))
+        .unwrap();
+    let mut operator = OperatorProcess::start(
+        std::path::Path::new(OPERATOR),
+        &kubeconfig,
+        &cp.dir().join("operator.log"),
+        &[],
+    )
+    .unwrap();
+    operator.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let env = Env { operator, ns, cp };
+    let pid = env.operator.pid();
+
+    let mut created = 0;
+    for &k in &ks {
+        let started = Instant::now();
+        for i in created..k {
+            env.create_cluster(
+                &format!("c{i}"),
+                json!({"instances": 3, "maxLockTTL": "1s", "holdMargin": "0s"}),
+            )
+            .await;
+        }
+        created = created.max(k);
+        loop {
+            let n = available(&env).await;
+            if n >= k {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(1800) {
+                println!("K={k}: only {n} of {k} Available after 30 min; stopping");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        println!(
+            "K={k}: all {k} clusters Available {:.1} s after the first create of this step",
+            started.elapsed().as_secs_f64()
+        );
+
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (cpu0, _, _) = usage(pid);
+        let from = Timestamp::now();
+        tokio::time::sleep(window).await;
+        let to = Timestamp::now();
+        let (cpu1, rss, peak) = usage(pid);
+        let minutes = window.as_secs_f64() / 60.0;
+        println!(
+            "K={k}: steady state: operator RSS {rss:.1} MiB (peak {peak:.1} MiB), CPU {:.1}% of a core",
+            (cpu1 - cpu0) / window.as_secs_f64() * 100.0
+        );
+        let requests = operator_requests(&env.cp, from, to);
+        let total: usize = requests.values().sum();
+        let leases: usize = requests
+            .iter()
+            .filter(|(k, _)| k.ends_with(" leases"))
+            .map(|(_, v)| v)
+            .sum();
+        println!(
+            "K={k}: API requests per minute from the operator: {:.1} in all, {:.1} beyond its Lease ({:.2} per cluster)",
+            total as f64 / minutes,
+            (total - leases) as f64 / minutes,
+            (total - leases) as f64 / minutes / k as f64
+        );
+        for (what, n) in &requests {
+            println!("    {what}: {:.1}/min", *n as f64 / minutes);
+        }
+
+        let client = env.client_login("c0").await;
+        let mut detection = vec![];
+        let mut lateness = vec![];
+        for j in 0..kills {
+            let name = format!("c{}", (j * 7) % k);
+            let slot = (j % 3) as i32;
+            let client = if name == "c0" {
+                client.clone()
+            } else {
+                env.client_login(&name).await
+            };
+            let before = env.member(&name, slot).await.unwrap();
+            let ip = env.pod_ip(&name, slot).await;
+            let killed = Instant::now();
+            env.cp
+                .kubelet()
+                .signal_pod(&env.ns, &format!("{name}-{slot}"), Signal::SIGKILL)
+                .unwrap();
+            let until = loop {
+                let m = env.member(&name, slot).await.unwrap();
+                if matches!(m.state, MemberState::Held | MemberState::Lost) && m.run_id != before.run_id {
+                    detection.push(killed.elapsed().as_secs_f64() * 1000.0);
+                    break m.held_until.unwrap().0;
+                }
+                if killed.elapsed() > Duration::from_secs(30) {
+                    println!("K={k}: kill {j} of {name}-{slot} not detected in 30 s");
+                    break Timestamp::now();
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            match first_client_write(ip, &client, Duration::from_secs(30)).await {
+                Ok(served) => lateness.push(served.duration_since(until).as_secs_f64().max(0.0) * 1000.0),
+                Err(e) => println!("K={k}: {name}-{slot}: {e}"),
+            }
+            env.wait_ready(&name, 3, Duration::from_secs(30)).await;
+        }
+        if !detection.is_empty() && !lateness.is_empty() {
+            println!(
+                "K={k}: detection (kill -9 -> Held in status) p50 {:.0} ms, p99 {:.0} ms; release lateness (heldUntil -> first client SET) p50 {:.0} ms, p99 {:.0} ms (n={})",
+                percentile(&mut detection, 0.5),
+                percentile(&mut detection, 0.99),
+                percentile(&mut lateness, 0.5),
+                percentile(&mut lateness, 0.99),
+                detection.len()
+            );
+        }
+    }
+}

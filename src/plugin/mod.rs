@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 
-use crate::crd::{MemberState, RedlockCluster};
+use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::maintenance::{self, FENCED_MEMBERS};
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
 
@@ -341,15 +341,11 @@ async fn wait_recorded(
             .status
             .as_ref()
             .and_then(|s| s.members.iter().find(|m| m.slot == slot).cloned());
-        if let Some(m) = &member
-            && m.maintenance.as_deref() == maintenance
-            && (maintenance.is_none() || m.state.is_holding() || m.state == MemberState::Starting)
+        if let Some(serves_again) = member
+            .as_ref()
+            .and_then(|m| recorded(m, maintenance, Timestamp::now()))
         {
-            let now = Timestamp::now();
-            return Ok(Some(match (&m.held_until, m.state.is_holding()) {
-                (Some(u), true) if u.0 > now => u.0.to_string(),
-                _ => "now".to_owned(),
-            }));
+            return Ok(Some(serves_again));
         }
         if tokio::time::Instant::now() >= deadline {
             let detail = match &member {
@@ -377,6 +373,18 @@ async fn wait_recorded(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Whether `m` shows the request as recorded: fenced and held with the reason (a member not
+/// started yet: marked), or no longer marked. Then: when it may serve again (`heldUntil`, or
+/// "now" once that has passed).
+fn recorded(m: &MemberStatus, maintenance: Option<&str>, now: Timestamp) -> Option<String> {
+    let done = m.maintenance.as_deref() == maintenance
+        && (maintenance.is_none() || m.state.is_holding() || m.state == MemberState::Starting);
+    done.then(|| match (&m.held_until, m.state.is_holding()) {
+        (Some(u), true) if u.0 > now => u.0.to_string(),
+        _ => "now".to_owned(),
+    })
 }
 
 /// What the operator published for clients, from `<name>-endpoints` (and `<name>-client`
@@ -421,4 +429,65 @@ async fn published(
         name,
         namespace: ns.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn member(state: MemberState, maintenance: Option<&str>, until: Option<i64>) -> MemberStatus {
+        MemberStatus {
+            maintenance: maintenance.map(str::to_owned),
+            held_until: until.map(|s| MicroTime(Timestamp::from_second(s).unwrap())),
+            ..MemberStatus::new("locks-1".into(), 1, state)
+        }
+    }
+
+    #[test]
+    fn a_fence_is_recorded_once_held_or_starting_with_the_reason() {
+        let now = Timestamp::from_second(100).unwrap();
+        let held = member(MemberState::Held, Some("disk"), Some(130));
+        assert_eq!(
+            recorded(&held, Some("disk"), now).as_deref(),
+            Some("1970-01-01T00:02:10Z")
+        );
+        assert_eq!(recorded(&held, Some("other"), now), None);
+        // Marked but not fenced (it does not answer): not recorded yet.
+        assert_eq!(
+            recorded(&member(MemberState::Ready, Some("disk"), None), Some("disk"), now),
+            None
+        );
+        // Not started yet: it starts fenced, so the mark is enough.
+        assert_eq!(
+            recorded(
+                &member(MemberState::Starting, Some("disk"), None),
+                Some("disk"),
+                now
+            )
+            .as_deref(),
+            Some("now")
+        );
+    }
+
+    #[test]
+    fn an_unfence_is_recorded_once_the_mark_is_gone_and_a_past_hold_end_reads_now() {
+        let now = Timestamp::from_second(100).unwrap();
+        assert_eq!(
+            recorded(&member(MemberState::Held, Some("disk"), Some(130)), None, now),
+            None
+        );
+        assert_eq!(
+            recorded(&member(MemberState::Held, None, Some(130)), None, now).as_deref(),
+            Some("1970-01-01T00:02:10Z")
+        );
+        assert_eq!(
+            recorded(&member(MemberState::Held, None, Some(90)), None, now).as_deref(),
+            Some("now")
+        );
+        assert_eq!(
+            recorded(&member(MemberState::Ready, None, None), None, now).as_deref(),
+            Some("now")
+        );
+    }
 }

@@ -89,6 +89,8 @@ pub struct Memory {
     pub status_writes: StatusWrites,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
     pub probe_connections: crate::probe_connections::ProbeConnections,
+    /// The CAs of users' TLS Secrets, read once and again after a connection fails.
+    pub tls_cas: crate::tls_cas::TlsCas,
 }
 
 /// The resourceVersions of this process's last status write per cluster UID: the one the

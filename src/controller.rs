@@ -103,7 +103,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     .reflect(node_writer);
     tokio::spawn(node_watch.for_each(|_| async {}));
 
-    let controller = Controller::new(clusters, watcher::Config::default())
+    let (cluster_cache, cluster_events) = cached_watch(clusters, watcher::Config::default());
+    let controller = Controller::for_stream(cluster_events, cluster_cache.clone())
         .owns_stream(pod_events)
         .owns_stream(secret_events)
         .owns_stream(config_map_events)
@@ -112,7 +113,6 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         .owns_stream(netpol_events)
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
 
-    let cluster_cache = controller.store();
     let caches = (
         pods.clone(),
         secrets.clone(),
@@ -272,10 +272,26 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .touched_objects();
     (store, events)
 }
+
+/// What no plan reads is not kept: the cache holds one copy of every watched object for the
+/// life of the process, and managedFields (an entry per writer, rewritten on every status
+/// write) and the client-side-apply annotation (a second copy of the object) are often
+/// larger than the rest of it. Every write is a server-side apply built from scratch, so
+/// nothing is ever written back from a trimmed object.
+fn trim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// The annotation `kubectl apply` (client-side) keeps the whole applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Waits until `store` has its first full list.
 ///

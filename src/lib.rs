@@ -35,5 +35,6 @@ pub mod resources;
 pub mod rollout;
 pub mod status;
 pub mod telemetry;
+pub mod tls_cas;
 pub mod ttl_audit;
 pub mod validate;

@@ -8,12 +8,15 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
+use redlock_operator::crd::MemberState;
 use serde_json::json;
 use support::*;
 
@@ -672,6 +675,66 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
     let after = env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
     let m = &after.status.unwrap().members[0];
     assert_ne!(m.run_id, before.run_id);
+
+    // Issue 17: the CA is read once, not on every reconcile (one probe reconcile a second).
+    let read_at_all = operator_requests(
+        &env.cp,
+        "get",
+        "secrets",
+        Some("locks-tls"),
+        Timestamp::MIN,
+        Timestamp::MAX,
+    );
+    assert!(
+        read_at_all >= 1,
+        "the audit log shows no read of the TLS Secret at all"
+    );
+    let from = Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let reads = operator_requests(
+        &env.cp,
+        "get",
+        "secrets",
+        Some("locks-tls"),
+        from,
+        Timestamp::now(),
+    );
+    assert_eq!(
+        reads, 0,
+        "the operator read the TLS Secret {reads} times in 5 s of steady state"
+    );
+
+    // A CA rotation: the Secret gets a new CA and certificate. The running processes keep
+    // their certificates (from the old CA, which the operator still trusts). A restarted one
+    // presents the new certificate, which the kept CA does not verify: the failed connection
+    // makes the operator read the Secret again, and the new process is released.
+    let (rotated, new_ca) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .replace("locks-tls", &PostParams::default(), &rotated)
+        .await
+        .unwrap();
+    // The kubelet's volume resync (10 s) puts the new files in the pod.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .unwrap();
+    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let ip = env.pod_ip(NAME, 0).await;
+    wait_for(
+        "restarted member released under the new CA",
+        Duration::from_secs(40),
+        async || {
+            let m = env.member(NAME, 0).await.context("member 0")?;
+            if m.state != MemberState::Ready || m.run_id == before.run_id {
+                return Ok(None);
+            }
+            // Its certificate is the new CA's (else this would not test a rotation).
+            Ok(connect_tls(ip, &client, &new_ca).await.ok().map(|_| ()))
+        },
+    )
+    .await;
 }
 
 /// Whether the pod of `slot` was built TLS only (it mounts a certificate), if the pod exists.

@@ -67,29 +67,42 @@ pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<I
     })
 }
 
-/// The CA of `spec.tls.secretName`, which the operator's connections trust. Read from the API
-/// each time (the Secret is the user's, not labelled as the operator's, so not cached): a
-/// read, never a write. Missing means the instances cannot start either; the reconcile fails
-/// and is retried with backoff, and nothing is released meanwhile.
+/// The CA of `spec.tls.secretName`, which the operator's connections trust. Missing means the
+/// instances cannot start either; the reconcile fails and is retried with backoff, and
+/// nothing is released meanwhile.
 async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Option<Vec<u8>>> {
     let Some(tls) = &cluster.spec.tls else {
         return Ok(None);
     };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&tls.secret_name)
-        .await?;
-    let ca = secret
+    let ca = read_ca(ctx, ns, &tls.secret_name).await?.ok_or_else(|| {
+        Error::TlsSecret(format!(
+            "Secret {ns}/{} is missing or has no {}",
+            tls.secret_name,
+            config::TLS_CA_KEY
+        ))
+    })?;
+    Ok(Some(ca))
+}
+
+/// The CA (`ca.crt`) of a user's TLS Secret: kept from an earlier read unless a connection
+/// made with it failed since (`tls_cas`: no GET per reconcile); `None` when the Secret is
+/// missing or has no CA.
+pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec<u8>>> {
+    let now = std::time::Instant::now();
+    if let Some(ca) = ctx.memory.tls_cas.get(ns, secret, now) {
+        return Ok(Some(ca));
+    }
+    let ca = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(secret)
+        .await?
         .and_then(|s| s.data)
         .and_then(|mut d| d.remove(config::TLS_CA_KEY))
-        .filter(|ca| !ca.0.is_empty())
-        .ok_or_else(|| {
-            Error::TlsSecret(format!(
-                "Secret {ns}/{} has no {}",
-                tls.secret_name,
-                config::TLS_CA_KEY
-            ))
-        })?;
-    Ok(Some(ca.0))
+        .map(|ca| ca.0)
+        .filter(|ca| !ca.is_empty());
+    if let Some(ca) = &ca {
+        ctx.memory.tls_cas.keep(ns, secret, ca.clone(), now);
+    }
+    Ok(ca)
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

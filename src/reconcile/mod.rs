@@ -80,6 +80,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
         });
     let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
+    observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
 use crate::observe::{self, PodState, SlotObservation};
 use crate::redis_admin::AdminAccess;
-use crate::resources::config::TLS_CA_KEY;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit};
@@ -106,10 +105,10 @@ async fn look_up_missing_by_name(
 }
 
 /// The CA of each TLS pod's certificate Secret, so each process is reached as its pod was
-/// built: the spec's (already read) for pods of the spec's Secret, others read from the API,
-/// once per Secret. Other Secrets are met only during a rollout that turns TLS off or changes
-/// the Secret; a Secret that is gone or has no CA leaves the CA unknown, and the connection
-/// fails (nothing is released through it).
+/// built: the spec's (already read) for pods of the spec's Secret, others read once per
+/// Secret (`inputs::read_ca`). Other Secrets are met only during a rollout that turns TLS off
+/// or changes the Secret; a Secret that is gone or has no CA leaves the CA unknown, and the
+/// connection fails (nothing is released through it).
 async fn find_tls_cas(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -118,8 +117,6 @@ async fn find_tls_cas(
     slots: &mut BTreeMap<i32, SlotObservation>,
 ) -> Result<()> {
     let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
-    let mut read: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     for o in slots.values_mut() {
         let Some(secret) = o.tls_secret.clone() else {
             continue;
@@ -127,20 +124,20 @@ async fn find_tls_cas(
         o.tls_ca = if Some(secret.as_str()) == spec_secret {
             access.tls_ca.clone()
         } else {
-            if !read.contains_key(&secret) {
-                let ca = api
-                    .get_opt(&secret)
-                    .await?
-                    .and_then(|s| s.data)
-                    .and_then(|mut d| d.remove(TLS_CA_KEY))
-                    .map(|ca| ca.0)
-                    .filter(|ca| !ca.is_empty());
-                read.insert(secret.clone(), ca);
-            }
-            read[&secret].clone()
+            super::inputs::read_ca(ctx, ns, &secret).await?
         };
     }
     Ok(())
+}
+
+/// A connection to a TLS member failed: the CA it trusted may have been rotated, so the next
+/// reconcile reads each Secret involved again (`tls_cas`, at most once per period).
+pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<i32, SlotObservation>) {
+    for o in slots.values().filter(|o| o.redis_error.is_some()) {
+        if let Some(secret) = &o.tls_secret {
+            ctx.memory.tls_cas.distrust(ns, secret);
+        }
+    }
 }
 
 /// Looks for every recorded process that was never seen to stop (`unstopped`, not yet seen

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use redlock_operator::crd::{MemberStatus, RedlockCluster};
+use redlock_testenv::controlplane::OPERATOR_USER;
 use redlock_testenv::operator::OperatorProcess;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
@@ -238,16 +239,45 @@ pub async fn start_operator_env(
     args: &[&str],
     env: &[(String, String)],
 ) -> OperatorProcess {
-    let mut op = OperatorProcess::start_with_env(
-        Path::new(OPERATOR),
-        cp.kubeconfig(),
-        &cp.dir().join(log),
-        args,
-        env,
-    )
-    .unwrap();
+    // Under its own name (with every permission), so the API server's audit log records each
+    // of its requests (`operator_requests`).
+    let kubeconfig = cp
+        .kubeconfig_for_user(OPERATOR_USER, Some("system:masters"))
+        .unwrap();
+    let mut op =
+        OperatorProcess::start_with_env(Path::new(OPERATOR), &kubeconfig, &cp.dir().join(log), args, env)
+            .unwrap();
     op.wait_ready(Duration::from_secs(60)).await.unwrap();
     op
+}
+
+/// How many requests the operator sent with `verb` for `resource` (and object `name`, if
+/// given) between `from` and `to`, from the API server's audit log (which records every
+/// request of the operator's user).
+pub fn operator_requests(
+    cp: &ControlPlane,
+    verb: &str,
+    resource: &str,
+    name: Option<&str>,
+    from: Timestamp,
+    to: Timestamp,
+) -> usize {
+    let log = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            // One entry per stage (RequestReceived, ResponseComplete, ...): count one.
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == OPERATOR_USER
+                && e["verb"] == verb
+                && e["objectRef"]["resource"] == resource
+                && name.is_none_or(|n| e["objectRef"]["name"] == n)
+                && e["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .is_some_and(|at| at >= from && at <= to)
+        })
+        .count()
 }
 
 #[derive(Clone)]

@@ -8,6 +8,8 @@
 //! - with all K running: detection latency (kill -9 → Held/Lost in status) and release
 //!   lateness (heldUntil → first client SET) over `BENCH_KILLS` (20) kills.
 //!
+//! `BENCH_OPERATOR_ARGS` adds `redlock-operator run` flags (e.g. `--probe-period-ms=5000`).
+//!
 //! Release build (cargo bench). Prints numbers; asserts nothing.
 
 #[path = "../tests/support/mod.rs"]
@@ -137,11 +139,15 @@ async fn main() {
     let kubeconfig = cp
         .kubeconfig_for_user(OPERATOR_USER, Some("system:masters"))
         .unwrap();
+    // Extra `redlock-operator run` flags, e.g. a longer `--probe-period-ms`, to measure what a
+    // setting costs.
+    let operator_args = std::env::var("BENCH_OPERATOR_ARGS").unwrap_or_default();
+    let operator_args: Vec<&str> = operator_args.split_whitespace().collect();
     let mut operator = OperatorProcess::start(
         std::path::Path::new(OPERATOR),
         &kubeconfig,
         &cp.dir().join("operator.log"),
-        &[],
+        &operator_args,
     )
     .unwrap();
     operator.wait_ready(Duration::from_secs(60)).await.unwrap();
@@ -183,8 +189,14 @@ async fn main() {
         let (cpu1, rss, peak) = usage(pid);
         let minutes = window.as_secs_f64() / 60.0;
         println!(
-            "K={k}: steady state: operator RSS {rss:.1} MiB (peak {peak:.1} MiB), CPU {:.1}% of a core",
-            (cpu1 - cpu0) / window.as_secs_f64() * 100.0
+            "K={k}: steady state: operator RSS {rss:.1} MiB (peak {peak:.1} MiB), CPU {:.1}% of a core; machine load average {}",
+            (cpu1 - cpu0) / window.as_secs_f64() * 100.0,
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split(' ')
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         let requests = operator_requests(&env.cp, from, to);
         let total: usize = requests.values().sum();

@@ -26,6 +26,9 @@ use crate::crd::{RedlockCluster, Spread};
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 
+/// How often the kubelet runs the readiness probe.
+pub const READINESS_PERIOD_SECONDS: i32 = 5;
+
 /// Readiness = "a lock client can log in and PING". `redis-cli` exits 0 even on NOAUTH,
 /// WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
 /// `REDISCLI_AUTH`, never the command line.
@@ -55,7 +58,100 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
     let template = &spec.pod_template;
     let mut labels = template.labels.clone();
     labels.extend(slot_labels(&cluster_name, slot));
+    let (affinity, mut spread) = placement(cluster, &cluster_name);
+    spread.extend(spec.scheduling.topology_spread_constraints.iter().cloned());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(slot_name(&cluster_name, slot)),
+            namespace: cluster.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some({
+                let mut a = template.annotations.clone();
+                a.insert(SPEC_HASH.into(), spec_hash(spec));
+                a
+            }),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![redis_container(cluster, &cluster_name)],
+            restart_policy: Some("Always".into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(10),
+            priority_class_name: template.priority_class_name.clone(),
+            security_context: Some(pod_security(template.security_context.as_ref())),
+            node_selector: (!spec.scheduling.node_selector.is_empty())
+                .then(|| spec.scheduling.node_selector.clone()),
+            tolerations: (!spec.scheduling.tolerations.is_empty())
+                .then(|| spec.scheduling.tolerations.clone()),
+            affinity,
+            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
+            volumes: Some(volumes(cluster, &cluster_name)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
+/// The one container: `redis-server` with this pod's config, ACL file and listener.
+fn redis_container(cluster: &RedlockCluster, cluster_name: &str) -> Container {
+    let spec = &cluster.spec;
+    Container {
+        name: REDIS_CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        command: Some(
+            vec![
+                "redis-server".into(),
+                format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
+                // The process names its pod: the operator's probe and release read it back on the
+                // connection that checks the run id, so an address reused by another pod's process
+                // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
+                "--proc-title-template".into(),
+                format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
+                // The ACL file of this pod's auth mode, not the one redis.conf names (the spec's
+                // now): a restart during an auth toggle's rollout keeps the process's users.
+                "--aclfile".into(),
+                format!("{ACL_DIR}/{}", acl_file_key(spec.auth.enabled)),
+            ]
+            .into_iter()
+            .chain(listener_args(spec.tls.is_some()))
+            .collect(),
+        ),
+        ports: Some(vec![ContainerPort {
+            name: Some("redis".into()),
+            container_port: i32::from(REDIS_PORT),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        env: Some(env_vars(cluster, cluster_name)),
+        resources: spec.resources.clone(),
+        readiness_probe: Some(readiness_probe(spec.auth.enabled, spec.tls.is_some())),
+        liveness_probe: Some(liveness_probe()),
+        // The restricted Pod Security Standard, at container level so that a pod-level
+        // `podTemplate.securityContext` cannot loosen it. The root file system is read-only:
+        // Redis writes only to its `dir`, the `data` emptyDir (and with no persistence, not
+        // even there).
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            seccomp_profile: Some(runtime_default_seccomp()),
+            ..Default::default()
+        }),
+        volume_mounts: Some(volume_mounts(spec.tls.is_some())),
+        ..Default::default()
+    }
+}
+
+/// The pod's address and UID (the process names its pod), the client user, and with auth the
+/// password the readiness probe logs in with.
+fn env_vars(cluster: &RedlockCluster, cluster_name: &str) -> Vec<EnvVar> {
+    let spec = &cluster.spec;
     let mut env = vec![
         EnvVar {
             name: "POD_IP".into(),
@@ -93,7 +189,7 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
                 // client Secret loses its password when auth is turned off, and a container
                 // of this pod restarting during that rollout must still start.
                 secret_key_ref: Some(SecretKeySelector {
-                    name: admin_secret_name(&cluster_name),
+                    name: admin_secret_name(cluster_name),
                     key: CLIENT_PASSWORD_KEY.into(),
                     ..Default::default()
                 }),
@@ -102,177 +198,113 @@ pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
             ..Default::default()
         });
     }
+    env
+}
 
-    let container = Container {
-        name: REDIS_CONTAINER.into(),
-        image: Some(spec.image.clone()),
-        command: Some(
-            vec![
-                "redis-server".into(),
-                format!("{CONFIG_DIR}/{REDIS_CONF_KEY}"),
-                // The process names its pod: the operator's probe and release read it back on the
-                // connection that checks the run id, so an address reused by another pod's process
-                // is never taken for this one (docs/design.md §9.6). The kubelet expands $(POD_UID).
-                "--proc-title-template".into(),
-                format!("{{title}} {{listen-addr}} {{server-mode}} {POD_UID_TAG}$(POD_UID)"),
-                // The ACL file of this pod's auth mode, not the one redis.conf names (the spec's
-                // now): a restart during an auth toggle's rollout keeps the process's users.
-                "--aclfile".into(),
-                format!("{ACL_DIR}/{}", acl_file_key(spec.auth.enabled)),
-            ]
-            .into_iter()
-            .chain(listener_args(spec.tls.is_some()))
-            .collect(),
-        ),
-        ports: Some(vec![ContainerPort {
-            name: Some("redis".into()),
-            container_port: i32::from(REDIS_PORT),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        env: Some(env),
-        resources: spec.resources.clone(),
-        readiness_probe: Some(Probe {
-            exec: Some(ExecAction {
-                command: Some(readiness_command(spec.auth.enabled, spec.tls.is_some())),
-            }),
-            period_seconds: Some(1),
-            timeout_seconds: Some(1),
-            success_threshold: Some(1),
-            failure_threshold: Some(1),
-            ..Default::default()
+/// Every 5 s, not every second: an exec probe is a process (under a real kubelet, a `runc
+/// exec`) per member per period on its node, and with 30 members on a node a 1 s period costs
+/// about a core. Readiness only decides whether Services route to the pod; the fence itself is
+/// the ACL (a member fenced between two probes refuses clients), so a longer period delays
+/// only when a released member joins its Service.
+fn readiness_probe(auth_enabled: bool, tls: bool) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(readiness_command(auth_enabled, tls)),
         }),
-        // Liveness only asks "does the process accept connections": a fenced instance must not
-        // be restarted for refusing the client user.
-        liveness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::Int(i32::from(REDIS_PORT)),
-                ..Default::default()
-            }),
-            period_seconds: Some(5),
-            timeout_seconds: Some(2),
-            failure_threshold: Some(3),
-            ..Default::default()
-        }),
-        // The restricted Pod Security Standard, at container level so that a pod-level
-        // `podTemplate.securityContext` cannot loosen it. The root file system is read-only:
-        // Redis writes only to its `dir`, the `data` emptyDir (and with no persistence, not
-        // even there).
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Default::default()
-            }),
-            seccomp_profile: Some(runtime_default_seccomp()),
-            ..Default::default()
-        }),
-        volume_mounts: Some({
-            let mut mounts = vec![
-                VolumeMount {
-                    name: "config".into(),
-                    mount_path: CONFIG_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "acl".into(),
-                    mount_path: ACL_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "data".into(),
-                    mount_path: DATA_DIR.into(),
-                    ..Default::default()
-                },
-            ];
-            if spec.tls.is_some() {
-                mounts.push(VolumeMount {
-                    name: "tls".into(),
-                    mount_path: TLS_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                });
-            }
-            mounts
-        }),
-        ..Default::default()
-    };
-
-    let (affinity, mut spread) = placement(cluster, &cluster_name);
-    spread.extend(spec.scheduling.topology_spread_constraints.iter().cloned());
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(slot_name(&cluster_name, slot)),
-            namespace: cluster.metadata.namespace.clone(),
-            labels: Some(labels),
-            annotations: Some({
-                let mut a = template.annotations.clone();
-                a.insert(SPEC_HASH.into(), spec_hash(spec));
-                a
-            }),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![container],
-            restart_policy: Some("Always".into()),
-            automount_service_account_token: Some(false),
-            enable_service_links: Some(false),
-            termination_grace_period_seconds: Some(10),
-            priority_class_name: template.priority_class_name.clone(),
-            security_context: Some(pod_security(template.security_context.as_ref())),
-            node_selector: (!spec.scheduling.node_selector.is_empty())
-                .then(|| spec.scheduling.node_selector.clone()),
-            tolerations: (!spec.scheduling.tolerations.is_empty())
-                .then(|| spec.scheduling.tolerations.clone()),
-            affinity,
-            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
-            volumes: Some({
-                let mut volumes = vec![
-                    Volume {
-                        name: "config".into(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: config_map_name(&cluster_name),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                    Volume {
-                        name: "acl".into(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(acl_secret_name(&cluster_name)),
-                            default_mode: Some(0o440),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                    Volume {
-                        name: "data".into(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Default::default()
-                    },
-                ];
-                if let Some(tls) = &spec.tls {
-                    volumes.push(Volume {
-                        name: "tls".into(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(tls.secret_name.clone()),
-                            default_mode: Some(0o440),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    });
-                }
-                volumes
-            }),
-            ..Default::default()
-        }),
+        period_seconds: Some(READINESS_PERIOD_SECONDS),
+        timeout_seconds: Some(2),
+        success_threshold: Some(1),
+        failure_threshold: Some(1),
         ..Default::default()
     }
+}
+
+/// Liveness only asks "does the process accept connections": a fenced instance must not be
+/// restarted for refusing the client user.
+fn liveness_probe() -> Probe {
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::Int(i32::from(REDIS_PORT)),
+            ..Default::default()
+        }),
+        period_seconds: Some(5),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Default::default()
+    }
+}
+
+/// Where redis.conf, the ACL files, the data directory and (with TLS) the certificate appear.
+fn volume_mounts(tls: bool) -> Vec<VolumeMount> {
+    let mut mounts = vec![
+        VolumeMount {
+            name: "config".into(),
+            mount_path: CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "acl".into(),
+            mount_path: ACL_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        },
+    ];
+    if tls {
+        mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    mounts
+}
+
+/// redis.conf (ConfigMap), the ACL files (Secret, 0440), an emptyDir for Redis's `dir`, and
+/// with TLS the user's certificate Secret.
+fn volumes(cluster: &RedlockCluster, cluster_name: &str) -> Vec<Volume> {
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map_name(cluster_name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "acl".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(acl_secret_name(cluster_name)),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ];
+    if let Some(tls) = &cluster.spec.tls {
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    volumes
 }
 
 /// User and group of the `redis` account in the official redis and valkey images. Numeric,

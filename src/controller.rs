@@ -65,34 +65,87 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     // Nothing is watched before the lease is ours: a standby costs the API server nothing.
     let elected = match election {
         None => None,
-        Some(config) => {
-            let mut elector = Elector::new(client.clone(), config);
-            let standby_flag = standby.clone();
-            let leadership = elector
-                .acquire(&shutdown, |role| {
-                    standby_flag.store(matches!(role, Role::Standby { .. }), Ordering::Release)
-                })
-                .await;
-            standby.store(false, Ordering::Release);
-            match leadership {
-                Some(l) => Some((elector, l)),
-                None => return join_http(http, &args).await,
-            }
-        }
+        Some(config) => match elect(&client, config, &standby, &shutdown).await {
+            Some(elected) => Some(elected),
+            None => return join_http(http, &args).await,
+        },
     };
     metrics.leading(true);
     let leadership = elected
         .as_ref()
         .map_or_else(Leadership::unconditional, |(_, l)| l.clone());
 
-    // Only objects labelled as ours are watched: the operator never caches foreign Secrets.
+    let (caches, controller) = watch(&client, ns, clusters, ready);
+    let controller = controller.graceful_shutdown_on(shutdown.clone().cancelled_owned());
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "redlock-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let ctx = Arc::new(Context {
+        client,
+        metrics,
+        recorder,
+        caches,
+        settings: Settings {
+            operator_namespace: args.operator_namespace.clone(),
+            probe_period: Duration::from_millis(args.probe_period_ms),
+            probe_timeout: Duration::from_millis(args.probe_timeout_ms),
+            ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
+            ttl_audit_keys: args.ttl_audit_keys,
+        },
+        leadership,
+        clock,
+        memory: Memory::default(),
+    });
+    tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
+    if drive(controller, ctx, elected).await == Ended::LeaseLost {
+        shutdown.cancel();
+        http.abort();
+        return Err(Error::NotLeader);
+    }
+    tracing::info!("controller stopped");
+    shutdown.cancel();
+    join_http(http, &args).await
+}
+
+/// Waits until this process holds the Lease (reporting standby meanwhile); `None` when
+/// shut down first.
+async fn elect(
+    client: &Client,
+    config: LeaseConfig,
+    standby: &Arc<AtomicBool>,
+    shutdown: &CancellationToken,
+) -> Option<(Elector, Leadership)> {
+    let mut elector = Elector::new(client.clone(), config);
+    let standby_flag = standby.clone();
+    let leadership = elector
+        .acquire(shutdown, |role| {
+            standby_flag.store(matches!(role, Role::Standby { .. }), Ordering::Release)
+        })
+        .await;
+    standby.store(false, Ordering::Release);
+    leadership.map(|l| (elector, l))
+}
+
+/// The watches: caches of everything the operator manages (only objects labelled as ours:
+/// it never caches foreign Secrets) feeding the controller, node metadata for zones, and
+/// `ready` set once every cache has its first list.
+fn watch(
+    client: &Client,
+    ns: Option<&str>,
+    clusters: Api<RedlockCluster>,
+    ready: Arc<AtomicBool>,
+) -> (Caches, Controller<RedlockCluster>) {
     let managed = watcher::Config::default().labels(&managed_selector());
-    let (pods, pod_events) = cached_watch(scoped::<Pod>(&client, ns), managed.clone());
-    let (secrets, secret_events) = cached_watch(scoped::<Secret>(&client, ns), managed.clone());
-    let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(&client, ns), managed.clone());
-    let (services, service_events) = cached_watch(scoped::<Service>(&client, ns), managed.clone());
-    let (pdbs, pdb_events) = cached_watch(scoped::<PodDisruptionBudget>(&client, ns), managed.clone());
-    let (netpols, netpol_events) = cached_watch(scoped::<NetworkPolicy>(&client, ns), managed.clone());
+    let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone());
+    let (secrets, secret_events) = cached_watch(scoped::<Secret>(client, ns), managed.clone());
+    let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(client, ns), managed.clone());
+    let (services, service_events) = cached_watch(scoped::<Service>(client, ns), managed.clone());
+    let (pdbs, pdb_events) = cached_watch(scoped::<PodDisruptionBudget>(client, ns), managed.clone());
+    let (netpols, netpol_events) = cached_watch(scoped::<NetworkPolicy>(client, ns), managed.clone());
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
     let node_watch = watcher(
@@ -110,66 +163,56 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         .owns_stream(config_map_events)
         .owns_stream(service_events)
         .owns_stream(pdb_events)
-        .owns_stream(netpol_events)
-        .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-
-    let caches = (
-        pods.clone(),
-        secrets.clone(),
-        config_maps.clone(),
-        services.clone(),
-        pdbs.clone(),
-        nodes.clone(),
-        netpols.clone(),
+        .owns_stream(netpol_events);
+    let caches = Caches {
+        pods,
+        secrets,
+        config_maps,
+        services,
+        pod_disruption_budgets: pdbs,
+        network_policies: netpols,
+        nodes,
+        caches_synced: ready.clone(),
+    };
+    let stores = (
+        caches.pods.clone(),
+        caches.secrets.clone(),
+        caches.config_maps.clone(),
+        caches.services.clone(),
+        caches.pod_disruption_budgets.clone(),
+        caches.nodes.clone(),
+        caches.network_policies.clone(),
     );
-    let caches_synced = ready.clone();
     tokio::spawn(async move {
         wait_synced(&cluster_cache).await;
-        wait_synced(&caches.0).await;
-        wait_synced(&caches.1).await;
-        wait_synced(&caches.2).await;
-        wait_synced(&caches.3).await;
-        wait_synced(&caches.4).await;
-        wait_synced(&caches.5).await;
-        wait_synced(&caches.6).await;
+        wait_synced(&stores.0).await;
+        wait_synced(&stores.1).await;
+        wait_synced(&stores.2).await;
+        wait_synced(&stores.3).await;
+        wait_synced(&stores.4).await;
+        wait_synced(&stores.5).await;
+        wait_synced(&stores.6).await;
         ready.store(true, Ordering::Release);
         tracing::info!("caches synced; ready");
     });
+    (caches, controller)
+}
 
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "redlock-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
-    let ctx = Arc::new(Context {
-        client,
-        metrics,
-        recorder,
-        caches: Caches {
-            pods,
-            secrets,
-            config_maps,
-            services,
-            pod_disruption_budgets: pdbs,
-            network_policies: netpols,
-            nodes,
-            caches_synced,
-        },
-        settings: Settings {
-            operator_namespace: args.operator_namespace.clone(),
-            probe_period: Duration::from_millis(args.probe_period_ms),
-            probe_timeout: Duration::from_millis(args.probe_timeout_ms),
-            ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
-            ttl_audit_keys: args.ttl_audit_keys,
-        },
-        leadership,
-        clock,
-        memory: Memory::default(),
-    });
-    tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
-    let metrics_on_exit = ctx.metrics.clone();
+#[derive(PartialEq)]
+enum Ended {
+    /// Shut down: every reconcile finished, the Lease released.
+    Gracefully,
+    /// The Lease could not be renewed in time: the controller was dropped mid-reconcile.
+    LeaseLost,
+}
+
+/// Runs the controller until shutdown, or, with election, until the Lease is lost.
+async fn drive(
+    controller: Controller<RedlockCluster>,
+    ctx: Arc<Context>,
+    elected: Option<(Elector, Leadership)>,
+) -> Ended {
+    let metrics = ctx.metrics.clone();
     let gone_ctx = ctx.clone();
     let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
         // A deleted cluster is not reconciled again (it is no longer in the cache): what is
@@ -188,30 +231,25 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             }
         }
     });
-    match elected {
-        None => controller.await,
-        Some((mut elector, leadership)) => {
-            // Renewal continues through a graceful shutdown, until the last reconcile ended.
-            let lost = tokio::select! {
-                _ = controller => false,
-                _ = elector.keep(&leadership) => true,
-            };
-            metrics_on_exit.leading(false);
-            if lost {
-                // The controller future was dropped above, in-flight reconciles with it: no
-                // write of this process can land after the renew deadline. Exit and let the
-                // pod restart as a standby.
-                shutdown.cancel();
-                http.abort();
-                return Err(Error::NotLeader);
-            }
-            // Graceful shutdown finished every reconcile: now a successor may start at once.
-            elector.release().await;
-        }
+    let Some((mut elector, leadership)) = elected else {
+        controller.await;
+        return Ended::Gracefully;
+    };
+    // Renewal continues through a graceful shutdown, until the last reconcile ended.
+    let lost = tokio::select! {
+        _ = controller => false,
+        _ = elector.keep(&leadership) => true,
+    };
+    metrics.leading(false);
+    if lost {
+        // The controller future was dropped above, in-flight reconciles with it: no write of
+        // this process can land after the renew deadline. The caller exits, and the pod
+        // restarts as a standby.
+        return Ended::LeaseLost;
     }
-    tracing::info!("controller stopped");
-    shutdown.cancel();
-    join_http(http, &args).await
+    // Graceful shutdown finished every reconcile: now a successor may start at once.
+    elector.release().await;
+    Ended::Gracefully
 }
 
 async fn join_http(http: tokio::task::JoinHandle<Result<()>>, args: &RunArgs) -> Result<()> {

@@ -74,68 +74,8 @@ pub fn compute(
         .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
         .count() as i32;
 
-    let available = Desired {
-        type_: AVAILABLE,
-        status: ready >= quorum,
-        reason: if ready >= quorum {
-            "QuorumServing"
-        } else {
-            "QuorumNotServing"
-        },
-        message: format!("{ready} of {instances} instances serve clients; a lock needs {quorum}"),
-    };
-    let progressing = if !findings.rollout.outdated.is_empty() {
-        let r = &findings.rollout;
-        let names: Vec<String> = r.outdated.iter().map(|s| format!("{name}-{s}")).collect();
-        let mut message = format!(
-            "rolling replacement for a spec change: {} of {instances} members left to replace ({})",
-            r.outdated.len(),
-            names.join(", ")
-        );
-        if let Some(slot) = r.replace {
-            message.push_str(&format!("; replacing {name}-{slot} now"));
-        }
-        if let Some(w) = &r.waiting {
-            message.push_str(&format!("; {w}"));
-        }
-        Desired {
-            type_: PROGRESSING,
-            status: true,
-            reason: "RollingUpdate",
-            message,
-        }
-    } else if ready < instances {
-        let reason = if held > 0 {
-            "HoldsRunning"
-        } else {
-            "InstancesStarting"
-        };
-        let mut message = format!("{ready} of {instances} instances serve clients");
-        if held > 0 {
-            let next = active()
-                .filter_map(|m| m.held_until.as_ref().map(|t| t.0))
-                .filter(|t| *t > now)
-                .min();
-            message.push_str(&format!(", {held} held after losing their keys"));
-            if let Some(next) = next {
-                message.push_str(&format!(" (next release at {next})"));
-            }
-        }
-        Desired {
-            type_: PROGRESSING,
-            status: true,
-            reason,
-            message,
-        }
-    } else {
-        Desired {
-            type_: PROGRESSING,
-            status: false,
-            reason: "AllInstancesReady",
-            message: format!("all {instances} instances serve clients"),
-        }
-    };
-
+    let available = available(ready, instances, quorum);
+    let progressing = progressing(&findings.rollout, &name, instances, ready, held, active(), now);
     let degraded = degraded(&members, &serving, instances, quorum);
     let mut desired = vec![
         available,
@@ -146,20 +86,7 @@ pub fn compute(
     desired.extend(ttl_policy(findings));
     desired.push(ownership_conflict(&findings.conflicts));
     if let Some(limits) = &findings.limits {
-        desired.push(match crate::resize::waiting_for(limits, instances, &name) {
-            Some((reason, message)) => Desired {
-                type_: RESIZING,
-                status: true,
-                reason,
-                message,
-            },
-            None => Desired {
-                type_: RESIZING,
-                status: false,
-                reason: "ServerListSettled",
-                message: format!("clients are told all {instances} servers, and every member may serve"),
-            },
-        });
+        desired.push(resizing(limits, instances, &name));
     }
     desired.push(children_applied(&findings.apply_problems));
     desired.push(crate::maintenance::condition(&findings.maintenance, &members));
@@ -185,6 +112,99 @@ pub fn compute(
         failure_domains: findings.failure_domains.clone(),
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
+    }
+}
+
+/// `Available`: a quorum of members serves clients.
+fn available(ready: i32, instances: i32, quorum: i32) -> Desired {
+    Desired {
+        type_: AVAILABLE,
+        status: ready >= quorum,
+        reason: if ready >= quorum {
+            "QuorumServing"
+        } else {
+            "QuorumNotServing"
+        },
+        message: format!("{ready} of {instances} instances serve clients; a lock needs {quorum}"),
+    }
+}
+
+/// `Progressing`: a rolling replacement, or members not serving yet (held or starting).
+fn progressing<'a>(
+    rollout: &Rollout,
+    name: &str,
+    instances: i32,
+    ready: i32,
+    held: i32,
+    active: impl Iterator<Item = &'a MemberStatus>,
+    now: Timestamp,
+) -> Desired {
+    if !rollout.outdated.is_empty() {
+        let names: Vec<String> = rollout.outdated.iter().map(|s| format!("{name}-{s}")).collect();
+        let mut message = format!(
+            "rolling replacement for a spec change: {} of {instances} members left to replace ({})",
+            rollout.outdated.len(),
+            names.join(", ")
+        );
+        if let Some(slot) = rollout.replace {
+            message.push_str(&format!("; replacing {name}-{slot} now"));
+        }
+        if let Some(w) = &rollout.waiting {
+            message.push_str(&format!("; {w}"));
+        }
+        return Desired {
+            type_: PROGRESSING,
+            status: true,
+            reason: "RollingUpdate",
+            message,
+        };
+    }
+    if ready >= instances {
+        return Desired {
+            type_: PROGRESSING,
+            status: false,
+            reason: "AllInstancesReady",
+            message: format!("all {instances} instances serve clients"),
+        };
+    }
+    let mut message = format!("{ready} of {instances} instances serve clients");
+    if held > 0 {
+        let next = active
+            .filter_map(|m| m.held_until.as_ref().map(|t| t.0))
+            .filter(|t| *t > now)
+            .min();
+        message.push_str(&format!(", {held} held after losing their keys"));
+        if let Some(next) = next {
+            message.push_str(&format!(" (next release at {next})"));
+        }
+    }
+    Desired {
+        type_: PROGRESSING,
+        status: true,
+        reason: if held > 0 {
+            "HoldsRunning"
+        } else {
+            "InstancesStarting"
+        },
+        message,
+    }
+}
+
+/// `Resizing`: the published server list or the slots that may serve are still changing.
+fn resizing(limits: &crate::resize::Limits, instances: i32, name: &str) -> Desired {
+    match crate::resize::waiting_for(limits, instances, name) {
+        Some((reason, message)) => Desired {
+            type_: RESIZING,
+            status: true,
+            reason,
+            message,
+        },
+        None => Desired {
+            type_: RESIZING,
+            status: false,
+            reason: "ServerListSettled",
+            message: format!("clients are told all {instances} servers, and every member may serve"),
+        },
     }
 }
 

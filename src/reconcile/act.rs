@@ -20,6 +20,7 @@ use crate::events;
 use crate::metrics::EndedHold;
 use crate::observe::SlotObservation;
 use crate::reasons::MemberReason;
+use crate::redis_admin::AdminAccess;
 use crate::resources::names::slot_name;
 use crate::resources::{endpoints, pod};
 
@@ -36,6 +37,8 @@ pub const ENDPOINTS_NOT_PUBLISHED: &str = "EndpointsNotPublished";
 /// How soon a refused endpoints ConfigMap is written again.
 const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 
+/// Acts on `on_record`, the one input only `persist` can produce: nothing here happens before
+/// the decision's status is on record. Each step below takes it too, for the same reason.
 pub async fn act(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -45,13 +48,33 @@ pub async fn act(
     on_record: OnRecord,
     now: Timestamp,
 ) -> Result<Acted> {
-    let d = on_record.decision();
-    let access = &inputs.access;
-    let name = cluster.name_any();
     // Fences first: a process that lets clients in while it must not should be shut out as
     // soon as the hold is on record, before anything slower (events, ConfigMaps).
+    fence(ctx, &inputs.access, observed, &on_record).await?;
+    report(ctx, cluster, ns, &on_record, now).await;
+    let endpoints_retry = if inputs.accepted() {
+        publish_endpoints(ctx, cluster, ns, observed, &on_record).await
+    } else {
+        None
+    };
+    let released = release(ctx, cluster, ns, &inputs.access, observed, &on_record, now).await?;
+    // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
+    // fences and releases above from happening.
+    let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
+    let retry = [endpoints_retry, pod_retry].into_iter().flatten().min();
+    Ok(Acted { released, retry })
+}
+
+/// Shuts out of each process the plan fences both client users, where it runs (a process
+/// that outlived its pod: where it was last seen).
+async fn fence(
+    ctx: &Context,
+    access: &AdminAccess,
+    observed: &BTreeMap<i32, SlotObservation>,
+    on_record: &OnRecord,
+) -> Result<()> {
+    let d = on_record.decision();
     for (slot, run_id) in &d.plan.fences {
-        // A process that outlived its pod is fenced where it was last seen.
         let unstopped_ip = d
             .status
             .members
@@ -79,7 +102,13 @@ pub async fn act(
             Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
         }
     }
+    Ok(())
+}
 
+/// Metrics, condition changes and events of the decision.
+async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &OnRecord, now: Timestamp) {
+    let d = on_record.decision();
+    let name = cluster.name_any();
     ctx.metrics
         .observe_members(ns, &name, &d.status, cluster.spec.instances, now);
     if let Some(keys) = d.ttl_violations {
@@ -108,31 +137,50 @@ pub async fn act(
         )
         .await;
     }
+}
 
-    let mut retry = None;
-    if inputs.accepted() {
-        let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
-        let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
-        let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
-        let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-        if let Err(e) = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm).await {
-            // Clients read which members serve from it: a stale copy is reported (event,
-            // error metric) and written again soon, while the fences and releases below must
-            // still happen now.
-            ctx.metrics.reconcile_failed(&e);
-            let msg = format!(
-                "{}: cannot publish the endpoints clients read: {e}; tried again in {}s",
-                crate::resources::names::endpoints_config_map_name(&name),
-                ENDPOINTS_RETRY.as_secs()
-            );
-            tracing::warn!("{msg}");
-            events::publish_for_cluster(&ctx.recorder, cluster, ENDPOINTS_NOT_PUBLISHED, msg, true).await;
-            retry = Some(ENDPOINTS_RETRY);
-        }
-    }
+/// The endpoints ConfigMap clients read (which members serve). A refused write is reported
+/// (event, error metric) and tried again soon (the returned delay), while the fences and
+/// releases must still happen now.
+async fn publish_endpoints(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    observed: &BTreeMap<i32, SlotObservation>,
+    on_record: &OnRecord,
+) -> Option<Duration> {
+    let d = on_record.decision();
+    let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
+    let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
+    let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
+    let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let e = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm)
+        .await
+        .err()?;
+    ctx.metrics.reconcile_failed(&e);
+    let msg = format!(
+        "{}: cannot publish the endpoints clients read: {e}; tried again in {}s",
+        crate::resources::names::endpoints_config_map_name(&cluster.name_any()),
+        ENDPOINTS_RETRY.as_secs()
+    );
+    tracing::warn!("{msg}");
+    events::publish_for_cluster(&ctx.recorder, cluster, ENDPOINTS_NOT_PUBLISHED, msg, true).await;
+    Some(ENDPOINTS_RETRY)
+}
 
+/// Lets lock clients into each process whose hold has run; whether any was released.
+async fn release(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    access: &AdminAccess,
+    observed: &BTreeMap<i32, SlotObservation>,
+    on_record: &OnRecord,
+    now: Timestamp,
+) -> Result<bool> {
+    let name = cluster.name_any();
     let mut released = false;
-    for (slot, run_id) in &d.plan.releases {
+    for (slot, run_id) in &on_record.decision().plan.releases {
         let Some(o) = observed.get(slot) else {
             continue;
         };
@@ -174,11 +222,7 @@ pub async fn act(
             Err(e) => tracing::warn!(slot, error = %e, "release not done"),
         }
     }
-    // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
-    // fences and releases above from happening.
-    let pod_retry = change_pods(ctx, cluster, ns, &d.plan, observed).await?;
-    let retry = [retry, pod_retry].into_iter().flatten().min();
-    Ok(Acted { released, retry })
+    Ok(released)
 }
 
 /// The plan's pod creates and deletes. A refused one is reported (event `PodChangeFailed`,

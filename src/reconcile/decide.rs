@@ -56,24 +56,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let accepted = facts.rejections.is_empty();
     let obs = facts.observation;
     let previous = cluster.status.clone().unwrap_or_default();
-    // A pending lowering takes effect no earlier than one hold of the value in force after
-    // this process first saw it pending (another leader's clock cannot hasten it).
-    let lowering_not_before = previous.hold.as_ref().and_then(|h| {
-        h.lowers_at.as_ref()?;
-        Some(
-            facts
-                .timers
-                .earliest_end(TimerKey::Lowering, hold_policy::hold_of(h), clock),
-        )
-    });
-    let policy = hold_policy::next(
-        previous.hold.as_ref(),
-        &cluster.spec,
-        accepted,
-        obs.published_ttl,
-        now,
-        lowering_not_before,
-    );
+    let policy = hold_in_force(cluster, &previous, facts, accepted, clock);
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
@@ -115,54 +98,13 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     } else {
         limits
     };
-    rollout::pace_scaling(
-        cluster.spec.instances,
-        &previous.members,
-        &plan.members,
-        &obs.slots,
-        &mut plan.create_pods,
-        &mut plan.delete_pods,
-    );
-    let rollout = rollout::decide(
-        cluster.spec.instances,
-        &plan.members,
-        &obs.slots,
-        &crate::resources::hash::spec_hash(&cluster.spec),
-    );
-    if !accepted {
-        // A rejected spec changes nothing that runs.
-        plan.create_pods.clear();
-        plan.delete_pods.clear();
-    } else if let Some(slot) = rollout.replace {
-        // The hold starts when the old process is observed gone, as for any other loss.
-        plan.delete_pods.push(slot);
-        plan.events.push(MemberEvent {
-            slot,
-            reason: MemberReason::RollingReplacement,
-            message: format!(
-                "{}: replacing for a spec change ({} left); the new process is held for {hold:?}",
-                slot_name(&name, slot),
-                rollout.outdated.len(),
-            ),
-            warning: false,
-        });
-    }
-    if !facts.children.config_ready {
-        // A new pod would mount an ACL file and config that are not (or not yet) ours.
-        plan.create_pods.clear();
-    }
-
-    let mut conflicts = facts.children.conflicts.clone();
-    conflicts.extend(obs.slots.iter().filter_map(|(slot, o)| match &o.pod {
-        PodState::Foreign { owner } => Some(format!("pod {} is {owner}", slot_name(&name, *slot))),
-        _ => None,
-    }));
+    let rollout = pod_changes(cluster, &previous, facts, hold, &mut plan);
     let findings = status::Findings {
         rejections: facts.rejections.to_vec(),
         ttl: obs.ttl.clone(),
         max_lock_ttl: policy.policy.max_lock_ttl.to_string(),
         hold: Some(policy.policy.clone()),
-        conflicts,
+        conflicts: conflicts(&name, facts),
         apply_problems: facts.children.problems.clone(),
         limits: Some(limits),
         rollout,
@@ -184,6 +126,101 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         ttl_violations: obs.ttl.as_ref().map(|r| r.violations),
         timers,
     }
+}
+
+/// The maxLockTTL holds use from now on (`hold_policy::next`). A pending lowering takes effect
+/// no earlier than one hold of the value in force after this process first saw it pending
+/// (another leader's clock cannot hasten it).
+fn hold_in_force(
+    cluster: &RedlockCluster,
+    previous: &RedlockClusterStatus,
+    facts: &Facts<'_>,
+    accepted: bool,
+    clock: Reading,
+) -> hold_policy::Update {
+    let lowering_not_before = previous.hold.as_ref().and_then(|h| {
+        h.lowers_at.as_ref()?;
+        Some(
+            facts
+                .timers
+                .earliest_end(TimerKey::Lowering, hold_policy::hold_of(h), clock),
+        )
+    });
+    hold_policy::next(
+        previous.hold.as_ref(),
+        &cluster.spec,
+        accepted,
+        facts.observation.published_ttl,
+        clock.wall,
+        lowering_not_before,
+    )
+}
+
+/// Adjusts the plan's pod creates and deletes to what may change now: scaling paced, one
+/// rolling replacement at a time, nothing for a rejected spec, no new pod before its config
+/// is ours. Returns where the rollout stands.
+fn pod_changes(
+    cluster: &RedlockCluster,
+    previous: &RedlockClusterStatus,
+    facts: &Facts<'_>,
+    hold: Duration,
+    plan: &mut Plan,
+) -> rollout::Rollout {
+    let slots = &facts.observation.slots;
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    rollout::pace_scaling(
+        cluster.spec.instances,
+        &previous.members,
+        &plan.members,
+        slots,
+        &mut plan.create_pods,
+        &mut plan.delete_pods,
+    );
+    let rollout = rollout::decide(
+        cluster.spec.instances,
+        &plan.members,
+        slots,
+        &crate::resources::hash::spec_hash(&cluster.spec),
+    );
+    if !facts.rejections.is_empty() {
+        // A rejected spec changes nothing that runs.
+        plan.create_pods.clear();
+        plan.delete_pods.clear();
+    } else if let Some(slot) = rollout.replace {
+        // The hold starts when the old process is observed gone, as for any other loss.
+        plan.delete_pods.push(slot);
+        plan.events.push(MemberEvent {
+            slot,
+            reason: MemberReason::RollingReplacement,
+            message: format!(
+                "{}: replacing for a spec change ({} left); the new process is held for {hold:?}",
+                slot_name(&name, slot),
+                rollout.outdated.len(),
+            ),
+            warning: false,
+        });
+    }
+    if !facts.children.config_ready {
+        // A new pod would mount an ACL file and config that are not (or not yet) ours.
+        plan.create_pods.clear();
+    }
+    rollout
+}
+
+/// Objects in this cluster's names that are not its own: children and pods.
+fn conflicts(name: &str, facts: &Facts<'_>) -> Vec<String> {
+    let mut conflicts = facts.children.conflicts.clone();
+    conflicts.extend(
+        facts
+            .observation
+            .slots
+            .iter()
+            .filter_map(|(slot, o)| match &o.pod {
+                PodState::Foreign { owner } => Some(format!("pod {} is {owner}", slot_name(name, *slot))),
+                _ => None,
+            }),
+    );
+    conflicts
 }
 
 /// When to look again: exactly when the next hold ends or a lowered maxLockTTL takes effect,

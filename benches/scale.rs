@@ -127,8 +127,14 @@ async fn main() {
         "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    // Kubernetes' own node timeouts (40 s grace, 300 s eviction toleration), not the tests'
+    // short ones (8 s, 10 s, for node-loss tests): with hundreds of members on 2 cores the
+    // process kubelet's heartbeats run late, and the short timeouts had the taint eviction
+    // controller delete healthy pods by the hundred (each a hold and a new pod).
     let cp = ControlPlane::start(ControlPlaneConfig {
         nodes,
+        node_monitor_grace_period: Duration::from_secs(40),
+        eviction_toleration: Duration::from_secs(300),
         ..Default::default()
     })
     .await

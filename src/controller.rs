@@ -26,7 +26,8 @@ use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
 use crate::resources::names::managed_selector;
 
-/// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled).
+/// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled). The start-up in its
+/// order (API check, clock check, HTTP, election, watches, context, controller) in one place.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let client = Client::try_default()
         .await

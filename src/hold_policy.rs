@@ -49,7 +49,9 @@ pub struct Update {
     pub changes: Vec<(Change, String)>,
 }
 
-/// The hold policy for this reconcile.
+/// The hold policy for this reconcile. One function on purpose: its steps are ordered (what
+/// clients were told, the spec, a lowering that is due, a value in force above everything
+/// told, the floor of what is told) and each reads what the one before decided.
 /// - `prev`: `status.hold` as persisted.
 /// - `accepted`: whether the operator acts on `spec` (no validation problems).
 /// - `published`: the maxLockTTL the cluster's `<name>-endpoints` ConfigMap tells clients now

@@ -582,45 +582,8 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     {
         return clock_jumped(input, prev, obs, run_id, by, step);
     }
-    match obs.clock {
-        // Locks on it expire late: safe, but the user should know its clock is not kept.
-        Some(Verdict::SteppedBack { by }) => step.tell(
-            slot,
-            MemberReason::ClockStepBack,
-            format!(
-                "{}: its clock stepped {:.3} s back since the last probe (locks on it expire late, which is safe; check its host's time sync)",
-                prev.name,
-                by.as_secs_f64()
-            ),
-            true,
-        ),
-        Some(Verdict::Drifting { ratio_ppm, over }) => step.tell(
-            slot,
-            MemberReason::ClockDrift,
-            format!(
-                "{}: its clock ran {} by {:.3}% over the last {:.0} s, more than clockDriftFactor allows (locks on it expire {}); check its host's time sync",
-                prev.name,
-                if ratio_ppm > 0 { "fast" } else { "slow" },
-                ratio_ppm.abs() as f64 / 10_000.0,
-                over.as_secs_f64(),
-                if ratio_ppm > 0 { "early: a faster drift becomes a clock jump" } else { "late, which is safe" }
-            ),
-            true,
-        ),
-        _ => {}
-    }
-    let lost = match (&obs.pod, &process) {
-        (PodState::Missing, _) => Some("pod deleted".to_owned()),
-        (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
-        (PodState::NotRunning { reason }, _) => Some(format!("container not running ({reason})")),
-        (_, Some(p)) if is_other_process(prev, p) => Some("new process (restarted)".to_owned()),
-        // A fenced process the record cannot vouch for (no run id on record: an edited or
-        // restored status). Releasing it could unfence a new, empty process: count it lost.
-        (_, Some(p)) if prev.run_id.is_none() && p.client_enabled == Some(false) => {
-            Some("fenced process the record has no run id for (status edited or restored)".to_owned())
-        }
-        _ => None,
-    };
+    report_clock(prev, obs, step);
+    let lost = lost_why(prev, obs, process.as_ref());
     if let Some(why) = lost {
         step.tell(
             slot,
@@ -661,7 +624,63 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     {
         step.release = Some(run_id.to_owned());
     }
-    next.message = match (&obs.pod, &obs.redis) {
+    next.message = serving_message(obs);
+    next
+}
+
+/// A member clock that stepped back or drifts: reported (locks on it expire late, or a fast
+/// drift is on its way to a jump), not fenced.
+fn report_clock(prev: &MemberStatus, obs: &SlotObservation, step: &mut Step) {
+    let slot = prev.slot;
+    match obs.clock {
+        // Locks on it expire late: safe, but the user should know its clock is not kept.
+        Some(Verdict::SteppedBack { by }) => step.tell(
+            slot,
+            MemberReason::ClockStepBack,
+            format!(
+                "{}: its clock stepped {:.3} s back since the last probe (locks on it expire late, which is safe; check its host's time sync)",
+                prev.name,
+                by.as_secs_f64()
+            ),
+            true,
+        ),
+        Some(Verdict::Drifting { ratio_ppm, over }) => step.tell(
+            slot,
+            MemberReason::ClockDrift,
+            format!(
+                "{}: its clock ran {} by {:.3}% over the last {:.0} s, more than clockDriftFactor allows (locks on it expire {}); check its host's time sync",
+                prev.name,
+                if ratio_ppm > 0 { "fast" } else { "slow" },
+                ratio_ppm.abs() as f64 / 10_000.0,
+                over.as_secs_f64(),
+                if ratio_ppm > 0 { "early: a faster drift becomes a clock jump" } else { "late, which is safe" }
+            ),
+            true,
+        ),
+        _ => {}
+    }
+}
+
+/// Why a released member's process counts as lost (its keys gone), if it does.
+fn lost_why(prev: &MemberStatus, obs: &SlotObservation, process: Option<&Process<'_>>) -> Option<String> {
+    match (&obs.pod, process) {
+        (PodState::Missing, _) => Some("pod deleted".to_owned()),
+        (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
+        (PodState::NotRunning { reason }, _) => Some(format!("container not running ({reason})")),
+        (_, Some(p)) if is_other_process(prev, p) => Some("new process (restarted)".to_owned()),
+        // A fenced process the record cannot vouch for (no run id on record: an edited or
+        // restored status). Releasing it could unfence a new, empty process: count it lost.
+        (_, Some(p)) if prev.run_id.is_none() && p.client_enabled == Some(false) => {
+            Some("fenced process the record has no run id for (status edited or restored)".to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// What a released member that keeps its process says: why it is not answering, or why a
+/// terminating pod's slot waits.
+fn serving_message(obs: &SlotObservation) -> Option<String> {
+    match (&obs.pod, &obs.redis) {
         // A terminating pod (also one evicted from a node that stopped reporting) may still
         // run a process that serves old clients: the hold cannot start and no replacement can
         // be made until the pod is gone.
@@ -685,8 +704,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
             obs.redis_error.as_deref().unwrap_or("unreachable")
         )),
         _ => None,
-    };
-    next
+    }
 }
 
 /// A serving member whose clock jumped forward: every lock on it may have expired early, as
@@ -883,27 +901,7 @@ fn hold_runs(
     step: &mut Step,
 ) -> MemberStatus {
     let slot = prev.slot;
-    let (until, started) = hold_end(input, prev);
-    let mut next = prev.clone();
-    next.held_until = Some(MicroTime(until));
-    next.hold_started_at = Some(MicroTime(started));
-    if let Some(recorded) = prev.held_until.as_ref().map(|t| t.0)
-        && recorded < until
-    {
-        let by_policy = recorded.max(held_until(started, input.hold));
-        next.message = Some(if until > by_policy {
-            let why = retimed_why(input, prev.slot, started);
-            step.tell(
-                slot,
-                MemberReason::HoldExtended,
-                format!("{}: {why}; fenced until {until}", prev.name),
-                false,
-            );
-            format!("{why}; held until {until}")
-        } else {
-            format!("hold lengthened to the maxLockTTL in force; held until {until}")
-        });
-    }
+    let (next, until) = timed_hold(input, prev, step);
     match running_process(obs) {
         Some(p) if is_other_process(prev, &p) => {
             let held = extend_hold(
@@ -916,56 +914,7 @@ fn hold_runs(
             );
             fence_if_serving(held, Some(&p), step)
         }
-        Some(p) => {
-            if prev.state == MemberState::Lost {
-                next.state = MemberState::Held;
-                next.since = Some(MicroTime(floor_micros(input.now)));
-            }
-            fill_identity(&mut next, &p);
-            match (p.run_id, p.client_enabled) {
-                // Serving during its hold, or after it while it must not serve yet (a scale-up's
-                // new member before the new list is confirmed, a member fenced for maintenance).
-                (Some(run_id), Some(true))
-                    if until > input.now
-                        || slot >= input.confirmed
-                        || input.maintenance.contains_key(&slot) =>
-                {
-                    refence(input, next, until, run_id, step)
-                }
-                (Some(_), _) if until <= input.now && input.maintenance.contains_key(&slot) => MemberStatus {
-                    message: Some(format!(
-                        "hold ended; stays fenced for maintenance ({}) until unfenced (kubectl redlock unfence)",
-                        input.maintenance[&slot]
-                    )),
-                    ..next
-                },
-                (Some(_), _)
-                    if until <= input.now
-                        && slot < input.confirmed
-                        && input.timing.release_blocked.is_some() =>
-                {
-                    MemberStatus {
-                        message: Some(format!(
-                            "hold ended; release waits: {}",
-                            input.timing.release_blocked.unwrap_or_default()
-                        )),
-                        ..next
-                    }
-                }
-                (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
-                    ready_and_release(input, slot, &p, run_id, step)
-                }
-                (Some(_), _) if until <= input.now => MemberStatus {
-                    message: Some(format!(
-                        "hold ended; a new member of a scale-up serves once every client uses the list of {} (annotation {})",
-                        input.instances,
-                        crate::resize::CLIENTS_USE_INSTANCES
-                    )),
-                    ..next
-                },
-                _ => next,
-            }
-        }
+        Some(p) => same_process_held(input, prev, next, &p, until, step),
         None => {
             step.create_pod = obs.pod == PodState::Missing;
             if prev.state == MemberState::Held {
@@ -983,6 +932,91 @@ fn hold_runs(
                 next
             }
         }
+    }
+}
+
+/// The running hold's end as this process times it (`hold_end`), recorded, with a message
+/// (and event) when that lengthened it; and that end.
+fn timed_hold(input: &PlanInput<'_>, prev: &MemberStatus, step: &mut Step) -> (MemberStatus, Timestamp) {
+    let (until, started) = hold_end(input, prev);
+    let mut next = prev.clone();
+    next.held_until = Some(MicroTime(until));
+    next.hold_started_at = Some(MicroTime(started));
+    if let Some(recorded) = prev.held_until.as_ref().map(|t| t.0)
+        && recorded < until
+    {
+        let by_policy = recorded.max(held_until(started, input.hold));
+        next.message = Some(if until > by_policy {
+            let why = retimed_why(input, prev.slot, started);
+            step.tell(
+                prev.slot,
+                MemberReason::HoldExtended,
+                format!("{}: {why}; fenced until {until}", prev.name),
+                false,
+            );
+            format!("{why}; held until {until}")
+        } else {
+            format!("hold lengthened to the maxLockTTL in force; held until {until}")
+        });
+    }
+    (next, until)
+}
+
+/// The held slot's own process runs: fenced again if it serves too early, released once the
+/// hold has run (unless it is fenced for maintenance, the operator's clock blocks releases,
+/// or it is a scale-up's new member whose list clients do not use yet).
+fn same_process_held(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    mut next: MemberStatus,
+    p: &Process<'_>,
+    until: Timestamp,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    if prev.state == MemberState::Lost {
+        next.state = MemberState::Held;
+        next.since = Some(MicroTime(floor_micros(input.now)));
+    }
+    fill_identity(&mut next, p);
+    match (p.run_id, p.client_enabled) {
+        // Serving during its hold, or after it while it must not serve yet (a scale-up's
+        // new member before the new list is confirmed, a member fenced for maintenance).
+        (Some(run_id), Some(true))
+            if until > input.now || slot >= input.confirmed || input.maintenance.contains_key(&slot) =>
+        {
+            refence(input, next, until, run_id, step)
+        }
+        (Some(_), _) if until <= input.now && input.maintenance.contains_key(&slot) => MemberStatus {
+            message: Some(format!(
+                "hold ended; stays fenced for maintenance ({}) until unfenced (kubectl redlock unfence)",
+                input.maintenance[&slot]
+            )),
+            ..next
+        },
+        (Some(_), _)
+            if until <= input.now && slot < input.confirmed && input.timing.release_blocked.is_some() =>
+        {
+            MemberStatus {
+                message: Some(format!(
+                    "hold ended; release waits: {}",
+                    input.timing.release_blocked.unwrap_or_default()
+                )),
+                ..next
+            }
+        }
+        (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
+            ready_and_release(input, slot, p, run_id, step)
+        }
+        (Some(_), _) if until <= input.now => MemberStatus {
+            message: Some(format!(
+                "hold ended; a new member of a scale-up serves once every client uses the list of {} (annotation {})",
+                input.instances,
+                crate::resize::CLIENTS_USE_INSTANCES
+            )),
+            ..next
+        },
+        _ => next,
     }
 }
 
@@ -1111,7 +1145,6 @@ fn fence_removed(
         "removed by scale-down: being fenced; its hold starts once it is seen fenced or gone, then the list of {} is published",
         input.instances
     );
-    let held_since = |m: &MemberStatus| m.state.is_holding() && m.held_until.is_some();
     // A process of the slot that outlived its pod (docs/design.md §9.5): clients on the list
     // that still names this slot reach it where it runs. Found letting them in, it is fenced
     // there and the hold restarts; found fenced, it grants nothing.
@@ -1138,27 +1171,10 @@ fn fence_removed(
             }
         }
         // Seen fenced: the hold runs (from now, unless it already ran for this process).
-        (Some((p, _, false)), _) => match prev {
-            Some(prev) if held_since(prev) && !is_other_process(prev, p) => {
-                let (until, started) = hold_end(input, prev);
-                let mut next = MemberStatus {
-                    held_until: Some(MicroTime(until)),
-                    hold_started_at: Some(MicroTime(started)),
-                    message: Some(removing.clone()),
-                    ..prev.clone()
-                };
-                fill_identity(&mut next, p);
-                next
-            }
-            _ => {
-                let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
-                m.message = Some(removing.clone());
-                m
-            }
-        },
+        (Some((p, _, false)), _) => removed_seen_fenced(input, slot, prev, p, obs, &removing, &mut step),
         // Running but not answering: nothing is proven; a hold already running stays.
         (None, Some(_)) => match prev {
-            Some(prev) if held_since(prev) => prev.clone(),
+            Some(prev) if hold_recorded(prev) => prev.clone(),
             Some(prev) if prev.state == MemberState::Starting => prev.clone(),
             // Which process it was stays on record: if its pod vanishes before it answers,
             // that process is looked for where it ran.
@@ -1175,31 +1191,7 @@ fn fence_removed(
             },
         },
         // No process (pod gone, not running, finished): it grants nothing from now on.
-        (None, None) => match prev {
-            Some(prev) if prev.state == MemberState::Starting => prev.clone(),
-            Some(prev) if held_since(prev) => {
-                let (until, started) = hold_end(input, prev);
-                MemberStatus {
-                    held_until: Some(MicroTime(until)),
-                    hold_started_at: Some(MicroTime(started)),
-                    ..prev.clone()
-                }
-            }
-            _ => {
-                let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), &mut step);
-                m.message = Some(removing.clone());
-                if let Some(u) = prev.and_then(|prev| vanished_unfenced(prev, obs)) {
-                    // Its pod went before it was seen fenced: nothing shows the process
-                    // stopped, and old-list clients may still reach it.
-                    m.message = Some(format!(
-                        "{removing}; its process {} was never seen to stop, so it is looked for at {} (and fenced if found) until then",
-                        u.run_id, u.pod_ip
-                    ));
-                    m.unstopped = Some(u);
-                }
-                m
-            }
-        },
+        (None, None) => removed_gone(input, slot, prev, obs, &removing, &mut step),
     };
     step.member = Some(match prev {
         Some(prev) if prev.state == next.state => MemberStatus {
@@ -1209,6 +1201,80 @@ fn fence_removed(
         _ => next,
     });
     step
+}
+
+/// Whether `m` records a hold with an end (one that has been running).
+fn hold_recorded(m: &MemberStatus) -> bool {
+    m.state.is_holding() && m.held_until.is_some()
+}
+
+/// A removed member seen fenced: its hold runs, from now unless it already ran for this
+/// very process.
+fn removed_seen_fenced(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    p: &Process<'_>,
+    obs: &SlotObservation,
+    removing: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    match prev {
+        Some(prev) if hold_recorded(prev) && !is_other_process(prev, p) => {
+            let (until, started) = hold_end(input, prev);
+            let mut next = MemberStatus {
+                held_until: Some(MicroTime(until)),
+                hold_started_at: Some(MicroTime(started)),
+                message: Some(removing.to_owned()),
+                ..prev.clone()
+            };
+            fill_identity(&mut next, p);
+            next
+        }
+        _ => {
+            let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), step);
+            m.message = Some(removing.to_owned());
+            m
+        }
+    }
+}
+
+/// A removed member with no process (pod gone, not running, finished): it grants nothing
+/// from now on, unless its pod vanished before it was seen fenced (then its process is
+/// looked for where it ran).
+fn removed_gone(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    obs: &SlotObservation,
+    removing: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    match prev {
+        Some(prev) if prev.state == MemberState::Starting => prev.clone(),
+        Some(prev) if hold_recorded(prev) => {
+            let (until, started) = hold_end(input, prev);
+            MemberStatus {
+                held_until: Some(MicroTime(until)),
+                hold_started_at: Some(MicroTime(started)),
+                ..prev.clone()
+            }
+        }
+        _ => {
+            let mut m = start_hold(input, slot, obs, "removed by scale-down".into(), step);
+            m.message = Some(removing.to_owned());
+            if let Some(u) = prev.and_then(|prev| vanished_unfenced(prev, obs)) {
+                // Its pod went before it was seen fenced: nothing shows the process
+                // stopped, and old-list clients may still reach it.
+                m.message = Some(format!(
+                    "{removing}; its process {} was never seen to stop, so it is looked for at {} (and fenced if found) until then",
+                    u.run_id, u.pod_ip
+                ));
+                m.unstopped = Some(u);
+            }
+            m
+        }
+    }
 }
 
 /// What looking for a removed member's unstopped process came to.

@@ -40,6 +40,8 @@ fn example_ttl_ms(p: &Published) -> u64 {
     p.max_lock_ttl_millis.min(10_000)
 }
 
+/// A ready configuration snippet for `lang`. Long on purpose: one arm per client, each a
+/// template that reads top to bottom as the user will paste it.
 pub fn snippet(lang: Lang, p: &Published) -> String {
     let mut out = String::new();
     let comment = match lang {

@@ -240,6 +240,8 @@ fn condition_ok(type_: &str, status: &str) -> bool {
     (status == "True") != true_is_bad
 }
 
+/// The text `kubectl redlock status` prints. Long on purpose: its sections in the order they
+/// appear on the screen.
 pub fn render_text(v: &StatusView, style: Style) -> String {
     let mut out = String::new();
     let s = style;

@@ -51,6 +51,8 @@ pub struct Facts<'a> {
     pub release_blocked: Option<&'a str>,
 }
 
+/// The decision's steps in their order, each feeding the next: the hold in force, the
+/// published list's limits, the member plan, the pod changes, the status, when to look again.
 pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> Decision {
     let now = clock.wall;
     let accepted = facts.rejections.is_empty();

@@ -36,6 +36,8 @@ use crate::{events, status};
 /// looks again (the watch event is normally a few milliseconds away).
 const CACHE_LAG_RETRY: Duration = Duration::from_millis(50);
 
+/// One reconcile: read → observe → decide (pure) → persist → act. Longer than the other
+/// functions on purpose: it is the one place where the whole pipeline and its order are seen.
 pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx
         .caches

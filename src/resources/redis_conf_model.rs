@@ -70,6 +70,8 @@ fn is_space(b: u8) -> bool {
 }
 
 /// `sdssplitargs`; `None` for unbalanced quotes or a closing quote not followed by a space.
+/// Kept as one function on purpose: it follows Redis's C function branch by branch, so the two
+/// can be compared side by side.
 fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     let at = |i: usize| line.get(i).copied().unwrap_or(0);
     let mut words = Vec::new();

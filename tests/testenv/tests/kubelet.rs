@@ -266,6 +266,35 @@ async fn redis_pod_runs_and_answers_ping_on_its_own_address() {
     assert!(!process_alive(pid), "control plane drop kills the pod's process");
 }
 
+/// The node lifecycle controller marks a late node's pods not Ready, and under load an older
+/// status write can land after a newer one. Like the real kubelet's status manager, the
+/// process kubelet sees the API's copy disagree with what it last wrote and writes its own
+/// again (within its 10 s check), so a pod does not stay not Ready with every container ready.
+#[tokio::test]
+async fn a_status_changed_behind_the_kubelets_back_is_written_again() {
+    let cp = control_plane(1).await;
+    let ns = cp.new_namespace("kubelet").await.unwrap();
+    running_redis(&cp, &ns, pod("r", redis_container("redis:7.4"), vec![])).await;
+    let api: Api<Pod> = Api::namespaced(cp.client(), &ns);
+    // As the node lifecycle controller does (MarkPodsNotReady): Ready False, containers ready.
+    let not_ready = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
+    ]}});
+    api.patch_status(
+        "r",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(not_ready),
+    )
+    .await
+    .unwrap();
+    assert!(!is_ready(&api.get("r").await.unwrap()), "the patch took");
+    let marked = Instant::now();
+    wait_pod(&api, "r", Duration::from_secs(25), is_ready)
+        .await
+        .expect("the kubelet writes Ready back");
+    println!("Ready again {:?} after it was marked not Ready", marked.elapsed());
+}
+
 #[tokio::test]
 async fn kill_9_restarts_the_container_with_a_new_process() {
     let cp = control_plane(1).await;

@@ -47,6 +47,9 @@ const TICK: Duration = Duration::from_millis(100);
 const RETRY: Duration = Duration::from_secs(2);
 /// How often ConfigMap/Secret/projected volume contents are refreshed.
 const VOLUME_RESYNC: Duration = Duration::from_secs(10);
+/// How often the status the API shows is compared with the one last written (the real
+/// kubelet's status manager syncs every 10 s).
+const STATUS_CHECK: Duration = Duration::from_secs(10);
 
 /// The latest pod object from the watch; `None` once it is gone from the API.
 pub type PodUpdates = watch::Receiver<Option<Arc<Pod>>>;
@@ -278,6 +281,8 @@ struct Worker {
     finalized: bool,
     last_written: Option<PodStatus>,
     next_write: Instant,
+    /// When the API's copy of the status is next compared with `last_written`.
+    next_status_check: Instant,
     probe_runs: JoinSet<ProbeResult>,
     main_pid: Arc<AtomicU32>,
 }
@@ -392,6 +397,7 @@ impl Worker {
             finalized: false,
             last_written: None,
             next_write: now,
+            next_status_check: now + STATUS_CHECK,
             probe_runs: JoinSet::new(),
             main_pid,
         }
@@ -1054,6 +1060,41 @@ impl Worker {
         self.last_written.as_ref() == Some(&self.current_status())
     }
 
+    /// Whether the API's copy of the pod shows other values of the conditions this worker
+    /// writes than the status it last wrote, checked every [`STATUS_CHECK`]. Then it is written
+    /// again, as the real kubelet's status manager does (`needsReconcile`): under load an
+    /// older write of ours can land after a newer one (the client timed it out, the API
+    /// server applied it late), and the node lifecycle controller marks pods not ready
+    /// while a node's heartbeats are late. Without this a pod could stay not Ready with
+    /// every container ready, for good.
+    fn api_shows_another_status(&mut self, now: Instant) -> bool {
+        if now < self.next_status_check {
+            return false;
+        }
+        self.next_status_check = now + STATUS_CHECK;
+        let (Some(ours), Some(theirs)) = (&self.last_written, self.pod.status.as_ref()) else {
+            return false;
+        };
+        // Only the conditions this worker writes: others' (DisruptionTarget) are theirs, and a
+        // terminal phase set by the control plane is never undone (nor by the real kubelet).
+        let ours_by_type: BTreeMap<&str, &str> = ours
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        let differs = theirs
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| ours_by_type.contains_key(c.type_.as_str()))
+            .any(|c| ours_by_type[c.type_.as_str()] != c.status);
+        if differs {
+            debug!(pod = %self.key(), "the API shows another status than the last written; writing it again");
+        }
+        differs
+    }
+
     /// Writes the status through the status subresource when it changed.
     async fn write_status(&mut self) {
         let now = Instant::now();
@@ -1061,7 +1102,7 @@ impl Worker {
             return;
         }
         let status = self.current_status();
-        if self.last_written.as_ref() == Some(&status) {
+        if self.last_written.as_ref() == Some(&status) && !self.api_shows_another_status(now) {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.ns);

@@ -14,6 +14,8 @@ pub mod crd;
 pub mod error;
 pub mod events;
 pub mod failure_domains;
+#[cfg(test)]
+pub mod fixtures;
 pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;

@@ -109,10 +109,7 @@ mod tests {
     use crate::crd::MemberState;
 
     fn cluster(annotation: Option<&str>) -> RedlockCluster {
-        let mut c = RedlockCluster::new(
-            "locks",
-            serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap(),
-        );
+        let mut c = crate::fixtures::cluster(serde_json::json!({}));
         if let Some(a) = annotation {
             c.metadata.annotations = Some([(FENCED_MEMBERS.to_owned(), a.to_owned())].into());
         }

@@ -146,7 +146,7 @@ pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(&'sta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{MemberState, RedlockClusterSpec, RedlockClusterStatus};
+    use crate::crd::{MemberState, RedlockClusterStatus};
     use crate::observe::RedisInfo;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
@@ -156,9 +156,7 @@ mod tests {
         confirmed: Option<i32>,
         annotation: Option<&str>,
     ) -> RedlockCluster {
-        let spec: RedlockClusterSpec =
-            serde_json::from_value(serde_json::json!({"instances": n, "maxLockTTL": "30s"})).unwrap();
-        let mut c = RedlockCluster::new("locks", spec);
+        let mut c = crate::fixtures::cluster(serde_json::json!({"instances": n}));
         c.status = Some(RedlockClusterStatus {
             published_instances: published,
             confirmed_instances: confirmed,

@@ -355,17 +355,11 @@ fn ttl_policy(findings: &Findings) -> Option<Desired> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::RedlockClusterSpec;
     use crate::observe::PodState;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 
     fn cluster(instances: i32, generation: i64) -> RedlockCluster {
-        let spec: RedlockClusterSpec = serde_json::from_value(serde_json::json!({
-            "instances": instances,
-            "maxLockTTL": "30s",
-        }))
-        .unwrap();
-        let mut c = RedlockCluster::new("locks", spec);
+        let mut c = crate::fixtures::cluster(serde_json::json!({"instances": instances}));
         c.metadata.generation = Some(generation);
         c
     }

@@ -102,11 +102,7 @@ mod tests {
     use crate::crd::{MemberStatus, RedlockClusterStatus};
 
     fn cluster(states: &[MemberState], annotation: Option<&str>) -> RedlockCluster {
-        let mut c = RedlockCluster::new(
-            "locks",
-            serde_json::from_value(serde_json::json!({"instances": states.len(), "maxLockTTL": "30s"}))
-                .unwrap(),
-        );
+        let mut c = crate::fixtures::cluster(serde_json::json!({"instances": states.len()}));
         c.status = Some(RedlockClusterStatus {
             members: states
                 .iter()

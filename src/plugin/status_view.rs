@@ -395,11 +395,7 @@ mod tests {
     }
 
     fn cluster(members: Vec<MemberStatus>) -> RedlockCluster {
-        let mut c = RedlockCluster::new(
-            "locks",
-            serde_json::from_value(serde_json::json!({"instances": 3, "maxLockTTL": "30s"})).unwrap(),
-        );
-        c.metadata.namespace = Some("team".into());
+        let mut c = crate::fixtures::cluster(serde_json::json!({"instances": 3}));
         c.metadata.generation = Some(2);
         c.status = Some(RedlockClusterStatus {
             observed_generation: Some(2),

@@ -252,7 +252,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::crd::{FailureDomains, MemberState, RedlockClusterSpec};
+    use crate::crd::{FailureDomains, MemberState};
     use crate::observe::{RedisInfo, SlotObservation};
 
     fn at(s: i64) -> Timestamp {
@@ -260,10 +260,7 @@ mod tests {
     }
 
     fn cluster(spec: serde_json::Value) -> RedlockCluster {
-        let spec: RedlockClusterSpec = serde_json::from_value(spec).unwrap();
-        let mut c = RedlockCluster::new("locks", spec);
-        c.metadata.namespace = Some("team".into());
-        c.metadata.uid = Some("u1".into());
+        let mut c = crate::fixtures::cluster(spec);
         c.metadata.generation = Some(1);
         c
     }

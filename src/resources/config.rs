@@ -179,9 +179,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(spec: serde_json::Value) -> RedlockCluster {
-        RedlockCluster::new("locks", serde_json::from_value(spec).unwrap())
-    }
+    use crate::fixtures::cluster;
 
     #[test]
     fn enforced_settings_come_last_and_cannot_be_overridden() {

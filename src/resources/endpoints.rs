@@ -98,16 +98,9 @@ pub fn lines<S: AsRef<str>>(items: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::RedlockClusterSpec;
 
     fn cluster(instances: i32, ttl: &str) -> RedlockCluster {
-        let spec: RedlockClusterSpec = serde_json::from_value(serde_json::json!({
-            "instances": instances, "maxLockTTL": ttl,
-        }))
-        .unwrap();
-        let mut c = RedlockCluster::new("locks", spec);
-        c.metadata.namespace = Some("team".into());
-        c
+        crate::fixtures::cluster(serde_json::json!({"instances": instances, "maxLockTTL": ttl}))
     }
 
     fn data(cm: &ConfigMap, key: &str) -> String {

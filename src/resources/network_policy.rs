@@ -91,13 +91,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn cluster(network_policy: Value) -> RedlockCluster {
-        let mut c = RedlockCluster::new(
-            "locks",
-            serde_json::from_value(json!({"maxLockTTL": "30s", "networkPolicy": network_policy})).unwrap(),
-        );
-        c.metadata.namespace = Some("team".into());
-        c.metadata.uid = Some("uid-1".into());
-        c
+        crate::fixtures::cluster(json!({"networkPolicy": network_policy}))
     }
 
     /// The `from` peers as JSON, for compact comparisons.

@@ -387,12 +387,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(spec: serde_json::Value) -> RedlockCluster {
-        let mut c = RedlockCluster::new("locks", serde_json::from_value(spec).unwrap());
-        c.metadata.namespace = Some("ns".into());
-        c.metadata.uid = Some("uid-1".into());
-        c
-    }
+    use crate::fixtures::cluster;
 
     #[test]
     fn slot_pod_is_owned_labelled_and_fenced_by_its_acl_file() {

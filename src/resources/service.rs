@@ -100,15 +100,9 @@ fn service(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::RedlockClusterSpec;
 
     fn cluster() -> RedlockCluster {
-        let spec: RedlockClusterSpec =
-            serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap();
-        let mut c = RedlockCluster::new("locks", spec);
-        c.metadata.namespace = Some("team".into());
-        c.metadata.uid = Some("uid-1".into());
-        c
+        crate::fixtures::cluster(serde_json::json!({}))
     }
 
     #[test]

@@ -236,6 +236,8 @@ async fn main() {
         let client = env.client_login("c0").await;
         let mut detection = vec![];
         let mut lateness = vec![];
+        // Kills whose hold was over before the benchmark read it (no lateness measured).
+        let mut missed_holds = 0;
         for j in 0..kills {
             let name = format!("c{}", (j * 7) % k);
             let slot = (j % 3) as i32;
@@ -251,23 +253,36 @@ async fn main() {
                 .kubelet()
                 .signal_pod(&env.ns, &format!("{name}-{slot}"), Signal::SIGKILL)
                 .unwrap();
+            // Detected once status shows the loss: held or lost, or (when the benchmark's own
+            // reads are slower than a short hold) already released with a new run id.
             let until = loop {
                 let m = env.member(&name, slot).await.unwrap();
-                if matches!(m.state, MemberState::Held | MemberState::Lost) && m.run_id != before.run_id {
+                let holding = matches!(m.state, MemberState::Held | MemberState::Lost);
+                if m.run_id != before.run_id && (holding || m.run_id.is_some()) {
                     detection.push(killed.elapsed().as_secs_f64() * 1000.0);
-                    break m.held_until.unwrap().0;
+                    break m.held_until.map(|u| u.0).filter(|_| holding);
                 }
-                if killed.elapsed() > Duration::from_secs(30) {
-                    println!("K={k}: kill {j} of {name}-{slot} not detected in 30 s");
-                    break Timestamp::now();
+                if killed.elapsed() > Duration::from_secs(60) {
+                    println!("K={k}: kill {j} of {name}-{slot} not in status after 60 s");
+                    break None;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            let Some(until) = until else {
+                missed_holds += 1;
+                env.wait_ready(&name, 3, Duration::from_secs(60)).await;
+                continue;
             };
             match first_client_write(ip, &client, Duration::from_secs(30)).await {
                 Ok(served) => lateness.push(served.duration_since(until).as_secs_f64().max(0.0) * 1000.0),
                 Err(e) => println!("K={k}: {name}-{slot}: {e}"),
             }
-            env.wait_ready(&name, 3, Duration::from_secs(30)).await;
+            env.wait_ready(&name, 3, Duration::from_secs(60)).await;
+        }
+        if missed_holds > 0 {
+            println!(
+                "K={k}: {missed_holds} of {kills} holds were over before the benchmark read them (detection counted, lateness not)"
+            );
         }
         if !detection.is_empty() && !lateness.is_empty() {
             println!(

@@ -239,11 +239,18 @@ async fn a_default_user_turned_on_during_a_hold_is_fenced_again() {
         user: "default".into(),
         password: "anything".into(),
     };
+    // Held may be recorded before the new process listens (its container restarted, the
+    // probe not answered yet): wait for it to accept the admin.
+    let mut a = wait_for(
+        "restarted process accepts the admin",
+        Duration::from_secs(10),
+        async || Ok(connect(ip, &admin).await.ok()),
+    )
+    .await;
     assert!(
         connect(ip, &anonymous).await.is_err(),
         "default is off with auth on"
     );
-    let mut a = connect(ip, &admin).await.unwrap();
     let () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("default")

@@ -914,7 +914,7 @@ fn hold_runs(
             );
             fence_if_serving(held, Some(&p), step)
         }
-        Some(p) => same_process_held(input, prev, next, &p, until, step),
+        Some(p) => same_process_held(input, next, &p, until, step),
         None => {
             step.create_pod = obs.pod == PodState::Missing;
             if prev.state == MemberState::Held {
@@ -964,17 +964,17 @@ fn timed_hold(input: &PlanInput<'_>, prev: &MemberStatus, step: &mut Step) -> (M
 
 /// The held slot's own process runs: fenced again if it serves too early, released once the
 /// hold has run (unless it is fenced for maintenance, the operator's clock blocks releases,
-/// or it is a scale-up's new member whose list clients do not use yet).
+/// or it is a scale-up's new member whose list clients do not use yet). `next` is the
+/// record with its hold timed (`timed_hold`).
 fn same_process_held(
     input: &PlanInput<'_>,
-    prev: &MemberStatus,
     mut next: MemberStatus,
     p: &Process<'_>,
     until: Timestamp,
     step: &mut Step,
 ) -> MemberStatus {
-    let slot = prev.slot;
-    if prev.state == MemberState::Lost {
+    let slot = next.slot;
+    if next.state == MemberState::Lost {
         next.state = MemberState::Held;
         next.since = Some(MicroTime(floor_micros(input.now)));
     }

@@ -117,6 +117,8 @@ async fn find_tls_cas(
     slots: &mut BTreeMap<i32, SlotObservation>,
 ) -> Result<()> {
     let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
+    // Once per Secret: a missing one is not kept in `tls_cas`, and would be read per pod.
+    let mut read: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
     for o in slots.values_mut() {
         let Some(secret) = o.tls_secret.clone() else {
             continue;
@@ -124,7 +126,11 @@ async fn find_tls_cas(
         o.tls_ca = if Some(secret.as_str()) == spec_secret {
             access.tls_ca.clone()
         } else {
-            super::inputs::read_ca(ctx, ns, &secret).await?
+            if !read.contains_key(&secret) {
+                let ca = super::inputs::read_ca(ctx, ns, &secret).await?;
+                read.insert(secret.clone(), ca);
+            }
+            read[&secret].clone()
         };
     }
     Ok(())

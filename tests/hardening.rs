@@ -469,12 +469,7 @@ async fn generated_passwords_appear_only_in_their_secrets() {
 
     // Make the operator log, count and report as much as it does: a loss, a hold, a release,
     // a refused spec and its fix.
-    let before = env.member(NAME, 0).await.unwrap();
-    env.cp
-        .kubelet()
-        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
-        .unwrap();
-    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    kill_until_held(&env, 0).await;
     env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
     env.patch_spec(
         NAME,
@@ -666,12 +661,7 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
     }
 
     // A loss is held and released over TLS like any other.
-    let before = env.member(NAME, 0).await.unwrap();
-    env.cp
-        .kubelet()
-        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
-        .unwrap();
-    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let before = kill_until_held(&env, 0).await;
     let after = env.wait_ready(NAME, 2, Duration::from_secs(20)).await;
     let m = &after.status.unwrap().members[0];
     assert_ne!(m.run_id, before.run_id);
@@ -715,12 +705,7 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
         .unwrap();
     // The kubelet's volume resync (10 s) puts the new files in the pod.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let before = env.member(NAME, 0).await.unwrap();
-    env.cp
-        .kubelet()
-        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
-        .unwrap();
-    wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
+    let before = kill_until_held(&env, 0).await;
     let ip = env.pod_ip(NAME, 0).await;
     wait_for(
         "restarted member released under the new CA",
@@ -735,6 +720,18 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
         },
     )
     .await;
+}
+
+/// kill -9 of the member in `slot`, then waits until status holds its successor; returns the
+/// member's record from before the kill.
+async fn kill_until_held(env: &Env, slot: i32) -> redlock_operator::crd::MemberStatus {
+    let before = env.member(NAME, slot).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+        .unwrap();
+    wait_held(env, NAME, slot, before.run_id.as_deref().unwrap()).await;
+    before
 }
 
 /// Whether the pod of `slot` was built TLS only (it mounts a certificate), if the pod exists.

@@ -69,24 +69,8 @@ fn usage(pid: u32) -> (f64, f64, f64) {
 /// The operator's requests in [from, to], by "verb resource[/subresource]", marked "(clusters'
 /// namespace)" when they name an object in `ns`, where every cluster and its children live.
 fn requests_by_kind(cp: &ControlPlane, ns: &str, from: Timestamp, to: Timestamp) -> BTreeMap<String, usize> {
-    let log = std::fs::read_to_string(cp.audit_log()).unwrap();
     let mut out = BTreeMap::new();
-    for line in log.lines() {
-        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if e["user"]["username"] != OPERATOR_USER {
-            continue;
-        }
-        let Some(at) = e["requestReceivedTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<Timestamp>().ok())
-        else {
-            continue;
-        };
-        if at < from || at > to {
-            continue;
-        }
+    for e in operator_audit(cp, from, to) {
         let resource = match (
             e["objectRef"]["resource"].as_str(),
             e["objectRef"]["subresource"].as_str(),

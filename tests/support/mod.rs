@@ -251,9 +251,26 @@ pub async fn start_operator_env(
     op
 }
 
+/// The operator's requests received between `from` and `to`, one audit entry each, from the
+/// API server's audit log (which records every request of the operator's user).
+pub fn operator_audit(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
+    let log = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            // One entry per stage (a watch has ResponseStarted and ResponseComplete): count one.
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == OPERATOR_USER
+                && e["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .is_some_and(|at| at >= from && at <= to)
+        })
+        .collect()
+}
+
 /// How many requests the operator sent with `verb` for `resource` (and object `name`, if
-/// given) between `from` and `to`, from the API server's audit log (which records every
-/// request of the operator's user).
+/// given) between `from` and `to` (`operator_audit`).
 pub fn operator_requests(
     cp: &ControlPlane,
     verb: &str,
@@ -262,20 +279,12 @@ pub fn operator_requests(
     from: Timestamp,
     to: Timestamp,
 ) -> usize {
-    let log = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    operator_audit(cp, from, to)
+        .iter()
         .filter(|e| {
-            // One entry per stage (RequestReceived, ResponseComplete, ...): count one.
-            e["stage"] == "ResponseComplete"
-                && e["user"]["username"] == OPERATOR_USER
-                && e["verb"] == verb
+            e["verb"] == verb
                 && e["objectRef"]["resource"] == resource
                 && name.is_none_or(|n| e["objectRef"]["name"] == n)
-                && e["requestReceivedTimestamp"]
-                    .as_str()
-                    .and_then(|t| t.parse::<Timestamp>().ok())
-                    .is_some_and(|at| at >= from && at <= to)
         })
         .count()
 }

@@ -240,10 +240,13 @@ fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
 /// Whether the process seen now differs from the one `prev` is about. Unknown parts of
 /// either side prove nothing here; callers that would *release* on "same" demand a run id.
 fn is_other_process(prev: &MemberStatus, now: &Process<'_>) -> bool {
-    let run_differs = matches!((prev.run_id.as_deref(), now.run_id), (Some(a), Some(b)) if a != b);
-    let container_differs =
-        matches!((prev.container_id.as_deref(), now.container_id), (Some(a), Some(b)) if a != b);
-    run_differs || container_differs
+    match (prev.run_id.as_deref(), now.run_id) {
+        // The run id names the process: Redis draws a new one at every start. A container id
+        // comes from the pod cache, which can lag the probe (a restart's new process answers
+        // before the cache shows its container), so it decides only without run ids.
+        (Some(a), Some(b)) => a != b,
+        _ => matches!((prev.container_id.as_deref(), now.container_id), (Some(a), Some(b)) if a != b),
+    }
 }
 
 /// A fresh record in `state` about the process `p`.
@@ -260,7 +263,10 @@ fn fill_identity(m: &mut MemberStatus, p: &Process<'_>) {
     if m.run_id.is_none() {
         m.run_id = p.run_id.map(str::to_owned);
     }
-    if m.container_id.is_none() {
+    // The same run id in another container: the container id on record was read from a pod
+    // cache that had not caught up with the restart; the one observed now is newer.
+    let same_run = m.run_id.is_some() && m.run_id.as_deref() == p.run_id;
+    if m.container_id.is_none() || same_run && p.container_id.is_some() {
         m.container_id = p.container_id.map(str::to_owned);
     }
     if m.pod_ip.is_none() {
@@ -1852,6 +1858,16 @@ mod tests {
             .msg(format!("new process (restarted); held until {u}"))
             .events(LOST)
             .next(HOLD),
+            // The probe reached a restart's new process before the pod cache showed its
+            // container, so the record paired the new run id with the old container id. The
+            // cache catching up is no new process: the run id is the same. The record takes
+            // the container id observed now.
+            Case::new(
+                "ready, same run id in another container: the same process",
+                r(),
+                running("R", true, "c2"),
+                ready(0, "R", "c2"),
+            ),
             Case::new(
                 "ready, new run id, container id not changed",
                 r(),

@@ -615,6 +615,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
                 held.message.unwrap_or_default()
             ));
         }
+        carry_earlier_unstopped(prev, &mut held, step);
         return fence_if_serving(held, process.as_ref(), step);
     }
     let mut next = prev.clone();
@@ -632,6 +633,38 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
     }
     next.message = serving_message(obs);
     next
+}
+
+/// A released slot still looking for an earlier process that outlived its pod (§9.5) loses
+/// its replacement in turn: the earlier process is still looked for by the new hold, else a
+/// release after it would rely on that process being dead without looking. Only when the
+/// replacement's own process vanished unseen too does the record keep the newer one (it ran
+/// until now; the earlier one has not answered for at least a whole hold), and says so.
+fn carry_earlier_unstopped(prev: &MemberStatus, held: &mut MemberStatus, step: &mut Step) {
+    let Some(earlier) = prev.unstopped.as_ref().filter(|u| !u.fenced) else {
+        return;
+    };
+    match &held.unstopped {
+        None => {
+            held.unstopped = Some(earlier.clone());
+            held.message = Some(format!(
+                "{}; process {} (an earlier pod's, never seen to stop) is still looked for at {} before the slot is released",
+                held.message.clone().unwrap_or_default(),
+                earlier.run_id,
+                earlier.pod_ip
+            ));
+        }
+        Some(newer) if newer.run_id != earlier.run_id => step.tell(
+            prev.slot,
+            MemberReason::ReleaseAssumesProcessGone,
+            format!(
+                "{}: process {} (an earlier pod's, never seen to stop, not answering at {} for at least one hold) is no longer looked for: this slot's next process {} vanished unseen as well and is looked for at {} instead; a release relies on {} being dead",
+                prev.name, earlier.run_id, earlier.pod_ip, newer.run_id, newer.pod_ip, earlier.run_id
+            ),
+            true,
+        ),
+        Some(_) => {}
+    }
 }
 
 /// A member clock that stepped back or drifts: reported (locks on it expire late, or a fast
@@ -3399,6 +3432,58 @@ mod tests {
                 .all(|e| e.reason != MemberReason::ReleaseAssumesProcessGone)
         );
         assert_eq!(p3.members[0].unstopped, None);
+    }
+
+    #[test]
+    fn a_replacement_lost_in_turn_keeps_looking_for_the_earlier_process() {
+        // Released relying on A being dead; then B, the replacement, is killed (its pod
+        // stays): the new hold still looks for A, and finding it serving fences it.
+        let members = [with_unstopped(ready(0, "B", "c2"), false)];
+        let restarted = SlotObservation {
+            unstopped: Some(Err("connect timed out".into())),
+            ..running("C", false, "c3")
+        };
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, restarted)]));
+        let m = &p.members[0];
+        assert_eq!(m.state, MemberState::Held);
+        assert_eq!(m.run_id.as_deref(), Some("C"));
+        assert_eq!(m.unstopped.as_ref().map(|u| u.run_id.as_str()), Some("A"));
+        assert!(
+            m.message.as_deref().unwrap().contains("still looked for at 10.1.0.7"),
+            "{m:?}"
+        );
+        let found = SlotObservation {
+            unstopped: zombie_answers("A", true),
+            ..running("C", false, "c3")
+        };
+        let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, found)]));
+        assert_eq!(p2.fences, vec![(0, "A".to_owned())]);
+        assert!(p2.releases.is_empty());
+
+        // B's pod vanished unseen as well: B is looked for now, and A's end is told.
+        let b_vanished = [MemberStatus {
+            pod_ip: Some("10.1.0.8".into()),
+            ..with_unstopped(ready(0, "B", "c2"), false)
+        }];
+        let p = plan(&input(1, &b_vanished, at(NOW)), &observed([(0, missing())]));
+        assert_eq!(
+            p.members[0].unstopped.as_ref().map(|u| u.run_id.as_str()),
+            Some("B")
+        );
+        let e = p
+            .events
+            .iter()
+            .find(|e| e.reason == MemberReason::ReleaseAssumesProcessGone)
+            .expect("told");
+        assert!(e.message.contains("process A"), "{}", e.message);
+
+        // An earlier process already seen fenced is not looked for again.
+        let members = [with_unstopped(ready(0, "B", "c2"), true)];
+        let p = plan(
+            &input(1, &members, at(NOW)),
+            &observed([(0, running("C", false, "c3"))]),
+        );
+        assert_eq!(p.members[0].unstopped, None);
     }
 
     #[test]

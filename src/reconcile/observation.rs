@@ -53,8 +53,15 @@ pub async fn observe(
     let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
     find_tls_cas(ctx, cluster, ns, access, &mut slots).await?;
-    let clock_tracks = probe_all(ctx, cluster, access, max_lock_ttl, &mut slots).await;
-    look_for_unstopped(cluster, access, &mut slots).await;
+    // Side by side: an address that never answers (a partition that also cuts the operator
+    // off) costs each reconcile one probe timeout, which must not delay the members' probes.
+    let (clock_tracks, unstopped) = tokio::join!(
+        probe_all(ctx, cluster, access, max_lock_ttl, &mut slots),
+        look_for_unstopped(cluster, access)
+    );
+    for (slot, result) in unstopped {
+        slots.entry(slot).or_default().unstopped = Some(result);
+    }
     let (ttl, next_audit) = audit_ttls(ctx, cluster, access, &slots, max_lock_ttl).await;
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
@@ -147,12 +154,14 @@ pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<i32, SlotOb
 }
 
 /// Looks for every recorded process that was never seen to stop (`unstopped`, not yet seen
-/// fenced) at its last address, in parallel.
+/// fenced) at its last address, in parallel; by slot. Every reconcile, also long after its
+/// slot was released and while nothing answers there: the time from its return (a partition
+/// healing) to its fence is the time two processes of one slot grant locks, and one connection
+/// attempt per probe period is all it costs (docs/design.md §9.5).
 async fn look_for_unstopped(
     cluster: &RedlockCluster,
     access: &AdminAccess,
-    observed: &mut BTreeMap<i32, SlotObservation>,
-) {
+) -> Vec<(i32, std::result::Result<observe::RedisInfo, String>)> {
     let members = cluster
         .status
         .as_ref()
@@ -172,9 +181,7 @@ async fn look_for_unstopped(
             (slot, result)
         })
     });
-    for (slot, result) in futures::future::join_all(probes).await {
-        observed.entry(slot).or_default().unstopped = Some(result);
-    }
+    futures::future::join_all(probes).await
 }
 
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's

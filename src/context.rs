@@ -74,8 +74,11 @@ pub struct Settings {
 pub struct Memory {
     /// Per-cluster retry backoff.
     pub backoff: Backoff,
-    /// Per-cluster backoff of pod creates and deletes, which wait alone when refused.
-    pub pod_changes: RetryGate,
+    /// Per-cluster backoff of pod creates, which wait alone when refused.
+    pub pod_creates: RetryGate,
+    /// Per-cluster backoff of pod deletes, apart from creates: a create refused for good (a
+    /// quota, a webhook) must not hold up the deletes of a scale-down or a rollout.
+    pub pod_deletes: RetryGate,
     /// TTL audit state per cluster (`namespace/name`); after a restart the audit simply
     /// sweeps again.
     pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,

@@ -3449,7 +3449,10 @@ mod tests {
         assert_eq!(m.run_id.as_deref(), Some("C"));
         assert_eq!(m.unstopped.as_ref().map(|u| u.run_id.as_str()), Some("A"));
         assert!(
-            m.message.as_deref().unwrap().contains("still looked for at 10.1.0.7"),
+            m.message
+                .as_deref()
+                .unwrap()
+                .contains("still looked for at 10.1.0.7"),
             "{m:?}"
         );
         let found = SlotObservation {

@@ -866,46 +866,12 @@ async fn a_refused_pod_create_does_not_delay_releases() {
 /// the ConfigMap catches up without any other change.
 #[tokio::test]
 async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
     use k8s_openapi::api::core::v1::ConfigMap;
     let env = Env::start(3).await;
     // Holds of ~8.6 s: long enough to see the ConfigMap catch up while member 2 is held.
     env.serving_with_ttl(NAME, 3, "8s").await;
     let cm_name = format!("{NAME}-endpoints");
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "metadata": {"name": format!("freeze-{}", env.ns)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["UPDATE"], "resources": ["configmaps"],
-            }]},
-            "validations": [{
-                "expression": format!("object.metadata.name != '{cm_name}'"),
-                "message": "frozen by the test",
-            }],
-        },
-    }))
-    .unwrap();
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-        "metadata": {"name": format!("freeze-{}", env.ns)},
-        "spec": {
-            "policyName": format!("freeze-{}", env.ns),
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": env.ns.clone(),
-            }}},
-        },
-    }))
-    .unwrap();
-    Api::<ValidatingAdmissionPolicy>::all(env.cp.client())
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(env.cp.client());
-    bindings.create(&PostParams::default(), &binding).await.unwrap();
+    let policy = refuse(&env, "freeze", "UPDATE", "configmaps", &cm_name).await;
     let cms = Api::<ConfigMap>::namespaced(env.cp.client(), &env.ns);
     // The policy takes effect within a second or two: wait until an update is refused.
     wait_for(
@@ -947,10 +913,7 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
     let before = env.member(NAME, 2).await.unwrap();
     kill(&env, 2).await;
     wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
-    bindings
-        .delete(&format!("freeze-{}", env.ns), &DeleteParams::default())
-        .await
-        .unwrap();
+    policy.lift().await;
     wait_for(
         "the ConfigMap lists 2 ready members",
         Duration::from_secs(20),
@@ -960,10 +923,132 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
         },
     )
     .await;
+}
+
+/// A ValidatingAdmissionPolicy (with its binding) that refuses one `operation` on the object
+/// named `object` among `resources` (core group) in the test's namespace: in the field a
+/// webhook or a policy engine.
+struct Refusal {
+    client: kube::Client,
+    name: String,
+}
+
+async fn refuse(env: &Env, what: &str, operation: &str, resources: &str, object: &str) -> Refusal {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let name = format!("{what}-{}", env.ns);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": [operation], "resources": [resources],
+            }]},
+            "validations": [{
+                "expression": format!("object.metadata.name != '{object}'"),
+                "message": "refused by the test",
+            }],
+        },
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": env.ns.clone(),
+            }}},
+        },
+    }))
+    .unwrap();
     Api::<ValidatingAdmissionPolicy>::all(env.cp.client())
-        .delete(&format!("freeze-{}", env.ns), &DeleteParams::default())
+        .create(&PostParams::default(), &policy)
         .await
         .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(env.cp.client())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    Refusal {
+        client: env.cp.client(),
+        name,
+    }
+}
+
+impl Refusal {
+    async fn lift(self) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(self.client)
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// Issue 14, liveness: a pod create refused for good (here an admission policy refuses
+/// `locks-1`) does not hold up the deletes of a scale-down. Creates and deletes shared one
+/// retry gate, creates first, and stopped at the first refusal: the removed member's pod was
+/// never deleted, and the scale-down never finished.
+#[tokio::test]
+async fn a_refused_pod_create_does_not_block_a_scale_downs_deletes() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let policy = refuse(&env, "no-slot-1", "CREATE", "pods", &format!("{NAME}-1")).await;
+    // The policy takes effect within a second or two: wait until a dry-run create of that
+    // name is refused by it (admission comes before the name's existence is checked).
+    let stand_in: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{NAME}-1")},
+        "spec": {"containers": [{"name": "c", "image": "redis:7"}]},
+    }))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for(
+        "the policy refuses the pod",
+        Duration::from_secs(20),
+        async || {
+            let refused = match env.pods().create(&dry_run, &stand_in).await {
+                Err(e) => e.to_string().contains("refused by the test"),
+                Ok(_) => false,
+            };
+            Ok(refused.then_some(()))
+        },
+    )
+    .await;
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_event("PodChangeFailed").await;
+    // Refused again and again: the create backoff has grown to several seconds.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(env.pods().get_opt(&format!("{NAME}-1")).await.unwrap().is_none());
+
+    env.patch_spec(NAME, json!({"instances": 2})).await;
+    let removed = format!("{NAME}-2");
+    wait_for(
+        "the removed member's pod deleted while slot 1's create is refused",
+        Duration::from_secs(60),
+        async || Ok(env.pods().get_opt(&removed).await?.is_none().then_some(())),
+    )
+    .await;
+    let c = env.cluster(NAME).await;
+    assert_eq!(c.status.unwrap().published_instances, Some(2));
+
+    // Once the refusal ends, slot 1 comes back.
+    policy.lift().await;
+    env.wait_ready(NAME, 2, Duration::from_secs(60)).await;
 }
 
 /// Issue 14, liveness: pod creates refused long enough for their retry backoff to have grown

@@ -226,8 +226,10 @@ async fn release(
 }
 
 /// The plan's pod creates and deletes. A refused one is reported (event `PodChangeFailed`,
-/// the reconcile error metric) and waits out its own backoff (`Memory::pod_changes`), while
-/// the reconcile goes on at its pace: failing it would delay every probe and release.
+/// the reconcile error metric) and waits out its own backoff (`Memory::pod_creates`,
+/// `Memory::pod_deletes`), while the reconcile goes on at its pace: failing it would delay
+/// every probe and release. Deletes go first and apart: one may free what a create needs
+/// (quota), and a create refused for good must not keep a scale-down's deletes from happening.
 async fn change_pods(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -235,33 +237,57 @@ async fn change_pods(
     plan: &crate::plan::Plan,
     observed: &BTreeMap<i32, SlotObservation>,
 ) -> Result<Option<Duration>> {
-    if plan.create_pods.is_empty() && plan.delete_pods.is_empty() {
+    let deletes = change_pods_of_kind(ctx, cluster, ns, &plan.delete_pods, PodChange::Delete, observed);
+    let deleted = deletes.await?;
+    let created =
+        change_pods_of_kind(ctx, cluster, ns, &plan.create_pods, PodChange::Create, observed).await?;
+    Ok([deleted, created].into_iter().flatten().min())
+}
+
+#[derive(Clone, Copy)]
+enum PodChange {
+    Create,
+    Delete,
+}
+
+/// One kind of pod change for `slots`, behind that kind's retry gate; stops at the first
+/// refusal (the others would most likely be refused alike) and returns when to try again.
+async fn change_pods_of_kind(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    slots: &[i32],
+    kind: PodChange,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> Result<Option<Duration>> {
+    if slots.is_empty() {
         return Ok(None);
     }
+    let (gate, verb) = match kind {
+        PodChange::Create => (&ctx.memory.pod_creates, "create"),
+        PodChange::Delete => (&ctx.memory.pod_deletes, "delete"),
+    };
     let key = ObjectRef::from_obj(cluster);
-    let gate = &ctx.memory.pod_changes;
     if !gate.open(&key, Instant::now()) {
-        tracing::debug!("pod changes wait for their retry backoff");
+        tracing::debug!("pod {verb}s wait for their retry backoff");
         return Ok(None);
     }
     let name = cluster.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     ctx.leadership.check()?;
-    let creates = plan.create_pods.iter().map(|s| (*s, true));
-    let deletes = plan.delete_pods.iter().map(|s| (*s, false));
-    for (slot, create) in creates.chain(deletes) {
-        let done = if create {
-            apply::create_pod(&pods, &pod::pod(cluster, slot)).await
-        } else {
-            let uid = observed.get(&slot).and_then(|o| o.pod_uid.as_deref());
-            apply::delete(&pods, &slot_name(&name, slot), uid)
-                .await
-                .map(|_| ())
+    for &slot in slots {
+        let done = match kind {
+            PodChange::Create => apply::create_pod(&pods, &pod::pod(cluster, slot)).await,
+            PodChange::Delete => {
+                let uid = observed.get(&slot).and_then(|o| o.pod_uid.as_deref());
+                apply::delete(&pods, &slot_name(&name, slot), uid)
+                    .await
+                    .map(|_| ())
+            }
         };
         if let Err(e) = done {
             let retry = gate.failed(key, Instant::now());
             ctx.metrics.reconcile_failed(&e);
-            let verb = if create { "create" } else { "delete" };
             let msg = format!(
                 "{}: cannot {verb} the pod: {e}; tried again in {}s, while holds, probes and releases go on",
                 slot_name(&name, slot),

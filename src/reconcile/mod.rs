@@ -130,7 +130,8 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     // not wait out its predecessor's (up to 5 min before its first pods).
     let key = ObjectRef::<RedlockCluster>::new(name).within(ns);
     ctx.memory.backoff.succeeded(&key);
-    ctx.memory.pod_changes.succeeded(&key);
+    ctx.memory.pod_creates.succeeded(&key);
+    ctx.memory.pod_deletes.succeeded(&key);
     if let Some(uid) = uid {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);

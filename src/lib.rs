@@ -26,6 +26,7 @@ pub mod member_clock;
 pub mod metrics;
 pub mod model;
 pub mod observe;
+pub mod password_rotation;
 pub mod plan;
 pub mod plugin;
 pub mod probe_connections;

@@ -49,6 +49,9 @@ pub struct RedisInfo {
     /// The UID of the pod the process was started for (its `proc-title-template` carries
     /// `pod=<uid>`); `None` for processes started before the tag existed.
     pub pod_uid: Option<String>,
+    /// The passwords (`#<sha256 hex>`, sorted) the client user `redlock-client` accepts;
+    /// `None` where lock clients log in as `default` (auth off), which has none.
+    pub client_password_hashes: Option<Vec<String>>,
 }
 
 /// Everything known about one slot now.
@@ -300,6 +303,7 @@ mod tests {
             version: "7.0.15".into(),
             client_enabled: false,
             pod_uid: uid.map(str::to_owned),
+            client_password_hashes: None,
         };
         let why = foreign_process(&slot, &answer(Some("uid-0"))).unwrap();
         assert!(

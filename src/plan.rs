@@ -1490,6 +1490,7 @@ mod tests {
                 version: "7.0.15".into(),
                 client_enabled: enabled,
                 pod_uid: None,
+                client_password_hashes: None,
             }),
             ..Default::default()
         }
@@ -3240,6 +3241,7 @@ mod tests {
             version: "7.0.15".into(),
             client_enabled: enabled,
             pod_uid: None,
+            client_password_hashes: None,
         }))
     }
 

@@ -10,7 +10,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
-use crate::resources::names::{CLIENT_USERS, POD_UID_TAG};
+use crate::resources::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
 use crate::resources::secrets::release_rules;
 use crate::ttl_audit::SampledKey;
 
@@ -227,6 +227,8 @@ impl AdminAccess {
                 version,
                 client_enabled: user_is_enabled(&user) || user_is_enabled(&other_user),
                 pod_uid,
+                client_password_hashes: (self.client_user == CLIENT_USER)
+                    .then(|| user_password_hashes(&user)),
             },
             TimeSample {
                 member_micros: secs * 1_000_000 + micros,
@@ -337,6 +339,28 @@ impl AdminAccess {
         Ok(())
     }
 
+    /// Sets the client user of `expected_run_id` to accept exactly the passwords `hashes`
+    /// (`#<sha256 hex>`): `resetpass` and the hashes in one command, so no moment has none or
+    /// a mix. Never touches `on`/`off`: a fenced process stays fenced. Sent on a connection
+    /// that checked the run id, like a release.
+    pub async fn set_client_passwords(
+        &self,
+        ip: IpAddr,
+        expected_run_id: &str,
+        hashes: &[String],
+    ) -> Result<(), GuardedError> {
+        let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&self.client_user)
+            .arg("resetpass")
+            .arg(hashes)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+        Ok(())
+    }
+
     /// Of the two users lock clients log in as (`default`, the client user), the one this
     /// access's processes do not use.
     fn other_client_user(&self) -> &'static str {
@@ -416,20 +440,40 @@ pub fn parse_info_server(info: &str) -> Option<(String, String)> {
     Some((field("run_id")?, field("redis_version").unwrap_or_default()))
 }
 
-/// Whether an `ACL GETUSER` reply has the `on` flag (RESP2: a flat list of name/value pairs).
-fn user_is_enabled(reply: &redis::Value) -> bool {
+/// The list field `name` of an `ACL GETUSER` reply (RESP2: a flat list of name/value pairs;
+/// RESP3: a map); empty when the user or the field is missing.
+fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
     use redis::Value;
     let items: Vec<&Value> = match reply {
         Value::Array(items) => items.iter().collect(),
         Value::Map(kv) => kv.iter().flat_map(|(k, v)| [k, v]).collect(),
-        _ => return false,
+        _ => return Vec::new(),
     };
-    items.chunks(2).any(|kv| match kv {
-        [key, Value::Array(flags)] if text(key) == Some("flags") => {
-            flags.iter().any(|f| text(f) == Some("on"))
-        }
-        _ => false,
-    })
+    items
+        .chunks(2)
+        .find_map(|kv| match kv {
+            [key, Value::Array(values)] if text(key) == Some(name) => {
+                Some(values.iter().filter_map(text).collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Whether an `ACL GETUSER` reply has the `on` flag.
+fn user_is_enabled(reply: &redis::Value) -> bool {
+    user_field(reply, "flags").contains(&"on")
+}
+
+/// The passwords an `ACL GETUSER` reply lists (SHA-256 hex), as the ACL file names them
+/// (`#<hex>`), sorted.
+fn user_password_hashes(reply: &redis::Value) -> Vec<String> {
+    let mut hashes: Vec<String> = user_field(reply, "passwords")
+        .into_iter()
+        .map(|h| format!("#{h}"))
+        .collect();
+    hashes.sort();
+    hashes
 }
 
 fn text(v: &redis::Value) -> Option<&str> {
@@ -509,5 +553,23 @@ mod tests {
         assert!(user_is_enabled(&getuser(&["on", "allkeys"])));
         assert!(!user_is_enabled(&getuser(&["off", "allkeys"])));
         assert!(!user_is_enabled(&Value::Nil));
+    }
+
+    #[test]
+    fn reads_the_password_hashes_in_either_protocol() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let passwords = Value::Array(vec![bulk("bb"), bulk("aa")]);
+        let resp2 = Value::Array(vec![
+            bulk("flags"),
+            Value::Array(vec![bulk("off")]),
+            bulk("passwords"),
+            passwords.clone(),
+        ]);
+        let resp3 = Value::Map(vec![(bulk("passwords"), passwords)]);
+        for reply in [resp2, resp3] {
+            assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
+        }
+        assert!(user_password_hashes(&getuser(&["on"])).is_empty());
+        assert!(user_password_hashes(&Value::Nil).is_empty());
     }
 }

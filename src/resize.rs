@@ -282,6 +282,7 @@ mod tests {
                 version: "7.0.15".into(),
                 client_enabled: enabled,
                 pod_uid: None,
+                client_password_hashes: None,
             }),
             ..Default::default()
         }

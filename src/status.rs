@@ -48,6 +48,8 @@ pub struct Findings {
     pub failure_domains: Option<FailureDomains>,
     /// Members the user fenced on purpose.
     pub maintenance: crate::maintenance::Request,
+    /// The client password rotation's condition, when there is one (`password_rotation`).
+    pub password_rotation: Option<Desired>,
 }
 
 /// The status to persist: the planned member states plus the counts and conditions that
@@ -97,6 +99,8 @@ pub fn compute(
             d,
         ));
     }
+
+    desired.extend(findings.password_rotation.clone());
 
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,

@@ -60,29 +60,8 @@ pub async fn apply(
         return Ok(report);
     }
     ctx.leadership.check()?;
-    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    // The list clients are told, as on record: it changes only after the status says so
-    // (a scale-down's shorter list only after its removed members were held).
-    let published = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.published_instances)
-        .unwrap_or(cluster.spec.instances);
-    let mut config_ready = true;
-    for desired in [
-        secrets::admin_secret(cluster, &inputs.credentials),
-        secrets::client_secret(cluster, &inputs.credentials, published),
-    ] {
-        config_ready &=
-            report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, desired).await)?;
-    }
-    // The ACL file holds the hashes of those two passwords: written only once both Secrets are
-    // this cluster's, or a password that no Secret keeps would be written, anew each time.
-    if config_ready {
-        let acl = secrets::acl_secret(cluster, &inputs.credentials);
-        config_ready &=
-            report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await)?;
-    }
+    let published = published(cluster);
+    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, &mut report).await?;
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     config_ready &= report.record(
         apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config::config_map(cluster)).await,
@@ -107,6 +86,43 @@ pub async fn apply(
     report.record(apply::apply_if_changed(&pdb_api, &ctx.caches.pod_disruption_budgets, desired).await)?;
     report.record(apply_network_policy(ctx, cluster, ns).await)?;
     Ok(report)
+}
+
+/// The list clients are told, as on record: it changes only after the status says so (a
+/// scale-down's shorter list only after its removed members were held).
+fn published(cluster: &RedlockCluster) -> i32 {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.published_instances)
+        .unwrap_or(cluster.spec.instances)
+}
+
+/// The three Secrets of `credentials`, in the order that keeps every password on record
+/// before anything uses it: `<name>-admin` (the operator's copy of both), `<name>-client`,
+/// then the ACL file. Whether all three are this cluster's and current.
+pub async fn apply_secrets(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    credentials: &secrets::Credentials,
+    report: &mut ChildrenReport,
+) -> Result<bool> {
+    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let mut ready = true;
+    for desired in [
+        secrets::admin_secret(cluster, credentials),
+        secrets::client_secret(cluster, credentials, published(cluster)),
+    ] {
+        ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, desired).await)?;
+    }
+    // The ACL file holds the hashes of those passwords: written only once both Secrets are
+    // this cluster's, or a password that no Secret keeps would be written, anew each time.
+    if ready {
+        let acl = secrets::acl_secret(cluster, credentials);
+        ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await)?;
+    }
+    Ok(ready)
 }
 
 /// This cluster's Services that are no longer wanted: slots at or above N, and the headless

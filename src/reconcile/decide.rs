@@ -49,6 +49,8 @@ pub struct Facts<'a> {
     pub timers: &'a ClusterTimers,
     /// Why no process may be released now (the operator's clock), if so.
     pub release_blocked: Option<&'a str>,
+    /// The client password rotation's condition, if there is anything to say.
+    pub password_rotation: Option<crate::conditions::Desired>,
 }
 
 /// The decision's steps in their order, each feeding the next: the hold in force, the
@@ -112,6 +114,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         rollout,
         failure_domains: Some(obs.failure_domains.clone()),
         maintenance: fence_request,
+        password_rotation: facts.password_rotation.clone(),
     };
     let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
     let requeue = requeue(&plan, &policy.policy, facts.probe_period, obs.next_audit, now);
@@ -289,6 +292,7 @@ mod tests {
                 version: "7.0.15".into(),
                 client_enabled: enabled,
                 pod_uid: None,
+                client_password_hashes: None,
             }),
             ..Default::default()
         }
@@ -310,6 +314,7 @@ mod tests {
                 probe_period: Duration::from_secs(1),
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
+                password_rotation: None,
             },
             Reading::at(now),
         )
@@ -478,6 +483,7 @@ mod tests {
                 probe_period: Duration::from_secs(600),
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
+                password_rotation: None,
             },
             Reading::at(at(100)),
         );

@@ -113,36 +113,45 @@ pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec
 /// replaced (`secrets::recover_credentials`): the reconcile stops here, as without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
-    let owner = secrets::admin_secret(
-        cluster,
-        &Credentials {
-            admin_password: String::new(),
-            client_password: String::new(),
-        },
-    );
+    let owner = secrets::admin_secret(cluster, &Credentials::new(String::new(), String::new()));
     let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
-    let read = async |secret: String| -> Result<Option<Secret>> {
-        Ok(ours(
-            cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?,
-        ))
+    let recover = async |fresh: bool| -> Result<Credentials> {
+        let read = async |secret: String| -> Result<Option<Secret>> {
+            let found = if fresh {
+                Api::<Secret>::namespaced(ctx.client.clone(), ns)
+                    .get_opt(&secret)
+                    .await?
+            } else {
+                cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?
+            };
+            Ok(ours(found))
+        };
+        let admin = read(admin_secret_name(&name)).await?;
+        let client = read(client_secret_name(&name)).await?;
+        // Evidence of processes that know the passwords only if it is this very object's: an
+        // earlier incarnation's ACL Secret (a delete + re-create, where the garbage collector
+        // may remove the old `<name>-admin` first) speaks for that incarnation's pods, which
+        // this cluster never adopts; its clients keep their password from `<name>-client`.
+        let acl = read(acl_secret_name(&name))
+            .await?
+            .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
+        secrets::recover_credentials(
+            &name,
+            admin.as_ref(),
+            client.as_ref(),
+            acl.as_ref(),
+            generate_password,
+        )
+        .map_err(Error::from)
     };
-    let admin = read(admin_secret_name(&name)).await?;
-    let client = read(client_secret_name(&name)).await?;
-    // Evidence of processes that know the passwords only if it is this very object's: an
-    // earlier incarnation's ACL Secret (a delete + re-create, where the garbage collector may
-    // remove the old `<name>-admin` first) speaks for that incarnation's pods, which this
-    // cluster never adopts; its clients keep their password from `<name>-client` meanwhile.
-    let acl = read(acl_secret_name(&name))
-        .await?
-        .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
-    secrets::recover_credentials(
-        &name,
-        admin.as_ref(),
-        client.as_ref(),
-        acl.as_ref(),
-        generate_password,
-    )
-    .map_err(Error::from)
+    let cached = recover(false).await?;
+    // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
+    // one that lags this process's last write would take a step back (a new password
+    // generated twice). Only while one runs or is asked for.
+    if crate::password_rotation::active(&cached, crate::password_rotation::request(cluster)) {
+        return recover(true).await;
+    }
+    Ok(cached)
 }
 
 async fn cached_or_get(

@@ -5,6 +5,8 @@
 //! 3. [`children`]: Secrets, redis.conf, Services, PDB, NetworkPolicy (failures reported,
 //!    never fatal);
 //! 4. [`observation`]: pods (by name when the cache shows none), probes, TTL audit;
+//!    then [`passwords`]: a client password rotation's next step (Secrets first, then the
+//!    processes' passwords; never `on`/`off`);
 //! 5. [`decide`]: pure: status, pod changes, fences, releases, events, when to look again;
 //! 6. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`;
 //! 7. [`act`]: needs that `OnRecord`: events, endpoints, pods, fences, releases.
@@ -14,6 +16,7 @@ mod children;
 pub mod decide;
 mod inputs;
 mod observation;
+mod passwords;
 pub mod persist;
 
 use std::sync::Arc;
@@ -83,6 +86,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         });
     let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
+    let password_rotation =
+        passwords::rotate(&ctx, &cluster, &ns, &inputs, &children, &observation.slots).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
@@ -96,6 +101,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             probe_period: ctx.settings.probe_period,
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
+            password_rotation,
         },
         clock,
     );

@@ -35,11 +35,105 @@ pub fn acl_file_key(auth_enabled: bool) -> &'static str {
 /// know instead of a new one.
 pub const CLIENT_PASSWORD_KEY: &str = "clientPassword";
 
-/// The two generated passwords. Generated once; afterwards always read back from the Secrets.
+/// Keys of a client password rotation's state in `<name>-admin` (docs/design.md §8.10): the new
+/// password, the request's token, the phase, and the token of the last rotation completed.
+pub const CLIENT_PASSWORD_NEXT_KEY: &str = "clientPasswordNext";
+pub const CLIENT_PASSWORD_PREVIOUS_KEY: &str = "clientPasswordPrevious";
+pub const ROTATION_TOKEN_KEY: &str = "rotationToken";
+pub const ROTATION_PHASE_KEY: &str = "rotationPhase";
+pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
+
+/// Where a client password rotation stands.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RotationPhase {
+    /// `next` is being added to every process (both passwords accepted); clients are still
+    /// told the current one.
+    Adding { next: String },
+    /// Every process answering accepts both; clients are told `next`; waiting for the user's
+    /// confirmation that no client uses the old one any more.
+    Published { next: String },
+    /// Confirmed: the new password is `client_password`, and the old one, `previous`, is
+    /// being removed from every process (kept here only to explain its hash where a process
+    /// or the ACL Secret still names it).
+    Revoking { previous: String },
+}
+
+impl RotationPhase {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RotationPhase::Adding { .. } => "adding",
+            RotationPhase::Published { .. } => "published",
+            RotationPhase::Revoking { .. } => "revoking",
+        }
+    }
+}
+
+/// A client password rotation under way, for the request with `token`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rotation {
+    pub token: String,
+    pub phase: RotationPhase,
+}
+
+impl std::fmt::Debug for Rotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rotation({}, {})", self.token, self.phase.name())
+    }
+}
+
+/// The two generated passwords. Generated once; afterwards always read back from the Secrets,
+/// and changed only by a rotation the user asks for.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     pub admin_password: String,
     pub client_password: String,
+    pub rotation: Option<Rotation>,
+    /// The token of the last rotation completed: its request may stay on the cluster without
+    /// starting another.
+    pub rotated_token: Option<String>,
+}
+
+impl Credentials {
+    pub fn new(admin_password: String, client_password: String) -> Self {
+        Self {
+            admin_password,
+            client_password,
+            rotation: None,
+            rotated_token: None,
+        }
+    }
+
+    /// Every password the client user accepts: the ACL file names their hashes, and every
+    /// process is brought to exactly these. Two only while a new one is added and published.
+    pub fn accepted_client_passwords(&self) -> Vec<&str> {
+        let mut accepted = vec![self.client_password.as_str()];
+        match self.rotation.as_ref().map(|r| &r.phase) {
+            Some(RotationPhase::Adding { next } | RotationPhase::Published { next }) => accepted.push(next),
+            Some(RotationPhase::Revoking { .. }) | None => {}
+        }
+        accepted
+    }
+
+    /// The hashes of [`Self::accepted_client_passwords`], as the ACL file and `ACL GETUSER`
+    /// name them (`#<sha256 hex>`), sorted.
+    pub fn accepted_client_hashes(&self) -> Vec<String> {
+        let mut hashes: Vec<String> = self
+            .accepted_client_passwords()
+            .into_iter()
+            .map(password_hash)
+            .collect();
+        hashes.sort();
+        hashes.dedup();
+        hashes
+    }
+
+    /// The password clients are told (`<name>-client`): the new one from its publication on.
+    pub fn told_client_password(&self) -> &str {
+        match self.rotation.as_ref().map(|r| &r.phase) {
+            Some(RotationPhase::Published { next }) => next,
+            _ => &self.client_password,
+        }
+    }
 }
 
 impl std::fmt::Debug for Credentials {
@@ -123,7 +217,7 @@ pub fn acl_file(auth_enabled: bool, credentials: &Credentials) -> String {
             "user default off nopass resetkeys resetchannels -@all".to_owned(),
             Some(format!(
                 "user {CLIENT_USER} off {} {CLIENT_RULES}",
-                password_hash(&credentials.client_password)
+                credentials.accepted_client_hashes().join(" ")
             )),
         )
     } else {
@@ -156,15 +250,48 @@ fn secret(cluster: &RedlockCluster, name: String, data: BTreeMap<String, String>
 
 pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
     let name = admin_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
-    secret(
-        cluster,
-        name,
-        BTreeMap::from([
-            ("username".into(), ADMIN_USER.into()),
-            ("password".into(), credentials.admin_password.clone()),
-            (CLIENT_PASSWORD_KEY.into(), credentials.client_password.clone()),
-        ]),
-    )
+    secret(cluster, name, admin_secret_data(credentials))
+}
+
+fn admin_secret_data(credentials: &Credentials) -> BTreeMap<String, String> {
+    let mut data = BTreeMap::from([
+        ("username".into(), ADMIN_USER.into()),
+        ("password".into(), credentials.admin_password.clone()),
+        (CLIENT_PASSWORD_KEY.into(), credentials.client_password.clone()),
+    ]);
+    if let Some(r) = &credentials.rotation {
+        data.insert(ROTATION_TOKEN_KEY.into(), r.token.clone());
+        data.insert(ROTATION_PHASE_KEY.into(), r.phase.name().into());
+        match &r.phase {
+            RotationPhase::Adding { next } | RotationPhase::Published { next } => {
+                data.insert(CLIENT_PASSWORD_NEXT_KEY.into(), next.clone());
+            }
+            RotationPhase::Revoking { previous } => {
+                data.insert(CLIENT_PASSWORD_PREVIOUS_KEY.into(), previous.clone());
+            }
+        }
+    }
+    if let Some(t) = &credentials.rotated_token {
+        data.insert(ROTATED_TOKEN_KEY.into(), t.clone());
+    }
+    data
+}
+
+/// The rotation state `<name>-admin` keeps; an unreadable one (a phase without its new
+/// password, an unknown phase) counts as none, and the ACL check then reports any hash the
+/// processes may know that no password explains.
+fn stored_rotation(admin: Option<&Secret>) -> Option<Rotation> {
+    let token = stored(admin, ROTATION_TOKEN_KEY)?;
+    let next = stored(admin, CLIENT_PASSWORD_NEXT_KEY);
+    let phase = match stored(admin, ROTATION_PHASE_KEY)?.as_str() {
+        "adding" => RotationPhase::Adding { next: next? },
+        "published" => RotationPhase::Published { next: next? },
+        "revoking" => RotationPhase::Revoking {
+            previous: stored(admin, CLIENT_PASSWORD_PREVIOUS_KEY)?,
+        },
+        _ => return None,
+    };
+    Some(Rotation { token, phase })
 }
 
 /// The `<name>-client` Secret for the published list of `instances` servers: `urls` and
@@ -177,7 +304,7 @@ pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instan
         .spec
         .auth
         .enabled
-        .then_some(credentials.client_password.as_str());
+        .then_some(credentials.told_client_password());
     let urls = endpoints::client_urls(cluster, instances, username, password);
     let mut data = BTreeMap::from([
         ("username".to_owned(), username.to_owned()),
@@ -212,13 +339,18 @@ fn stored(secret: Option<&Secret>, key: &str) -> Option<String> {
     String::from_utf8(bytes.0.clone()).ok().filter(|p| !p.is_empty())
 }
 
-/// The `#<sha256>` password entry of `user` in an ACL file, if the user has one.
-fn acl_password_entry<'a>(acl_file: &'a str, user: &str) -> Option<&'a str> {
-    acl_file
+/// The `#<sha256>` password entries of `user` in ACL files (a user has two during a client
+/// password rotation), sorted and without repeats.
+fn acl_password_entries<'a>(acl_file: &'a str, user: &str) -> Vec<&'a str> {
+    let mut entries: Vec<&str> = acl_file
         .lines()
         .filter_map(|line| line.strip_prefix("user ")?.strip_prefix(user)?.strip_prefix(' '))
         .flat_map(str::split_whitespace)
-        .find(|rule| rule.starts_with('#'))
+        .filter(|rule| rule.starts_with('#'))
+        .collect();
+    entries.sort();
+    entries.dedup();
+    entries
 }
 
 /// Why the stored passwords cannot be used. The running processes know each password only by
@@ -272,30 +404,52 @@ pub fn recover_credentials(
         .filter_map(|key| stored(acl, key))
         .collect::<Vec<_>>()
         .join("\n");
-    let known = |user: &'static str, password: Option<String>, secret: String| {
+    // Every hash the ACL files name for `user` must be one of `also`'s or the password's:
+    // a hash no stored password explains means processes that only accept a password lost.
+    let known = |user: &'static str, password: Option<String>, also: &[String], secret: String| {
         let acl = acl_secret_name(cluster_name);
-        match (acl_password_entry(&acl_text, user), password) {
-            (None, Some(password)) => Ok(password),
-            (None, None) => Ok(generate()),
-            (Some(hash), Some(password)) if password_hash(&password) == hash => Ok(password),
-            (Some(_), Some(_)) => Err(CredentialsProblem::Mismatch { user, secret, acl }),
-            (Some(_), None) => Err(CredentialsProblem::Missing { user, secret, acl }),
+        let entries = acl_password_entries(&acl_text, user);
+        match password {
+            _ if entries.is_empty() => Ok(password.unwrap_or_else(&generate)),
+            Some(password) => {
+                let explained =
+                    |e: &&str| *e == password_hash(&password) || also.iter().any(|a| *e == password_hash(a));
+                if entries.iter().all(explained) {
+                    Ok(password)
+                } else {
+                    Err(CredentialsProblem::Mismatch { user, secret, acl })
+                }
+            }
+            None => Err(CredentialsProblem::Missing { user, secret, acl }),
         }
     };
     let admin_password = known(
         ADMIN_USER,
         stored(admin, "password"),
+        &[],
         admin_secret_name(cluster_name),
     )?;
+    let rotation = stored_rotation(admin);
+    // The other password of a rotation under way may be known to processes as well.
+    let other: Vec<String> = match rotation.as_ref().map(|r| &r.phase) {
+        Some(
+            RotationPhase::Adding { next: p }
+            | RotationPhase::Published { next: p }
+            | RotationPhase::Revoking { previous: p },
+        ) => vec![p.clone()],
+        None => Vec::new(),
+    };
     // The operator's copy first: it is the one clients cannot edit by accident.
     let (client_password, from) = match stored(admin, CLIENT_PASSWORD_KEY) {
         Some(p) => (Some(p), admin_secret_name(cluster_name)),
         None => (stored(client, "password"), client_secret_name(cluster_name)),
     };
-    let client_password = known(CLIENT_USER, client_password, from)?;
+    let client_password = known(CLIENT_USER, client_password, &other, from)?;
     Ok(Credentials {
         admin_password,
         client_password,
+        rotation,
+        rotated_token: stored(admin, ROTATED_TOKEN_KEY),
     })
 }
 
@@ -304,10 +458,7 @@ mod tests {
     use super::*;
 
     fn creds() -> Credentials {
-        Credentials {
-            admin_password: "adminpw".into(),
-            client_password: "clientpw".into(),
-        }
+        Credentials::new("adminpw".into(), "clientpw".into())
     }
 
     #[test]
@@ -520,17 +671,97 @@ mod tests {
     }
 
     #[test]
-    fn the_acl_entry_parser_finds_only_the_named_users_hash() {
+    fn the_acl_entry_parser_finds_only_the_named_users_hashes() {
         let acl = acl_file(true, &creds());
         assert_eq!(
-            acl_password_entry(&acl, ADMIN_USER),
-            Some(password_hash("adminpw").as_str())
+            acl_password_entries(&acl, ADMIN_USER),
+            vec![password_hash("adminpw").as_str()]
         );
         assert_eq!(
-            acl_password_entry(&acl, CLIENT_USER),
-            Some(password_hash("clientpw").as_str())
+            acl_password_entries(&acl, CLIENT_USER),
+            vec![password_hash("clientpw").as_str()]
         );
-        assert_eq!(acl_password_entry(&acl, "default"), None);
-        assert_eq!(acl_password_entry(&acl, "redlock"), None);
+        assert!(acl_password_entries(&acl, "default").is_empty());
+        assert!(acl_password_entries(&acl, "redlock").is_empty());
+    }
+
+    fn rotating(phase: RotationPhase) -> Credentials {
+        Credentials {
+            rotation: Some(Rotation {
+                token: "t1".into(),
+                phase,
+            }),
+            ..creds()
+        }
+    }
+
+    #[test]
+    fn a_rotation_names_both_passwords_until_it_is_confirmed() {
+        let adding = rotating(RotationPhase::Adding { next: "newpw".into() });
+        let published = rotating(RotationPhase::Published { next: "newpw".into() });
+        for c in [&adding, &published] {
+            let acl = acl_file(true, c);
+            let mut both = vec![password_hash("clientpw"), password_hash("newpw")];
+            both.sort();
+            assert_eq!(acl_password_entries(&acl, CLIENT_USER), both);
+            assert_eq!(c.accepted_client_hashes(), both);
+        }
+        // Clients are told the new one only once every process accepts it.
+        assert_eq!(adding.told_client_password(), "clientpw");
+        assert_eq!(published.told_client_password(), "newpw");
+        // Confirmed: the new password is the current one, the only one.
+        let revoking = Credentials {
+            client_password: "newpw".into(),
+            ..rotating(RotationPhase::Revoking {
+                previous: "clientpw".into(),
+            })
+        };
+        assert_eq!(revoking.accepted_client_hashes(), vec![password_hash("newpw")]);
+        assert_eq!(revoking.told_client_password(), "newpw");
+        assert!(!format!("{published:?}").contains("newpw"));
+    }
+
+    #[test]
+    fn a_rotation_is_read_back_from_the_admin_secret_in_every_phase() {
+        let cluster: RedlockCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team"},
+            "spec": {"maxLockTTL": "30s"}
+        }))
+        .unwrap();
+        let done = Credentials {
+            client_password: "newpw".into(),
+            rotated_token: Some("t1".into()),
+            ..creds()
+        };
+        for c in [
+            rotating(RotationPhase::Adding { next: "newpw".into() }),
+            rotating(RotationPhase::Published { next: "newpw".into() }),
+            Credentials {
+                client_password: "newpw".into(),
+                ..rotating(RotationPhase::Revoking {
+                    previous: "clientpw".into(),
+                })
+            },
+            done,
+        ] {
+            let admin = admin_secret(&cluster, &c);
+            let acl = acl_secret(&cluster, &c);
+            assert_eq!(recover(Some(&admin), None, Some(&acl)), Ok(c.clone()));
+            // A crash between the admin Secret and the ACL Secret: the ACL Secret still names
+            // the previous phase's hashes, all of which the stored passwords explain.
+            let both = acl_of(true, &rotating(RotationPhase::Published { next: "newpw".into() }));
+            if c.rotation.is_some() {
+                assert_eq!(recover(Some(&admin), None, Some(&both)), Ok(c.clone()));
+            }
+        }
+        // The new password lost from the admin Secret while processes may know it: reported.
+        let published = rotating(RotationPhase::Published { next: "newpw".into() });
+        let acl = acl_secret(&cluster, &published);
+        let admin = admin_secret(&cluster, &creds());
+        assert_eq!(
+            recover(Some(&admin), None, Some(&acl)).unwrap_err().reason(),
+            "CredentialsMismatch"
+        );
     }
 }

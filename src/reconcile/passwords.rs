@@ -1,0 +1,96 @@
+//! The client password rotation's step of a reconcile (docs/design.md §8.10): after the probes,
+//! before the decision. Starts or advances the rotation (`password_rotation`, pure), puts the
+//! new credentials on record first (`<name>-admin`, `<name>-client`, the ACL file), and only
+//! then brings each process's client user to the passwords on record. Nothing here lets a
+//! client in or shuts one out of a lock: passwords only, never `on`/`off`.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use super::children::{self, ChildrenReport};
+use super::inputs::Inputs;
+use crate::conditions::Desired;
+use crate::context::Context;
+use crate::crd::RedlockCluster;
+use crate::error::Result;
+use crate::events;
+use crate::observe::SlotObservation;
+use crate::password_rotation::{self, ProcessPasswords};
+use crate::resources::secrets::{Credentials, generate_password};
+
+/// Returns the rotation's condition for the status.
+pub async fn rotate(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+    children: &ChildrenReport,
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> Result<Option<Desired>> {
+    let request = password_rotation::request(cluster);
+    let name = cluster.name_any();
+    let mut creds = inputs.credentials.clone();
+    // Secrets not this cluster's or not current (a rejected spec applies none): nothing
+    // changes, and no process is touched with passwords that are not on record.
+    if !children.config_ready {
+        return Ok(password_rotation::condition(&creds, request, &name));
+    }
+    let found = processes(observed);
+    let (started, start) = password_rotation::start(&creds, request, generate_password);
+    let (next, advanced) = password_rotation::advance(&started, request, &found);
+    if next != creds {
+        let mut report = ChildrenReport::default();
+        if !children::apply_secrets(ctx, cluster, ns, &next, &mut report).await? {
+            tracing::warn!(problems = ?report.problems, conflicts = ?report.conflicts, "client password rotation waits: its Secrets were not written");
+            return Ok(password_rotation::condition(&creds, request, &name));
+        }
+        creds = next;
+        for t in [start, advanced].into_iter().flatten() {
+            tracing::info!(reason = t.reason, "{}", t.message);
+            events::publish_for_cluster(&ctx.recorder, cluster, t.reason, t.message, false).await;
+        }
+    }
+    sync(ctx, inputs, &creds, &found, observed).await?;
+    Ok(password_rotation::condition(&creds, request, &name))
+}
+
+/// The answering processes whose lock clients log in as the client user (auth on), with the
+/// passwords it accepts.
+fn processes(observed: &BTreeMap<i32, SlotObservation>) -> Vec<ProcessPasswords> {
+    observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let redis = o.redis.as_ref()?;
+            Some(ProcessPasswords {
+                slot: *slot,
+                run_id: redis.run_id.clone(),
+                hashes: redis.client_password_hashes.clone()?,
+            })
+        })
+        .collect()
+}
+
+/// Sets every process whose client user accepts other passwords than those on record to
+/// exactly those, on a connection that checked its run id. A failure is left to the next
+/// reconcile, which probes again.
+async fn sync(
+    ctx: &Context,
+    inputs: &Inputs,
+    creds: &Credentials,
+    found: &[ProcessPasswords],
+    observed: &BTreeMap<i32, SlotObservation>,
+) -> Result<()> {
+    let hashes = creds.accepted_client_hashes();
+    for (slot, run_id) in password_rotation::syncs(creds, found) {
+        let Some(o) = observed.get(&slot) else { continue };
+        let Some(ip) = o.pod_ip else { continue };
+        ctx.leadership.check()?;
+        let access = inputs.access.for_slot(o);
+        match access.set_client_passwords(ip, &run_id, &hashes).await {
+            Ok(()) => tracing::info!(slot, %run_id, passwords = hashes.len(), "client passwords set"),
+            Err(e) => tracing::warn!(slot, error = %e, "client passwords not set"),
+        }
+    }
+    Ok(())
+}

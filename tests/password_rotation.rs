@@ -1,0 +1,223 @@
+//! Issue 14: rotating the client password while lock clients run, on the real control plane
+//! with real redis-server processes (docs/design.md §8.10). A client that re-reads
+//! `<name>-client` before each lock never fails to log in: both passwords work from before the
+//! new one is published until the user confirms; a member restarted mid-rotation accepts both
+//! too; after the confirmation only the new one does; and the request left in place does not
+//! rotate again.
+
+mod support;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use redlock_operator::password_rotation::{CONDITION, CONFIRM_ANNOTATION, ROTATE_ANNOTATION};
+use support::*;
+
+const NAME: &str = "locks";
+
+/// A lock client that, every 50 ms, reads the password from `<name>-client` (as a client that
+/// re-reads its mounted Secret) and locks and unlocks a key on every member. Counts rounds and
+/// members that refused or failed it.
+struct Client {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Client {
+    fn start(env: &Env, ips: Vec<IpAddr>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let secrets = Api::<Secret>::namespaced(env.cp.client(), &env.ns);
+        let task = tokio::spawn({
+            let (stop, rounds, failures) = (stop.clone(), rounds.clone(), failures.clone());
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let s = secrets.get(&format!("{NAME}-client")).await.unwrap();
+                    let data = s.data.unwrap();
+                    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+                    let login = Login {
+                        user: text("username"),
+                        password: text("password"),
+                    };
+                    for ip in &ips {
+                        let r = lock(*ip, &login, "rotation", "holder", Duration::from_millis(500)).await;
+                        match r {
+                            Ok(true) => unlock(*ip, &login).await,
+                            Ok(false) => failures.lock().unwrap().push(format!("{ip}: key taken")),
+                            Err(e) => failures.lock().unwrap().push(format!("{ip}: {e}")),
+                        }
+                    }
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        Self {
+            stop,
+            rounds,
+            failures,
+            task,
+        }
+    }
+
+    /// Stops it; returns its rounds and failures.
+    async fn finish(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let failures = self.failures.lock().unwrap().clone();
+        (self.rounds.load(Ordering::Relaxed), failures)
+    }
+}
+
+async fn unlock(ip: IpAddr, login: &Login) {
+    let mut c = connect(ip, login).await.unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("rotation")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// Whether `password` logs the client user in at `ip` (a fresh connection; the member must
+/// serve, i.e. be released).
+async fn accepts(ip: IpAddr, password: &str) -> bool {
+    let login = Login {
+        user: "redlock-client".into(),
+        password: password.into(),
+    };
+    match connect(ip, &login).await {
+        Ok(mut c) => redis::cmd("PING").query_async::<String>(&mut c).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn annotate(env: &Env, key: &str, value: &str) {
+    env.kubectl(&["annotate", "--overwrite", "rlc", NAME, &format!("{key}={value}")])
+        .await;
+}
+
+async fn wait_rotation(env: &Env, reason: &str) {
+    wait_for(
+        &format!("condition {CONDITION} reason {reason}"),
+        Duration::from_secs(60),
+        async || {
+            let c = env.cluster(NAME).await;
+            let found = c
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .any(|c| c.type_ == CONDITION && c.reason == reason);
+            Ok(found.then_some(()))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_login() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let old = env.client_login(NAME).await.password;
+    let mut ips = Vec::new();
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+
+    // Requested while a client locks: added everywhere, then published.
+    let client = Client::start(&env, ips.clone());
+    annotate(&env, ROTATE_ANNOTATION, "t1").await;
+    wait_rotation(&env, "AwaitingClientConfirmation").await;
+    env.wait_event("ClientPasswordRotationStarted").await;
+    env.wait_event("ClientPasswordPublished").await;
+    let new = env.client_login(NAME).await.password;
+    assert_ne!(new, old, "the client Secret holds the new password");
+    // Give the client some rounds with the new password.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rounds, failures) = client.finish().await;
+    assert!(rounds > 20, "{rounds} rounds");
+    assert!(failures.is_empty(), "failed logins or locks: {failures:?}");
+    for ip in &ips {
+        assert!(
+            accepts(*ip, &old).await && accepts(*ip, &new).await,
+            "{ip}: both passwords"
+        );
+    }
+
+    // A member restarted mid-rotation: held, released, and it accepts both as well.
+    let before = env.member(NAME, 1).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .unwrap();
+    env.wait_member(NAME, 1, "restarted and released", Duration::from_secs(30), |m| {
+        m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != before.run_id
+    })
+    .await;
+    let ip1 = env.pod_ip(NAME, 1).await;
+    wait_for(
+        "the restarted member accepts both",
+        Duration::from_secs(10),
+        async || Ok((accepts(ip1, &old).await && accepts(ip1, &new).await).then_some(())),
+    )
+    .await;
+
+    // Confirmed while a client locks with the new password: the old one is removed.
+    let client = Client::start(&env, ips.clone());
+    annotate(&env, CONFIRM_ANNOTATION, "t1").await;
+    wait_rotation(&env, "Rotated").await;
+    env.wait_event("ClientPasswordRotated").await;
+    // Some rounds after the old password is gone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rounds, failures) = client.finish().await;
+    assert!(rounds > 20, "{rounds} rounds");
+    assert!(failures.is_empty(), "failed logins or locks: {failures:?}");
+    for ip in &ips {
+        assert!(!accepts(*ip, &old).await, "{ip}: the old password is refused");
+        assert!(accepts(*ip, &new).await, "{ip}: the new password works");
+    }
+    // What is kept: the new password only, and the token.
+    let admin = Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .get(&format!("{NAME}-admin"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(admin["clientPassword"].0, new.as_bytes());
+    assert_eq!(admin["rotatedToken"].0, b"t1");
+    assert!(!admin.contains_key("clientPasswordNext") && !admin.contains_key("clientPasswordPrevious"));
+    let acl = env.secret(&format!("{NAME}-acl"), "users-auth.acl").await;
+    let client_line = acl
+        .lines()
+        .find(|l| l.starts_with("user redlock-client "))
+        .unwrap();
+    assert_eq!(client_line.matches(" #").count(), 1, "{client_line}");
+
+    // The request stays on the object: nothing rotates again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.client_login(NAME).await.password, new);
+}
+
+/// With auth off lock clients have no password: a request is reported, and nothing changes.
+#[tokio::test]
+async fn a_rotation_asked_for_without_auth_is_refused_with_a_reason() {
+    let env = Env::start(3).await;
+    env.create_cluster(
+        NAME,
+        serde_json::json!({"instances": 3, "maxLockTTL": "2s", "auth": {"enabled": false}}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    annotate(&env, ROTATE_ANNOTATION, "t1").await;
+    wait_rotation(&env, "AuthDisabled").await;
+    assert!(!env.has_event("ClientPasswordRotationStarted").await);
+}

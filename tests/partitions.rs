@@ -181,41 +181,8 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
 #[tokio::test]
 async fn removed_members_that_outlive_their_pods_are_fenced_before_old_list_clients_reach_them() {
     use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
     let env = Env::start(6).await;
-    env.create_cluster(
-        NAME,
-        json!({"instances": 5, "maxLockTTL": "3s", "holdMargin": "0s"}),
-    )
-    .await;
-    env.wait_ready(NAME, 5, Duration::from_secs(60)).await;
-    let old: Vec<IpAddr> = env.member_ips(NAME, 5).await;
-    let login = env.client_login(NAME).await;
-    let mut paused = Vec::new();
-    for slot in [3, 4] {
-        let node = env.node_of(NAME, slot).await;
-        env.cp.kubelet().partition_node(&node).unwrap();
-        let pid = env.cp.kubelet().pid(&env.ns, &format!("{NAME}-{slot}")).unwrap();
-        let pid = Pid::from_raw(pid as i32);
-        killpg(pid, Signal::SIGSTOP).unwrap();
-        paused.push(pid);
-    }
-    env.patch_spec(NAME, json!({"instances": 3})).await;
-    for slot in [3, 4] {
-        env.pods()
-            .delete(
-                &format!("{NAME}-{slot}"),
-                &DeleteParams::default().grace_period(0),
-            )
-            .await
-            .unwrap();
-    }
-    for slot in [3, 4] {
-        env.wait_member(NAME, slot, "looked for", Duration::from_secs(30), |m| {
-            m.unstopped.as_ref().is_some_and(|u| !u.fenced)
-        })
-        .await;
-    }
+    let (old, login, paused) = scaled_down_with_removed_members_cut_off(&env, &[3, 4]).await;
     // They answer again, their keys and client users intact.
     for pid in paused {
         killpg(pid, Signal::SIGCONT).unwrap();
@@ -237,4 +204,67 @@ async fn removed_members_that_outlive_their_pods_are_fenced_before_old_list_clie
         "a client of the list of 5 got a majority ({granted} of 5) while the list of 3's client holds the lock"
     );
     assert_eq!(granted, 1, "only slot 2 granted it");
+}
+
+/// A scale-down 5 → 3 whose removed `slots` are cut off (node partitioned, process paused) and
+/// force-deleted; returns the old addresses, the client login and the paused processes.
+async fn scaled_down_with_removed_members_cut_off(
+    env: &Env,
+    slots: &[i32],
+) -> (Vec<IpAddr>, Login, Vec<nix::unistd::Pid>) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 5, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 5, Duration::from_secs(60)).await;
+    let old: Vec<IpAddr> = env.member_ips(NAME, 5).await;
+    let login = env.client_login(NAME).await;
+    let mut paused = Vec::new();
+    for &slot in slots {
+        let node = env.node_of(NAME, slot).await;
+        env.cp.kubelet().partition_node(&node).unwrap();
+        let pid = env.cp.kubelet().pid(&env.ns, &format!("{NAME}-{slot}")).unwrap();
+        let pid = Pid::from_raw(pid as i32);
+        killpg(pid, Signal::SIGSTOP).unwrap();
+        paused.push(pid);
+    }
+    env.patch_spec(NAME, json!({"instances": 3})).await;
+    for &slot in slots {
+        env.pods()
+            .delete(
+                &format!("{NAME}-{slot}"),
+                &DeleteParams::default().grace_period(0),
+            )
+            .await
+            .unwrap();
+    }
+    for &slot in slots {
+        env.wait_member(NAME, slot, "looked for", Duration::from_secs(30), |m| {
+            m.unstopped.as_ref().is_some_and(|u| !u.fenced)
+        })
+        .await;
+    }
+    (old, login, paused)
+}
+
+/// The same scale-down with removed member 4's process cut off through its whole hold: the
+/// list of 3 is published relying on that process being dead, and a Warning
+/// `ReleaseAssumesProcessGone` on the member says so, as a slot's release does (§9.5).
+#[tokio::test]
+async fn publishing_the_shorter_list_over_a_removed_process_never_found_says_so() {
+    use nix::sys::signal::{Signal, killpg};
+    let env = Env::start(6).await;
+    let (_, _, paused) = scaled_down_with_removed_members_cut_off(&env, &[4]).await;
+    wait_for("the list of 3 published", Duration::from_secs(30), async || {
+        let c = env.cluster(NAME).await;
+        Ok((c.status.and_then(|s| s.published_instances) == Some(3)).then_some(()))
+    })
+    .await;
+    env.wait_event("ReleaseAssumesProcessGone").await;
+    for pid in paused {
+        killpg(pid, Signal::SIGCONT).unwrap();
+    }
 }

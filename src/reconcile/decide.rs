@@ -98,7 +98,11 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         &obs.slots,
     );
     let limits = if accepted {
-        resize::after_plan(limits, cluster.spec.instances, &plan.members, &obs.slots, now)
+        let before = limits.published;
+        let after = resize::after_plan(limits, cluster.spec.instances, &plan.members, &obs.slots, now);
+        plan.events
+            .extend(shorter_list_assumptions(&plan.members, after.published..before));
+        after
     } else {
         limits
     };
@@ -250,6 +254,31 @@ fn requeue(
     after
 }
 
+/// The shorter list is published now although a removed member's process, whose pod vanished
+/// while it ran, was never found (docs/design.md §9.5): clients of the longer list could still
+/// reach it if it lives. Each such member gets the Warning a slot's release gets in that case.
+fn shorter_list_assumptions(
+    members: &[crate::crd::MemberStatus],
+    removed: std::ops::Range<i32>,
+) -> Vec<MemberEvent> {
+    members
+        .iter()
+        .filter(|m| removed.contains(&m.slot))
+        .filter_map(|m| {
+            let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
+            Some(MemberEvent {
+                slot: m.slot,
+                reason: MemberReason::ReleaseAssumesProcessGone,
+                message: format!(
+                    "{}: the list of {} is published although process {} (this removed member's; its pod vanished while it ran) was never seen to stop; nothing answered for it at {} through its hold. This relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts: a client still using the longer list could otherwise reach it",
+                    m.name, removed.start, u.run_id, u.pod_ip
+                ),
+                warning: true,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -257,6 +286,33 @@ mod tests {
     use super::*;
     use crate::crd::{FailureDomains, MemberState};
     use crate::observe::{RedisInfo, SlotObservation};
+
+    #[test]
+    fn publishing_the_shorter_list_over_an_unfound_process_says_so() {
+        use crate::crd::{MemberStatus, UnstoppedProcess};
+        let removed = |slot: i32, fenced: bool| MemberStatus {
+            unstopped: Some(UnstoppedProcess {
+                run_id: format!("R{slot}"),
+                pod_ip: format!("10.0.0.{slot}"),
+                fenced,
+            }),
+            ..MemberStatus::new(format!("locks-{slot}"), slot, MemberState::Lost)
+        };
+        let members = [
+            MemberStatus::new("locks-0".into(), 0, MemberState::Ready),
+            removed(3, false),
+            removed(4, true),
+        ];
+        let events = shorter_list_assumptions(&members, 3..5);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].slot, 3);
+        assert_eq!(events[0].reason, MemberReason::ReleaseAssumesProcessGone);
+        assert!(events[0].warning);
+        assert!(events[0].message.contains("process R3"), "{}", events[0].message);
+        assert!(events[0].message.contains("list of 3"), "{}", events[0].message);
+        // Nothing published this time (an empty range): nothing said.
+        assert!(shorter_list_assumptions(&members, 5..5).is_empty());
+    }
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()

@@ -51,6 +51,12 @@ pub struct RunArgs {
     #[arg(long, env = "PROBE_PERIOD_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub probe_period_ms: u64,
 
+    /// How long clients get after a rotated client password is published before a
+    /// confirmation may remove the old one (milliseconds): clients that mount the client
+    /// Secret see a change only after the kubelet's sync (about a minute).
+    #[arg(long, env = "PASSWORD_ROTATION_GRACE_MS", default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub password_rotation_grace_ms: u64,
+
     /// Connect and reply timeout of the operator's Redis connections (milliseconds).
     #[arg(long, env = "PROBE_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=30_000))]
     pub probe_timeout_ms: u64,

@@ -64,6 +64,8 @@ pub struct Settings {
     pub probe_period: Duration,
     /// Connect and reply timeout of admin connections.
     pub probe_timeout: Duration,
+    /// From the publication of a rotated client password to the earliest removal of the old.
+    pub password_rotation_grace: Duration,
     pub ttl_audit_period: Duration,
     /// Keys read per member per audit period.
     pub ttl_audit_keys: u64,

@@ -94,6 +94,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             operator_namespace: args.operator_namespace.clone(),
             probe_period: Duration::from_millis(args.probe_period_ms),
             probe_timeout: Duration::from_millis(args.probe_timeout_ms),
+            password_rotation_grace: Duration::from_millis(args.password_rotation_grace_ms),
             ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
             ttl_audit_keys: args.ttl_audit_keys,
         },

@@ -77,6 +77,10 @@ pub struct SlotObservation {
     /// The ACL user lock clients use on this pod's process, as the pod was built
     /// (`REDIS_CLIENT_USER`); `None` for a pod without it (then the spec's user is assumed).
     pub client_user: Option<String>,
+    /// The `<name>-admin` key the pod's readiness probe takes its password from
+    /// (`REDISCLI_AUTH`); `None` without auth. Pods built before the probe had its own
+    /// password log in with the client password, which a rotation removes.
+    pub probe_password_key: Option<String>,
     /// How this pod's process listens, as the pod was built: `Some(secret)` when TLS only,
     /// with the certificate of that Secret; `None` when plain or when there is no pod.
     pub tls_secret: Option<String>,
@@ -201,6 +205,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         clock: None,
         unstopped: None,
         client_user: client_user_of(pod),
+        probe_password_key: probe_password_key_of(pod),
         tls_secret: tls_secret_of(pod),
         tls_ca: None,
         stop_unconfirmed,
@@ -221,8 +226,8 @@ fn tls_secret_of(pod: &Pod) -> Option<String> {
         .clone()
 }
 
-/// The value of `REDIS_CLIENT_USER` in the pod's Redis container.
-fn client_user_of(pod: &Pod) -> Option<String> {
+/// The environment variable `name` of the pod's Redis container.
+fn redis_env<'a>(pod: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core::v1::EnvVar> {
     pod.spec
         .as_ref()?
         .containers
@@ -231,9 +236,18 @@ fn client_user_of(pod: &Pod) -> Option<String> {
         .env
         .iter()
         .flatten()
-        .find(|e| e.name == CLIENT_USER_ENV)?
-        .value
-        .clone()
+        .find(|e| e.name == name)
+}
+
+/// The Secret key `REDISCLI_AUTH` of the pod's Redis container reads.
+fn probe_password_key_of(pod: &Pod) -> Option<String> {
+    let from = redis_env(pod, "REDISCLI_AUTH")?.value_from.as_ref()?;
+    from.secret_key_ref.as_ref().map(|r| r.key.clone())
+}
+
+/// The value of `REDIS_CLIENT_USER` in the pod's Redis container.
+fn client_user_of(pod: &Pod) -> Option<String> {
+    redis_env(pod, CLIENT_USER_ENV)?.value.clone()
 }
 
 /// The scheduler's explanation of a pod it cannot place.

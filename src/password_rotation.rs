@@ -16,6 +16,10 @@
 //! None of this touches `on`/`off`: a fenced process stays fenced (`resetpass` and `#<hash>`
 //! change passwords only).
 
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
 use crate::conditions::Desired;
 use crate::crd::RedlockCluster;
 use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
@@ -60,15 +64,21 @@ pub fn request(cluster: &RedlockCluster) -> Request<'_> {
     }
 }
 
-/// Whether a rotation runs or is asked for: then the credentials are read with a GET rather
-/// than from the watch cache, whose lag could otherwise take a phase back (only during a
-/// rotation; steady state reads nothing).
+/// Whether a rotation step may be taken now: then the credentials are read with a GET rather
+/// than from the watch cache, whose lag could otherwise take a phase back. Not in steady
+/// state, and not while a published rotation waits for the user's confirmation.
 pub fn active(creds: &Credentials, request: Request<'_>) -> bool {
-    creds.rotation.is_some()
-        || request.auth_enabled
-            && request
-                .rotate
-                .is_some_and(|t| !t.is_empty() && creds.rotated_token.as_deref() != Some(t))
+    match creds.rotation.as_ref().map(|r| (&r.phase, r.token.as_str())) {
+        // Waiting for the user (maybe for days): nothing moves until the confirmation.
+        Some((RotationPhase::Published { .. }, token)) => request.confirm == Some(token),
+        Some(_) => true,
+        None => {
+            request.auth_enabled
+                && request
+                    .rotate
+                    .is_some_and(|t| !t.is_empty() && creds.rotated_token.as_deref() != Some(t))
+        }
+    }
 }
 
 /// A change of phase, for its event.
@@ -108,28 +118,54 @@ pub fn start(
     (next, Some(t))
 }
 
-/// The next phase, given what the probes found (answering processes of the client user).
-/// Processes that do not answer are not waited for: one that comes back is brought to the
-/// accepted passwords by `syncs` at its first probe, and a restarted one starts from the ACL
-/// file, which names them.
+/// Which of the processes that lock clients log in to as the client user did not answer
+/// this probe, and which pods' readiness probes still log in with a client password (pods
+/// built before the probe had its own, `PROBE_PASSWORD_KEY`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    pub unanswered: Vec<i32>,
+    pub old_probes: Vec<i32>,
+}
+
+/// The times a step depends on: now, and how long clients get from the publication of the
+/// new password before a confirmation may remove the old one.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub now: Timestamp,
+    pub grace: Duration,
+}
+
+/// The next phase, given what the probes found. Every process lock clients log in to must
+/// answer (`coverage.unanswered` empty) and accept exactly the passwords of the phase: one cut
+/// off from the operator but reachable by clients would otherwise refuse the published
+/// password, or keep accepting the removed one. The old password is removed only once no
+/// readiness probe logs in with it and `grace` has passed since the publication (clients that
+/// mount `<name>-client` see a change only after the kubelet's sync), whatever the
+/// confirmation says.
 pub fn advance(
     creds: &Credentials,
     request: Request<'_>,
     found: &[ProcessPasswords],
+    coverage: &Coverage,
+    timing: Timing,
 ) -> (Credentials, Option<Transition>) {
     let Some(rotation) = &creds.rotation else {
         return (creds.clone(), None);
     };
     let token = rotation.token.clone();
-    let all_match = found
-        .iter()
-        .all(|p| sorted(&p.hashes) == creds.accepted_client_hashes());
+    let all_match = coverage.unanswered.is_empty()
+        && found
+            .iter()
+            .all(|p| sorted(&p.hashes) == creds.accepted_client_hashes());
     let (next, transition) = match &rotation.phase {
         RotationPhase::Adding { next } if all_match => (
             Credentials {
                 rotation: Some(Rotation {
                     token: token.clone(),
-                    phase: RotationPhase::Published { next: next.clone() },
+                    phase: RotationPhase::Published {
+                        next: next.clone(),
+                        at: timing.now,
+                    },
                 }),
                 ..creds.clone()
             },
@@ -140,24 +176,30 @@ pub fn advance(
                 ),
             },
         ),
-        RotationPhase::Published { next } if request.confirm == Some(token.as_str()) => (
-            Credentials {
-                client_password: next.clone(),
-                rotation: Some(Rotation {
-                    token: token.clone(),
-                    phase: RotationPhase::Revoking {
-                        previous: creds.client_password.clone(),
-                    },
-                }),
-                ..creds.clone()
-            },
-            Transition {
-                reason: "ClientPasswordConfirmed",
-                message: format!(
-                    "rotation {token}: confirmed; the old client password is removed from every instance (connections logged in with it stay until they close)"
-                ),
-            },
-        ),
+        RotationPhase::Published { next, at }
+            if request.confirm == Some(token.as_str())
+                && coverage.old_probes.is_empty()
+                && timing.now >= revocable_at(*at, timing.grace) =>
+        {
+            (
+                Credentials {
+                    client_password: next.clone(),
+                    rotation: Some(Rotation {
+                        token: token.clone(),
+                        phase: RotationPhase::Revoking {
+                            previous: creds.client_password.clone(),
+                        },
+                    }),
+                    ..creds.clone()
+                },
+                Transition {
+                    reason: "ClientPasswordConfirmed",
+                    message: format!(
+                        "rotation {token}: confirmed; the old client password is removed from every instance (connections logged in with it stay until they close)"
+                    ),
+                },
+            )
+        }
         RotationPhase::Revoking { .. } if all_match => (
             Credentials {
                 rotation: None,
@@ -174,6 +216,11 @@ pub fn advance(
         _ => return (creds.clone(), None),
     };
     (next, Some(transition))
+}
+
+/// The earliest time a confirmation removes the old password of a rotation published `at`.
+fn revocable_at(at: Timestamp, grace: Duration) -> Timestamp {
+    at.checked_add(grace).unwrap_or(at)
 }
 
 /// The processes whose client user accepts other passwords than `creds` says (a new one not
@@ -196,13 +243,26 @@ fn sorted(hashes: &[String]) -> Vec<String> {
 }
 
 /// The `ClientPasswordRotation` condition, when there is anything to say: a rotation under
-/// way, one asked for, or one done.
-pub fn condition(creds: &Credentials, request: Request<'_>, name: &str) -> Option<Desired> {
+/// way (and what it waits for), one asked for, or one done.
+pub fn condition(
+    creds: &Credentials,
+    request: Request<'_>,
+    coverage: &Coverage,
+    grace: Duration,
+    name: &str,
+) -> Option<Desired> {
     let desired = |status: bool, reason: &'static str, message: String| Desired {
         type_: CONDITION,
         status,
         reason,
         message,
+    };
+    let unanswered = |what: &str| {
+        if coverage.unanswered.is_empty() {
+            String::new()
+        } else {
+            format!("; waiting for members {:?} to answer {what}", coverage.unanswered)
+        }
     };
     Some(match (&creds.rotation, request.rotate) {
         (Some(r), _) => match &r.phase {
@@ -210,28 +270,38 @@ pub fn condition(creds: &Credentials, request: Request<'_>, name: &str) -> Optio
                 true,
                 "AddingPassword",
                 format!(
-                    "rotation {}: adding the new client password to every instance",
-                    r.token
+                    "rotation {}: adding the new client password to every instance{}",
+                    r.token,
+                    unanswered(
+                        "(every member clients can reach must accept the new password before clients are told it)"
+                    )
                 ),
             ),
-            RotationPhase::Published { .. } => desired(
-                true,
-                "AwaitingClientConfirmation",
-                format!(
-                    "rotation {token}: {name}-client holds the new password and every instance accepts both; once no client uses the old one: kubectl annotate --overwrite rlc {name} {CONFIRM_ANNOTATION}={token}",
-                    token = r.token
-                ),
-            ),
+            RotationPhase::Published { at, .. } => {
+                let mut message = format!(
+                    "rotation {token}: {name}-client holds the new password and every instance accepts both; once no client uses the old one: kubectl annotate --overwrite rlc {name} {CONFIRM_ANNOTATION}={token} (the old one is removed at {earliest} at the earliest)",
+                    token = r.token,
+                    earliest = revocable_at(*at, grace)
+                );
+                if !coverage.old_probes.is_empty() {
+                    message.push_str(&format!(
+                        "; members {:?} run pods whose readiness probe logs in with a client password: the old one is removed only once they are replaced",
+                        coverage.old_probes
+                    ));
+                }
+                desired(true, "AwaitingClientConfirmation", message)
+            }
             RotationPhase::Revoking { .. } => desired(
                 true,
                 "RemovingOldPassword",
                 format!(
-                    "rotation {}: removing the old client password from every instance",
-                    r.token
+                    "rotation {}: removing the old client password from every instance{}",
+                    r.token,
+                    unanswered("(a member clients can reach keeps the old password until it does)")
                 ),
             ),
         },
-        (None, Some(token)) if !request.auth_enabled => desired(
+        (None, Some(token)) if !token.is_empty() && !request.auth_enabled => desired(
             false,
             "AuthDisabled",
             format!(
@@ -260,7 +330,7 @@ mod tests {
     use crate::resources::secrets::password_hash;
 
     fn creds() -> Credentials {
-        Credentials::new("adminpw".into(), "old".into())
+        Credentials::new("adminpw".into(), "old".into(), "probe".into())
     }
 
     fn on(rotate: Option<&'static str>, confirm: Option<&'static str>) -> Request<'static> {
@@ -271,12 +341,30 @@ mod tests {
         }
     }
 
+    /// A process whose client user accepts `passwords` and the probe's.
     fn process(slot: i32, passwords: &[&str]) -> ProcessPasswords {
         ProcessPasswords {
             slot,
             run_id: format!("run{slot}"),
-            hashes: passwords.iter().map(|p| password_hash(p)).collect(),
+            hashes: passwords
+                .iter()
+                .chain(&["probe"])
+                .map(|p| password_hash(p))
+                .collect(),
         }
+    }
+
+    const GRACE: Duration = Duration::from_secs(120);
+
+    fn at(s: i64) -> Timing {
+        Timing {
+            now: Timestamp::from_second(1_800_000_000 + s).unwrap(),
+            grace: GRACE,
+        }
+    }
+
+    fn all_answer() -> Coverage {
+        Coverage::default()
     }
 
     #[test]
@@ -289,23 +377,33 @@ mod tests {
         // Processes not yet given the new one: synced, and the phase waits.
         let found = [process(0, &["old"]), process(1, &["old", "new"])];
         assert_eq!(syncs(&c, &found), vec![(0, "run0".to_owned())]);
-        let (same, t) = advance(&c, on(Some("t1"), None), &found);
+        let (same, t) = advance(&c, on(Some("t1"), None), &found, &all_answer(), at(0));
         assert!(t.is_none());
         assert_eq!(same, c);
 
         // All accept both: published.
         let found = [process(0, &["new", "old"]), process(1, &["old", "new"])];
         assert!(syncs(&c, &found).is_empty());
-        let (c, t) = advance(&c, on(Some("t1"), None), &found);
+        let (c, t) = advance(&c, on(Some("t1"), None), &found, &all_answer(), at(0));
         assert_eq!(t.unwrap().reason, "ClientPasswordPublished");
         assert_eq!(c.told_client_password(), "new");
         assert_eq!(c.accepted_client_passwords(), vec!["old", "new"]);
 
-        // Waits for the confirmation of this very rotation.
+        // Waits for the confirmation of this very rotation, and for the grace.
         for wrong in [None, Some("t0"), Some("")] {
-            assert!(advance(&c, on(Some("t1"), wrong), &found).1.is_none());
+            assert!(
+                advance(&c, on(Some("t1"), wrong), &found, &all_answer(), at(500))
+                    .1
+                    .is_none()
+            );
         }
-        let (c, t) = advance(&c, on(Some("t1"), Some("t1")), &found);
+        let early = at(GRACE.as_secs() as i64 - 1);
+        assert!(
+            advance(&c, on(Some("t1"), Some("t1")), &found, &all_answer(), early)
+                .1
+                .is_none()
+        );
+        let (c, t) = advance(&c, on(Some("t1"), Some("t1")), &found, &all_answer(), at(120));
         assert_eq!(t.unwrap().reason, "ClientPasswordConfirmed");
         assert_eq!(c.client_password, "new");
         assert_eq!(c.accepted_client_passwords(), vec!["new"]);
@@ -315,21 +413,76 @@ mod tests {
         );
 
         // Done once every process accepts the new one only; the request may stay.
-        let (c, t) = advance(
-            &c,
-            on(Some("t1"), Some("t1")),
-            &[process(0, &["new"]), process(1, &["new"])],
-        );
+        let found = [process(0, &["new"]), process(1, &["new"])];
+        let (c, t) = advance(&c, on(Some("t1"), Some("t1")), &found, &all_answer(), at(121));
         assert_eq!(t.unwrap().reason, "ClientPasswordRotated");
         assert_eq!(c.rotation, None);
         assert_eq!(c.rotated_token.as_deref(), Some("t1"));
         let (again, t) = start(&c, on(Some("t1"), Some("t1")), || unreachable!());
         assert!(t.is_none());
         assert_eq!(again, c);
+        assert!(!active(&c, on(Some("t1"), Some("t1"))));
         // A new token rotates again, from the new password.
         let (c2, t) = start(&c, on(Some("t2"), Some("t1")), || "newer".into());
         assert!(t.is_some());
         assert_eq!(c2.accepted_client_passwords(), vec!["new", "newer"]);
+    }
+
+    #[test]
+    fn a_member_that_does_not_answer_or_probes_with_a_client_password_holds_the_rotation() {
+        let (c, _) = start(&creds(), on(Some("t1"), None), || "new".into());
+        let found = [process(0, &["old", "new"])];
+        // Member 1 runs but did not answer: clients may reach it; not published.
+        let silent = Coverage {
+            unanswered: vec![1],
+            old_probes: vec![],
+        };
+        assert!(
+            advance(&c, on(Some("t1"), None), &found, &silent, at(0))
+                .1
+                .is_none()
+        );
+        // Nothing answering at all proves nothing either.
+        assert!(advance(&c, on(Some("t1"), None), &[], &silent, at(0)).1.is_none());
+        let (c, _) = advance(&c, on(Some("t1"), None), &found, &all_answer(), at(0));
+        // A pod whose readiness probe logs in with the old client password: not revoked.
+        let old_probe = Coverage {
+            unanswered: vec![],
+            old_probes: vec![2],
+        };
+        let confirmed = on(Some("t1"), Some("t1"));
+        assert!(advance(&c, confirmed, &found, &old_probe, at(500)).1.is_none());
+        let d = condition(&c, confirmed, &old_probe, GRACE, "locks").unwrap();
+        assert!(
+            d.message.contains("members [2] run pods whose readiness probe"),
+            "{}",
+            d.message
+        );
+        let (c, _) = advance(&c, confirmed, &found, &all_answer(), at(500));
+        // Revoking waits for every member too.
+        let found = [process(0, &["new"])];
+        assert!(advance(&c, confirmed, &found, &silent, at(501)).1.is_none());
+        let d = condition(&c, confirmed, &silent, GRACE, "locks").unwrap();
+        assert!(d.message.contains("waiting for members [1]"), "{}", d.message);
+    }
+
+    #[test]
+    fn reads_go_to_the_api_only_while_a_step_may_be_taken() {
+        let (c, _) = start(&creds(), on(Some("t1"), None), || "new".into());
+        assert!(active(&creds(), on(Some("t1"), None)), "asked for");
+        assert!(active(&c, on(Some("t1"), None)), "adding");
+        let (c, _) = advance(&c, on(Some("t1"), None), &[], &all_answer(), at(0));
+        assert!(
+            !active(&c, on(Some("t1"), None)),
+            "published, waiting for the user"
+        );
+        assert!(active(&c, on(Some("t1"), Some("t1"))), "confirmed");
+        assert!(!active(&creds(), on(None, None)));
+        let off = Request {
+            auth_enabled: false,
+            ..on(Some("t1"), None)
+        };
+        assert!(!active(&creds(), off));
     }
 
     #[test]
@@ -345,33 +498,50 @@ mod tests {
         let (same, t) = start(&running, on(Some("t2"), None), || unreachable!());
         assert!(t.is_none());
         assert_eq!(same, running);
-        let c = condition(&creds(), off, "locks").unwrap();
+        let c = condition(&creds(), off, &all_answer(), GRACE, "locks").unwrap();
         assert_eq!((c.status, c.reason), (false, "AuthDisabled"));
     }
 
     #[test]
-    fn outside_a_rotation_processes_are_brought_back_to_the_one_password() {
-        // An extra password added by hand, or a process that kept the old one.
+    fn outside_a_rotation_processes_are_brought_back_to_the_recorded_passwords() {
+        // An extra password added by hand, a process without the probe's, one with none.
+        let without_probe = ProcessPasswords {
+            slot: 3,
+            run_id: "run3".into(),
+            hashes: vec![password_hash("old")],
+        };
         let found = [
             process(0, &["old", "intruder"]),
             process(1, &["old"]),
             process(2, &[]),
+            without_probe,
         ];
         assert_eq!(
             syncs(&creds(), &found),
-            vec![(0, "run0".to_owned()), (2, "run2".to_owned())]
+            vec![
+                (0, "run0".to_owned()),
+                (2, "run2".to_owned()),
+                (3, "run3".to_owned())
+            ]
         );
-        assert!(advance(&creds(), on(None, None), &found).1.is_none());
-        assert_eq!(condition(&creds(), on(None, None), "locks"), None);
+        assert!(
+            advance(&creds(), on(None, None), &found, &all_answer(), at(0))
+                .1
+                .is_none()
+        );
+        assert_eq!(
+            condition(&creds(), on(None, None), &all_answer(), GRACE, "locks"),
+            None
+        );
     }
 
     #[test]
-    fn the_condition_names_the_exact_confirmation() {
+    fn the_condition_names_the_exact_confirmation_and_its_earliest_effect() {
         let (c, _) = start(&creds(), on(Some("t1"), None), || "new".into());
-        let d = condition(&c, on(Some("t1"), None), "locks").unwrap();
+        let d = condition(&c, on(Some("t1"), None), &all_answer(), GRACE, "locks").unwrap();
         assert_eq!((d.status, d.reason), (true, "AddingPassword"));
-        let (c, _) = advance(&c, on(Some("t1"), None), &[]);
-        let d = condition(&c, on(Some("t1"), None), "locks").unwrap();
+        let (c, _) = advance(&c, on(Some("t1"), None), &[], &all_answer(), at(0));
+        let d = condition(&c, on(Some("t1"), None), &all_answer(), GRACE, "locks").unwrap();
         assert_eq!((d.status, d.reason), (true, "AwaitingClientConfirmation"));
         assert!(
             d.message
@@ -379,13 +549,12 @@ mod tests {
             "{}",
             d.message
         );
-        let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[]);
-        assert_eq!(
-            condition(&c, on(Some("t1"), Some("t1")), "locks").unwrap().reason,
-            "RemovingOldPassword"
-        );
-        let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[]);
-        let d = condition(&c, on(Some("t1"), Some("t1")), "locks").unwrap();
+        assert!(d.message.contains(&at(120).now.to_string()), "{}", d.message);
+        let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[], &all_answer(), at(120));
+        let d = condition(&c, on(Some("t1"), Some("t1")), &all_answer(), GRACE, "locks").unwrap();
+        assert_eq!(d.reason, "RemovingOldPassword");
+        let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[], &all_answer(), at(121));
+        let d = condition(&c, on(Some("t1"), Some("t1")), &all_answer(), GRACE, "locks").unwrap();
         assert_eq!((d.status, d.reason), (false, "Rotated"));
     }
 }

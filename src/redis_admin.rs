@@ -452,7 +452,8 @@ fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
     items
         .chunks(2)
         .find_map(|kv| match kv {
-            [key, Value::Array(values)] if text(key) == Some(name) => {
+            // `flags` is a set in RESP3.
+            [key, Value::Array(values) | Value::Set(values)] if text(key) == Some(name) => {
                 Some(values.iter().filter_map(text).collect())
             }
             _ => None,
@@ -565,7 +566,11 @@ mod tests {
             bulk("passwords"),
             passwords.clone(),
         ]);
-        let resp3 = Value::Map(vec![(bulk("passwords"), passwords)]);
+        let resp3 = Value::Map(vec![
+            (bulk("flags"), Value::Set(vec![bulk("on")])),
+            (bulk("passwords"), passwords),
+        ]);
+        assert!(user_is_enabled(&resp3));
         for reply in [resp2, resp3] {
             assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
         }

@@ -125,7 +125,8 @@ async fn wait_rotation(env: &Env, reason: &str) {
 
 #[tokio::test]
 async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_login() {
-    let env = Env::start(3).await;
+    // Clients get 4 s (instead of 2 min) between the publication and the earliest removal.
+    let env = Env::start_with(3, &["--password-rotation-grace-ms=4000"]).await;
     env.serving_with_ttl(NAME, 3, "3s").await;
     let old = env.client_login(NAME).await.password;
     let mut ips = Vec::new();
@@ -200,10 +201,28 @@ async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_logi
         .lines()
         .find(|l| l.starts_with("user redlock-client "))
         .unwrap();
-    assert_eq!(client_line.matches(" #").count(), 1, "{client_line}");
+    // The new password's hash and the readiness probe's, not the old one's.
+    use redlock_operator::resources::secrets::password_hash;
+    assert_eq!(client_line.matches(" #").count(), 2, "{client_line}");
+    assert!(client_line.contains(&password_hash(&new)), "{client_line}");
+    assert!(!client_line.contains(&password_hash(&old)), "{client_line}");
 
-    // The request stays on the object: nothing rotates again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every pod stays Ready: the readiness probe logs in with its own password, which no
+    // rotation removes (one past readiness period later). The request stays on the object:
+    // nothing rotates again.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for slot in 0..3 {
+        let pod = env.pods().get(&format!("{NAME}-{slot}")).await.unwrap();
+        let ready = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        assert!(ready, "{NAME}-{slot} is Ready after the rotation");
+    }
+    let c = env.cluster(NAME).await;
+    assert_eq!(c.status.unwrap().ready_instances, Some(3));
     assert_eq!(env.client_login(NAME).await.password, new);
 }
 

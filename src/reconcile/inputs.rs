@@ -113,7 +113,10 @@ pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec
 /// replaced (`secrets::recover_credentials`): the reconcile stops here, as without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
-    let owner = secrets::admin_secret(cluster, &Credentials::new(String::new(), String::new()));
+    let owner = secrets::admin_secret(
+        cluster,
+        &Credentials::new(String::new(), String::new(), String::new()),
+    );
     let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
     let recover = async |fresh: bool| -> Result<Credentials> {
         let read = async |secret: String| -> Result<Option<Secret>> {

@@ -15,9 +15,10 @@ use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::Result;
 use crate::events;
-use crate::observe::SlotObservation;
-use crate::password_rotation::{self, ProcessPasswords};
-use crate::resources::secrets::{Credentials, generate_password};
+use crate::observe::{PodState, SlotObservation};
+use crate::password_rotation::{self, Coverage, ProcessPasswords, Timing};
+use crate::resources::names::CLIENT_USER;
+use crate::resources::secrets::{Credentials, PROBE_PASSWORD_KEY, client_user, generate_password};
 
 /// Returns the rotation's condition for the status.
 pub async fn rotate(
@@ -30,20 +31,32 @@ pub async fn rotate(
 ) -> Result<Option<Desired>> {
     let request = password_rotation::request(cluster);
     let name = cluster.name_any();
+    let grace = ctx.settings.password_rotation_grace;
     let mut creds = inputs.credentials.clone();
+    let found = processes(observed);
+    let coverage = coverage(cluster, observed);
     // Secrets not this cluster's or not current (a rejected spec applies none): nothing
     // changes, and no process is touched with passwords that are not on record.
     if !children.config_ready {
-        return Ok(password_rotation::condition(&creds, request, &name));
+        return Ok(password_rotation::condition(
+            &creds, request, &coverage, grace, &name,
+        ));
     }
-    let found = processes(observed);
+    let timing = Timing {
+        now: ctx.clock.now().wall,
+        grace,
+    };
     let (started, start) = password_rotation::start(&creds, request, generate_password);
-    let (next, advanced) = password_rotation::advance(&started, request, &found);
+    let (next, advanced) = password_rotation::advance(&started, request, &found, &coverage, timing);
     if next != creds {
+        // A replica that lost the lease must not write a step (another may be writing its own).
+        ctx.leadership.check()?;
         let mut report = ChildrenReport::default();
         if !children::apply_secrets(ctx, cluster, ns, &next, &mut report).await? {
             tracing::warn!(problems = ?report.problems, conflicts = ?report.conflicts, "client password rotation waits: its Secrets were not written");
-            return Ok(password_rotation::condition(&creds, request, &name));
+            return Ok(password_rotation::condition(
+                &creds, request, &coverage, grace, &name,
+            ));
         }
         creds = next;
         for t in [start, advanced].into_iter().flatten() {
@@ -52,7 +65,9 @@ pub async fn rotate(
         }
     }
     sync(ctx, inputs, &creds, &found, observed).await?;
-    Ok(password_rotation::condition(&creds, request, &name))
+    Ok(password_rotation::condition(
+        &creds, request, &coverage, grace, &name,
+    ))
 }
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the
@@ -69,6 +84,27 @@ fn processes(observed: &BTreeMap<i32, SlotObservation>) -> Vec<ProcessPasswords>
             })
         })
         .collect()
+}
+
+/// Of the running pods whose lock clients log in as the client user: which did not answer
+/// this probe, and which were built with a readiness probe that logs in with a client
+/// password.
+fn coverage(cluster: &RedlockCluster, observed: &BTreeMap<i32, SlotObservation>) -> Coverage {
+    let spec_user = client_user(cluster);
+    let mut c = Coverage::default();
+    for (slot, o) in observed {
+        let running = matches!(o.pod, PodState::Running { .. });
+        if !running || o.client_user.as_deref().unwrap_or(spec_user) != CLIENT_USER {
+            continue;
+        }
+        if o.redis.is_none() {
+            c.unanswered.push(*slot);
+        }
+        if o.probe_password_key.as_deref() != Some(PROBE_PASSWORD_KEY) {
+            c.old_probes.push(*slot);
+        }
+    }
+    c
 }
 
 /// Sets every process whose client user accepts other passwords than those on record to

@@ -20,7 +20,7 @@ use super::names::{
     CLIENT_USER_ENV, LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name,
     admin_secret_name, config_map_name, slot_labels, slot_name,
 };
-use super::secrets::{CLIENT_PASSWORD_KEY, acl_file_key, client_user};
+use super::secrets::{PROBE_PASSWORD_KEY, acl_file_key, client_user};
 use crate::crd::{RedlockCluster, Spread};
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
@@ -185,12 +185,14 @@ fn env_vars(cluster: &RedlockCluster, cluster_name: &str) -> Vec<EnvVar> {
         env.push(EnvVar {
             name: "REDISCLI_AUTH".into(),
             value_from: Some(EnvVarSource {
-                // From the operator's copy, which exists whatever the spec says now: the
-                // client Secret loses its password when auth is turned off, and a container
-                // of this pod restarting during that rollout must still start.
+                // The probe's own password of the client user, from the operator's Secret,
+                // which exists whatever the spec says now (a container of this pod restarting
+                // during an auth rollout must still start). Not a lock client's password: an
+                // environment is fixed when the container starts, and a client password
+                // rotation must not fail the probes of the containers started before it.
                 secret_key_ref: Some(SecretKeySelector {
                     name: admin_secret_name(cluster_name),
-                    key: CLIENT_PASSWORD_KEY.into(),
+                    key: PROBE_PASSWORD_KEY.into(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -415,8 +417,8 @@ mod tests {
                 "0"
             ]
         );
-        // The readiness login's password comes from the operator's copy, which exists in
-        // either auth mode.
+        // The readiness login's password is the probe's own, from the operator's Secret,
+        // which exists in either auth mode (a client password rotation does not touch it).
         let auth = c
             .env
             .iter()
@@ -426,7 +428,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (auth.name.as_str(), auth.key.as_str()),
-            ("locks-admin", "clientPassword")
+            ("locks-admin", "probePassword")
         );
         // The process names its pod: POD_UID comes from the pod's own UID.
         let uid = c

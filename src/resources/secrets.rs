@@ -35,6 +35,11 @@ pub fn acl_file_key(auth_enabled: bool) -> &'static str {
 /// know instead of a new one.
 pub const CLIENT_PASSWORD_KEY: &str = "clientPassword";
 
+/// Key of the readiness probe's password in `<name>-admin`: a password of the client user
+/// that no lock client is given, so the probe (whose environment is fixed when its container
+/// starts) keeps logging in through a client password rotation. Never rotated.
+pub const PROBE_PASSWORD_KEY: &str = "probePassword";
+
 /// Keys of a client password rotation's state in `<name>-admin` (docs/design.md §8.10): the new
 /// password, the request's token, the phase, and the token of the last rotation completed.
 pub const CLIENT_PASSWORD_NEXT_KEY: &str = "clientPasswordNext";
@@ -42,6 +47,7 @@ pub const CLIENT_PASSWORD_PREVIOUS_KEY: &str = "clientPasswordPrevious";
 pub const ROTATION_TOKEN_KEY: &str = "rotationToken";
 pub const ROTATION_PHASE_KEY: &str = "rotationPhase";
 pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
+pub const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
 
 /// Where a client password rotation stands.
 #[derive(Clone, PartialEq, Eq)]
@@ -49,9 +55,12 @@ pub enum RotationPhase {
     /// `next` is being added to every process (both passwords accepted); clients are still
     /// told the current one.
     Adding { next: String },
-    /// Every process answering accepts both; clients are told `next`; waiting for the user's
-    /// confirmation that no client uses the old one any more.
-    Published { next: String },
+    /// Every process answering accepts both; clients are told `next` (since `at`); waiting
+    /// for the user's confirmation that no client uses the old one any more.
+    Published {
+        next: String,
+        at: k8s_openapi::jiff::Timestamp,
+    },
     /// Confirmed: the new password is `client_password`, and the old one, `previous`, is
     /// being removed from every process (kept here only to explain its hash where a process
     /// or the ACL Secret still names it).
@@ -87,6 +96,8 @@ impl std::fmt::Debug for Rotation {
 pub struct Credentials {
     pub admin_password: String,
     pub client_password: String,
+    /// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]).
+    pub probe_password: String,
     pub rotation: Option<Rotation>,
     /// The token of the last rotation completed: its request may stay on the cluster without
     /// starting another.
@@ -94,10 +105,11 @@ pub struct Credentials {
 }
 
 impl Credentials {
-    pub fn new(admin_password: String, client_password: String) -> Self {
+    pub fn new(admin_password: String, client_password: String, probe_password: String) -> Self {
         Self {
             admin_password,
             client_password,
+            probe_password,
             rotation: None,
             rotated_token: None,
         }
@@ -108,18 +120,26 @@ impl Credentials {
     pub fn accepted_client_passwords(&self) -> Vec<&str> {
         let mut accepted = vec![self.client_password.as_str()];
         match self.rotation.as_ref().map(|r| &r.phase) {
-            Some(RotationPhase::Adding { next } | RotationPhase::Published { next }) => accepted.push(next),
+            Some(RotationPhase::Adding { next } | RotationPhase::Published { next, .. }) => {
+                accepted.push(next)
+            }
             Some(RotationPhase::Revoking { .. }) | None => {}
         }
         accepted
     }
 
-    /// The hashes of [`Self::accepted_client_passwords`], as the ACL file and `ACL GETUSER`
-    /// name them (`#<sha256 hex>`), sorted.
+    /// The hashes the client user accepts, as the ACL file and `ACL GETUSER` name them
+    /// (`#<sha256 hex>`), sorted: those of [`Self::accepted_client_passwords`] and the
+    /// readiness probe's.
     pub fn accepted_client_hashes(&self) -> Vec<String> {
         let mut hashes: Vec<String> = self
             .accepted_client_passwords()
             .into_iter()
+            .chain(
+                [self.probe_password.as_str()]
+                    .into_iter()
+                    .filter(|p| !p.is_empty()),
+            )
             .map(password_hash)
             .collect();
         hashes.sort();
@@ -130,7 +150,7 @@ impl Credentials {
     /// The password clients are told (`<name>-client`): the new one from its publication on.
     pub fn told_client_password(&self) -> &str {
         match self.rotation.as_ref().map(|r| &r.phase) {
-            Some(RotationPhase::Published { next }) => next,
+            Some(RotationPhase::Published { next, .. }) => next,
             _ => &self.client_password,
         }
     }
@@ -258,13 +278,18 @@ fn admin_secret_data(credentials: &Credentials) -> BTreeMap<String, String> {
         ("username".into(), ADMIN_USER.into()),
         ("password".into(), credentials.admin_password.clone()),
         (CLIENT_PASSWORD_KEY.into(), credentials.client_password.clone()),
+        (PROBE_PASSWORD_KEY.into(), credentials.probe_password.clone()),
     ]);
     if let Some(r) = &credentials.rotation {
         data.insert(ROTATION_TOKEN_KEY.into(), r.token.clone());
         data.insert(ROTATION_PHASE_KEY.into(), r.phase.name().into());
         match &r.phase {
-            RotationPhase::Adding { next } | RotationPhase::Published { next } => {
+            RotationPhase::Adding { next } => {
                 data.insert(CLIENT_PASSWORD_NEXT_KEY.into(), next.clone());
+            }
+            RotationPhase::Published { next, at } => {
+                data.insert(CLIENT_PASSWORD_NEXT_KEY.into(), next.clone());
+                data.insert(ROTATION_PUBLISHED_AT_KEY.into(), at.to_string());
             }
             RotationPhase::Revoking { previous } => {
                 data.insert(CLIENT_PASSWORD_PREVIOUS_KEY.into(), previous.clone());
@@ -285,7 +310,10 @@ fn stored_rotation(admin: Option<&Secret>) -> Option<Rotation> {
     let next = stored(admin, CLIENT_PASSWORD_NEXT_KEY);
     let phase = match stored(admin, ROTATION_PHASE_KEY)?.as_str() {
         "adding" => RotationPhase::Adding { next: next? },
-        "published" => RotationPhase::Published { next: next? },
+        "published" => RotationPhase::Published {
+            next: next?,
+            at: stored(admin, ROTATION_PUBLISHED_AT_KEY)?.parse().ok()?,
+        },
         "revoking" => RotationPhase::Revoking {
             previous: stored(admin, CLIENT_PASSWORD_PREVIOUS_KEY)?,
         },
@@ -430,15 +458,19 @@ pub fn recover_credentials(
         admin_secret_name(cluster_name),
     )?;
     let rotation = stored_rotation(admin);
-    // The other password of a rotation under way may be known to processes as well.
-    let other: Vec<String> = match rotation.as_ref().map(|r| &r.phase) {
-        Some(
-            RotationPhase::Adding { next: p }
-            | RotationPhase::Published { next: p }
-            | RotationPhase::Revoking { previous: p },
-        ) => vec![p.clone()],
-        None => Vec::new(),
-    };
+    // Processes know the probe's password too (generated where `<name>-admin` has none yet:
+    // a cluster from before it existed; the processes get it added at their next probe), and
+    // the other password of a rotation under way.
+    let probe_password = stored(admin, PROBE_PASSWORD_KEY).unwrap_or_else(&generate);
+    let mut other = vec![probe_password.clone()];
+    if let Some(
+        RotationPhase::Adding { next: p }
+        | RotationPhase::Published { next: p, .. }
+        | RotationPhase::Revoking { previous: p },
+    ) = rotation.as_ref().map(|r| &r.phase)
+    {
+        other.push(p.clone());
+    }
     // The operator's copy first: it is the one clients cannot edit by accident.
     let (client_password, from) = match stored(admin, CLIENT_PASSWORD_KEY) {
         Some(p) => (Some(p), admin_secret_name(cluster_name)),
@@ -448,6 +480,7 @@ pub fn recover_credentials(
     Ok(Credentials {
         admin_password,
         client_password,
+        probe_password,
         rotation,
         rotated_token: stored(admin, ROTATED_TOKEN_KEY),
     })
@@ -458,7 +491,7 @@ mod tests {
     use super::*;
 
     fn creds() -> Credentials {
-        Credentials::new("adminpw".into(), "clientpw".into())
+        Credentials::new("adminpw".into(), "clientpw".into(), "probepw".into())
     }
 
     #[test]
@@ -575,17 +608,29 @@ mod tests {
     #[test]
     fn passwords_are_read_back_and_either_secret_alone_may_go() {
         let c = creds();
-        let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "clientpw")]);
+        let admin = stored_secret(&[
+            ("password", "adminpw"),
+            (CLIENT_PASSWORD_KEY, "clientpw"),
+            (PROBE_PASSWORD_KEY, "probepw"),
+        ]);
         let client = stored_secret(&[("password", "clientpw")]);
         let acl = acl_of(true, &c);
         assert_eq!(recover(Some(&admin), Some(&client), Some(&acl)), Ok(c.clone()));
         // The client Secret deleted: re-created from the operator's copy.
         assert_eq!(recover(Some(&admin), None, Some(&acl)), Ok(c.clone()));
-        // A cluster from before the second copy existed reads the client Secret.
+        // A cluster from before the second copy (and the probe's password) existed reads the
+        // client Secret, and gets a probe password (its processes get it added).
         let old_admin = stored_secret(&[("password", "adminpw")]);
+        let old_acl = acl_of(
+            true,
+            &Credentials::new("adminpw".into(), "clientpw".into(), String::new()),
+        );
         assert_eq!(
-            recover(Some(&old_admin), Some(&client), Some(&acl)),
-            Ok(c.clone())
+            recover(Some(&old_admin), Some(&client), Some(&old_acl)),
+            Ok(Credentials {
+                probe_password: "fresh".into(),
+                ..c.clone()
+            })
         );
         // A client Secret edited by accident does not win over the operator's copy.
         let edited = stored_secret(&[("password", "typo")]);
@@ -677,12 +722,15 @@ mod tests {
             acl_password_entries(&acl, ADMIN_USER),
             vec![password_hash("adminpw").as_str()]
         );
-        assert_eq!(
-            acl_password_entries(&acl, CLIENT_USER),
-            vec![password_hash("clientpw").as_str()]
-        );
+        let mut client = vec![password_hash("clientpw"), password_hash("probepw")];
+        client.sort();
+        assert_eq!(acl_password_entries(&acl, CLIENT_USER), client);
         assert!(acl_password_entries(&acl, "default").is_empty());
         assert!(acl_password_entries(&acl, "redlock").is_empty());
+    }
+
+    fn published_at() -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap()
     }
 
     fn rotating(phase: RotationPhase) -> Credentials {
@@ -698,10 +746,17 @@ mod tests {
     #[test]
     fn a_rotation_names_both_passwords_until_it_is_confirmed() {
         let adding = rotating(RotationPhase::Adding { next: "newpw".into() });
-        let published = rotating(RotationPhase::Published { next: "newpw".into() });
+        let published = rotating(RotationPhase::Published {
+            next: "newpw".into(),
+            at: published_at(),
+        });
         for c in [&adding, &published] {
             let acl = acl_file(true, c);
-            let mut both = vec![password_hash("clientpw"), password_hash("newpw")];
+            let mut both = vec![
+                password_hash("clientpw"),
+                password_hash("newpw"),
+                password_hash("probepw"),
+            ];
             both.sort();
             assert_eq!(acl_password_entries(&acl, CLIENT_USER), both);
             assert_eq!(c.accepted_client_hashes(), both);
@@ -716,7 +771,9 @@ mod tests {
                 previous: "clientpw".into(),
             })
         };
-        assert_eq!(revoking.accepted_client_hashes(), vec![password_hash("newpw")]);
+        let mut new_and_probe = vec![password_hash("newpw"), password_hash("probepw")];
+        new_and_probe.sort();
+        assert_eq!(revoking.accepted_client_hashes(), new_and_probe);
         assert_eq!(revoking.told_client_password(), "newpw");
         assert!(!format!("{published:?}").contains("newpw"));
     }
@@ -736,7 +793,10 @@ mod tests {
         };
         for c in [
             rotating(RotationPhase::Adding { next: "newpw".into() }),
-            rotating(RotationPhase::Published { next: "newpw".into() }),
+            rotating(RotationPhase::Published {
+                next: "newpw".into(),
+                at: published_at(),
+            }),
             Credentials {
                 client_password: "newpw".into(),
                 ..rotating(RotationPhase::Revoking {
@@ -750,13 +810,22 @@ mod tests {
             assert_eq!(recover(Some(&admin), None, Some(&acl)), Ok(c.clone()));
             // A crash between the admin Secret and the ACL Secret: the ACL Secret still names
             // the previous phase's hashes, all of which the stored passwords explain.
-            let both = acl_of(true, &rotating(RotationPhase::Published { next: "newpw".into() }));
+            let both = acl_of(
+                true,
+                &rotating(RotationPhase::Published {
+                    next: "newpw".into(),
+                    at: published_at(),
+                }),
+            );
             if c.rotation.is_some() {
                 assert_eq!(recover(Some(&admin), None, Some(&both)), Ok(c.clone()));
             }
         }
         // The new password lost from the admin Secret while processes may know it: reported.
-        let published = rotating(RotationPhase::Published { next: "newpw".into() });
+        let published = rotating(RotationPhase::Published {
+            next: "newpw".into(),
+            at: published_at(),
+        });
         let acl = acl_secret(&cluster, &published);
         let admin = admin_secret(&cluster, &creds());
         assert_eq!(

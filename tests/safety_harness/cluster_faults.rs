@@ -3,6 +3,7 @@
 //! redis-server on its node, a pod deletion through the API, the operator process killed, a
 //! node that stops reporting.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -12,25 +13,68 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
+use redlock_safety::rng::Rng;
 use redlock_safety::schedule::{Fault, FaultKind};
 use serde_json::json;
 
+use super::mounts::{self, Mounts};
+use super::workers::{self, ClientKind, Group, OpShape, Workload};
 use crate::support::{Env, start_operator, start_operator_env, wait_for, wait_held};
+
+/// What a fault needs to start lock clients of its own, next to the run's workers: clients
+/// that read the list of servers published during the fault (a resize's shorter list).
+pub struct ListClients<'a> {
+    pub bins: &'a workers::Bins,
+    pub workload: &'a Workload,
+    /// The run's mounts: their hosts file and counter server are shared.
+    pub base: &'a Mounts,
+    pub shape: OpShape,
+    pub rng: Rng,
+    /// Where each group's mounts and logs go.
+    pub dir: PathBuf,
+}
+
+impl ListClients<'_> {
+    /// One worker of every client kind on the list `secret` and `config` publish.
+    async fn start(
+        &mut self,
+        group: &str,
+        secret: &std::collections::BTreeMap<String, String>,
+        config: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Group> {
+        let dir = self.dir.join(group);
+        let m = mounts::write_beside(&dir, secret, config, self.base)?;
+        let mut started = Vec::new();
+        for client in ClientKind::ALL {
+            let name = format!("{group}-{}", client.name());
+            let log = dir.join(format!("{name}.log"));
+            started.push(workers::spawn(self.bins, client, &name, &m, &log).await?);
+        }
+        Ok(self.workload.join(started, &self.shape, &mut self.rng))
+    }
+}
+
+/// How long a resize keeps clients of both lists locking in each of its steady moments (the
+/// shorter list published with the removed pods gone; the longer list back, its new members
+/// waiting for the confirmation), beyond the time the operator takes anyway.
+const BOTH_LISTS: Duration = Duration::from_secs(3);
 
 pub struct ClusterTarget<'a> {
     pub env: &'a mut Env,
     pub name: String,
     pub members: usize,
     operator_restarts: usize,
+    clients: ListClients<'a>,
 }
 
 impl<'a> ClusterTarget<'a> {
-    pub fn new(env: &'a mut Env, name: &str, members: usize) -> Self {
+    pub fn new(env: &'a mut Env, name: &str, members: usize, clients: ListClients<'a>) -> Self {
         Self {
             env,
             name: name.to_owned(),
             members,
             operator_restarts: 0,
+            clients,
         }
     }
 
@@ -185,7 +229,7 @@ impl<'a> ClusterTarget<'a> {
                     .patch(&node, &PatchParams::default(), &cordon(false))
                     .await?;
             }
-            FaultKind::Resize => self.resize(&f.members).await?,
+            FaultKind::Resize => self.resize(f.index, &f.members).await?,
             FaultKind::NodeLoss => {
                 let node = self.env.node_of(&self.name, f.members[0] as i32).await;
                 self.env.cp.nodes().lose_node(&node).await?;
@@ -215,34 +259,35 @@ impl<'a> ClusterTarget<'a> {
         })
     }
 
-    /// Scale-down by `removed` (the highest slots) with every worker on the full list, until
-    /// the shorter list is published and the removed pods are gone; then scale-up back to the
-    /// list the workers have, confirmed with this resize's token once the operator asks.
-    async fn resize(&mut self, removed: &[usize]) -> Result<()> {
+    /// Scale-down by `removed` (the highest slots) with every worker on the full list until
+    /// the removed pods are gone; from when the shorter list is published, clients on it (one
+    /// of each kind) lock next to them. Then scale-up back to the full list, the one the run's
+    /// workers have, while the shorter list's clients go on; they stop, and only then is the
+    /// scale-up confirmed with its token, once the operator asks. So both directions have
+    /// clients on the old and the new list at once.
+    async fn resize(&mut self, index: usize, removed: &[usize]) -> Result<()> {
         let full = self.members as i32;
         let smaller = full - removed.len() as i32;
         self.env
             .patch_spec(&self.name, json!({"instances": smaller}))
             .await;
+        let (secret, config) = self.published_list(smaller).await;
+        let shorter_list = self
+            .clients
+            .start(&format!("resize-{index}"), &secret, &config)
+            .await?;
         let env = &*self.env;
-        wait_for(
-            "shorter list published, removed pods gone",
-            Duration::from_secs(120),
-            async || {
-                let published = env
-                    .cluster(&self.name)
-                    .await
-                    .status
-                    .and_then(|s| s.published_instances);
-                for &slot in removed {
-                    if env.pods().get_opt(&self.pod(slot)).await?.is_some() {
-                        return Ok(None);
-                    }
+        wait_for("removed pods gone", Duration::from_secs(120), async || {
+            for &slot in removed {
+                if env.pods().get_opt(&self.pod(slot)).await?.is_some() {
+                    return Ok(None);
                 }
-                Ok((published == Some(smaller)).then_some(()))
-            },
-        )
+            }
+            Ok(Some(()))
+        })
         .await;
+        // Both lists in use on the shorter list's members alone.
+        tokio::time::sleep(BOTH_LISTS).await;
         let grown = self.env.patch_spec(&self.name, json!({"instances": full})).await;
         let token = format!("{full}-{}", grown.metadata.generation.unwrap_or_default());
         let env = &*self.env;
@@ -255,6 +300,10 @@ impl<'a> ClusterTarget<'a> {
             Ok((asked.as_deref() == Some(token.as_str())).then_some(()))
         })
         .await;
+        // Both lists in use while the new members are fenced, waiting for the confirmation.
+        tokio::time::sleep(BOTH_LISTS).await;
+        // The confirmation says no client uses the shorter list any more: make it true first.
+        shorter_list.finish().await?;
         self.env
             .kubectl(&[
                 "annotate",
@@ -265,6 +314,30 @@ impl<'a> ClusterTarget<'a> {
             ])
             .await;
         Ok(())
+    }
+
+    /// The client Secret and the endpoints ConfigMap once both publish the list of
+    /// `instances` (each is one object with its list and quorum; a pod mounting both may see
+    /// one updated before the other, so the clients start when they agree).
+    async fn published_list(
+        &self,
+        instances: i32,
+    ) -> (
+        std::collections::BTreeMap<String, String>,
+        std::collections::BTreeMap<String, String>,
+    ) {
+        let env = &*self.env;
+        let count = |v: Option<&String>| v.map_or(0, |l| l.split_whitespace().count() as i32);
+        wait_for("shorter list published", Duration::from_secs(120), async || {
+            let (secret, config) = mounts::read_published(env.cp.client(), &env.ns, &self.name).await?;
+            let quorum = (instances / 2 + 1).to_string();
+            let agree = count(secret.get("urls")) == instances
+                && count(config.get("servers")) == instances
+                && secret.get("quorum") == Some(&quorum)
+                && config.get("quorum") == Some(&quorum);
+            Ok(agree.then_some((secret, config)))
+        })
+        .await
     }
 
     async fn wait_hold(&self, what: &str, f: impl Fn(&redlock_operator::crd::HoldPolicy) -> bool) {

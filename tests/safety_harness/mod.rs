@@ -29,7 +29,7 @@ use redlock_testenv::procs::{ManagedChild, free_port};
 use serde_json::json;
 
 use crate::support::Env;
-use cluster_faults::ClusterTarget;
+use cluster_faults::{ClusterTarget, ListClients};
 use naive::NaiveSet;
 use workers::{ClientKind, OpShape, Workload};
 
@@ -158,18 +158,19 @@ impl PhaseRun {
     }
 }
 
-/// Starts every client's workers against `mounts`.
+/// Starts every client's workers against `mounts`; their names end in `suffix`.
 async fn start_workers(
     settings: &Settings,
     bins: &workers::Bins,
     m: &mounts::Mounts,
     logs: &Path,
     phase: &str,
+    suffix: &str,
 ) -> Result<Vec<workers::WorkerProc>> {
     let mut out = Vec::new();
     for client in ClientKind::ALL {
         for i in 0..settings.workers_per_client {
-            let name = format!("{}-{i}", client.name());
+            let name = format!("{}-{i}{suffix}", client.name());
             let log = logs.join(format!("{phase}-{name}.log"));
             out.push(workers::spawn(bins, client, &name, m, &log).await?);
         }
@@ -263,27 +264,62 @@ async fn operator_phase(
         pause_ms: (5, 50),
     };
     let start = mono_ns();
-    let workload = Workload::start(
-        start_workers(settings, bins, &m, &dir, "operator").await?,
+    let workload = Workload::start(Vec::new(), &shape, rng);
+    let mut rejoin_rng = rng.fork();
+    let mut main = workload.join(
+        start_workers(settings, bins, &m, &dir, "operator", "").await?,
         &shape,
-        rng,
+        &mut rejoin_rng,
     );
     let mut faults = Vec::new();
+    let mut mounted = secret;
+    let mut remounts = 0;
     let result = async {
         warm_up(&workload, 10).await?;
-        let mut target = ClusterTarget::new(&mut env, NAME, MEMBERS);
+        let clients = ListClients {
+            bins,
+            workload: &workload,
+            base: &m,
+            shape: shape.clone(),
+            rng: rng.fork(),
+            dir: dir.clone(),
+        };
+        let mut target = ClusterTarget::new(&mut env, NAME, MEMBERS, clients);
         for f in plan {
             before_fault(&workload, f).await?;
             let rec = target.inject(f).await?;
             progress("operator", &rec, plan.len());
             faults.push(rec);
+            // A re-created cluster whose predecessor's Secrets the garbage collector removed
+            // first has new passwords (README "Passwords"): its clients, like pods mounting
+            // `<name>-client`, start again with the new ones.
+            let (secret, config) = mounts::read_published(target.env.cp.client(), &target.env.ns, NAME).await?;
+            if secret.get("password") != mounted.get("password") {
+                remounts += 1;
+                eprintln!(
+                    "[operator] fault {} {}: the client password changed (a re-created cluster's predecessor's Secrets were removed first); the workers restart with the new one ({remounts} so far)",
+                    f.index + 1,
+                    f.kind.name()
+                );
+                std::mem::take(&mut main).finish().await?;
+                let again = mounts::write_beside(&dir.join(format!("remount-{remounts}")), &secret, &config, &m)?;
+                let suffix = format!("-r{remounts}");
+                main = workload.join(
+                    start_workers(settings, bins, &again, &dir, "operator", &suffix).await?,
+                    &shape,
+                    &mut rejoin_rng,
+                );
+                mounted = secret;
+            }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         anyhow::Ok(())
     }
     .await;
+    let main_finished = main.finish().await;
     let ops = workload.finish().await?;
     result?;
+    main_finished?;
     let end = mono_ns();
     let counters = counter.read(&shape.keys).await?;
     drop(fwd);
@@ -316,7 +352,7 @@ async fn control_phase(
     };
     let start = mono_ns();
     let workload = Workload::start(
-        start_workers(settings, bins, &m, &dir, "control").await?,
+        start_workers(settings, bins, &m, &dir, "control", "").await?,
         &shape,
         rng,
     );

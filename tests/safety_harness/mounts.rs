@@ -44,6 +44,25 @@ pub fn write(
     Ok(m)
 }
 
+/// Mounts of another published Secret and ConfigMap in `dir`, sharing `base`'s hosts file and
+/// counter server.
+pub fn write_beside(
+    dir: &Path,
+    secret: &BTreeMap<String, String>,
+    config: &BTreeMap<String, String>,
+    base: &Mounts,
+) -> Result<Mounts> {
+    let m = Mounts {
+        secret_dir: dir.join("secret"),
+        config_dir: dir.join("config"),
+        hosts_file: base.hosts_file.clone(),
+        counter_addr: base.counter_addr.clone(),
+    };
+    write_dir(&m.secret_dir, secret)?;
+    write_dir(&m.config_dir, config)?;
+    Ok(m)
+}
+
 /// The Secret's and ConfigMap's data as the API server has them.
 pub async fn read_published(
     client: kube::Client,

@@ -191,6 +191,9 @@ struct Shared {
     /// CLOCK_MONOTONIC ns of the latest acquisition.
     last_acquired: AtomicU64,
     stop: AtomicBool,
+    /// A worker of any group failed (its error comes out of its group's or the workload's
+    /// `finish`).
+    failed: AtomicBool,
 }
 
 /// The workers running their loops.
@@ -199,14 +202,40 @@ pub struct Workload {
     tasks: Vec<JoinHandle<Result<()>>>,
 }
 
+/// Workers that joined a running workload, stopped on their own before it ends (clients that
+/// used one list of servers for a while, e.g. during a resize). The default is empty.
+#[derive(Default)]
+pub struct Group {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<Result<()>>>,
+}
+
+impl Group {
+    /// Lets each worker of the group finish its operation in flight, then stops it; their
+    /// operations stay in the workload's history.
+    pub async fn finish(self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.context("worker task")??;
+        }
+        Ok(())
+    }
+}
+
 impl Workload {
     pub fn start(workers: Vec<WorkerProc>, shape: &OpShape, rng: &mut Rng) -> Self {
         let shared = Arc::new(Shared::default());
-        let tasks = workers
-            .into_iter()
-            .map(|worker| tokio::spawn(drive(worker, shape.clone(), rng.fork(), shared.clone())))
-            .collect();
+        // The run's own workers stop only with the whole workload.
+        let never = Arc::new(AtomicBool::new(false));
+        let tasks = spawn_drivers(workers, shape, rng, &shared, &never);
         Workload { shared, tasks }
+    }
+
+    /// Adds workers to the running workload, writing into the same history.
+    pub fn join(&self, workers: Vec<WorkerProc>, shape: &OpShape, rng: &mut Rng) -> Group {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = spawn_drivers(workers, shape, rng, &self.shared, &stop);
+        Group { stop, tasks }
     }
 
     /// Locks held right now (acquired, release not yet invoked).
@@ -225,7 +254,7 @@ impl Workload {
 
     /// Whether a worker has failed (its error comes out of `finish`).
     pub fn failed(&self) -> bool {
-        self.tasks.iter().any(|t| t.is_finished())
+        self.shared.failed.load(Ordering::Relaxed) || self.tasks.iter().any(|t| t.is_finished())
     }
 
     /// Lets every worker finish its operation in flight, stops them, returns the history.
@@ -238,8 +267,36 @@ impl Workload {
     }
 }
 
-async fn drive(mut w: WorkerProc, shape: OpShape, mut rng: Rng, shared: Arc<Shared>) -> Result<()> {
-    while !shared.stop.load(Ordering::Relaxed) {
+fn spawn_drivers(
+    workers: Vec<WorkerProc>,
+    shape: &OpShape,
+    rng: &mut Rng,
+    shared: &Arc<Shared>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<JoinHandle<Result<()>>> {
+    workers
+        .into_iter()
+        .map(|worker| {
+            let (shape, rng, shared, stop) = (shape.clone(), rng.fork(), shared.clone(), stop.clone());
+            tokio::spawn(async move {
+                let done = drive(worker, shape, rng, shared.clone(), stop).await;
+                if done.is_err() {
+                    shared.failed.store(true, Ordering::Relaxed);
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+async fn drive(
+    mut w: WorkerProc,
+    shape: OpShape,
+    mut rng: Rng,
+    shared: Arc<Shared>,
+    group_stop: Arc<AtomicBool>,
+) -> Result<()> {
+    while !shared.stop.load(Ordering::Relaxed) && !group_stop.load(Ordering::Relaxed) {
         let key = &shape.keys[rng.range(0, shape.keys.len() as u64 - 1) as usize];
         let hold = rng.range(shape.hold_ms.0, shape.hold_ms.1);
         let seq = shared

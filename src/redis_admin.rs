@@ -227,8 +227,11 @@ impl AdminAccess {
                 version,
                 client_enabled: user_is_enabled(&user) || user_is_enabled(&other_user),
                 pod_uid,
-                client_password_hashes: (self.client_user == CLIENT_USER)
-                    .then(|| user_password_hashes(&user)),
+                // A process without the user (`Nil`) has no passwords to set: creating the user
+                // is not the sync's business (as a fence does not create one either).
+                client_password_hashes: (self.client_user == CLIENT_USER
+                    && !matches!(user, redis::Value::Nil))
+                .then(|| user_password_hashes(&user)),
             },
             TimeSample {
                 member_micros: secs * 1_000_000 + micros,

@@ -190,10 +190,13 @@ fn env_vars(cluster: &RedlockCluster, cluster_name: &str) -> Vec<EnvVar> {
                 // during an auth rollout must still start). Not a lock client's password: an
                 // environment is fixed when the container starts, and a client password
                 // rotation must not fail the probes of the containers started before it.
+                // Optional: should the key be missing (an older operator's apply removed it),
+                // the container still starts, held and fenced as always; only its probe fails
+                // until the key is back.
                 secret_key_ref: Some(SecretKeySelector {
                     name: admin_secret_name(cluster_name),
                     key: PROBE_PASSWORD_KEY.into(),
-                    ..Default::default()
+                    optional: Some(true),
                 }),
                 ..Default::default()
             }),

@@ -173,6 +173,15 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]): derived from
+/// the admin password (64 random hex digits), so it is the same whenever and wherever it is
+/// computed, and as hard to guess.
+pub fn probe_password_of(admin_password: &str) -> String {
+    hex(&Sha256::digest(
+        format!("redlock-operator readiness probe\n{admin_password}").as_bytes(),
+    ))
+}
+
 /// ACL password entry: `#<sha256 hex>`, so the file never holds a password in clear.
 pub fn password_hash(password: &str) -> String {
     format!("#{}", hex(&Sha256::digest(password.as_bytes())))
@@ -458,11 +467,13 @@ pub fn recover_credentials(
         admin_secret_name(cluster_name),
     )?;
     let rotation = stored_rotation(admin);
-    // Processes know the probe's password too (generated where `<name>-admin` has none yet:
-    // a cluster from before it existed; the processes get it added at their next probe), and
-    // the other password of a rotation under way.
-    let probe_password = stored(admin, PROBE_PASSWORD_KEY).unwrap_or_else(&generate);
+    // Processes know the probe's password too, derived from the admin password (so it is
+    // never generated twice: not by a lagging cache, not after a backup restore, not after a
+    // rollback stripped the key; the processes get it added at their next probe), and the
+    // other password of a rotation under way. A different one stored earlier is explained too.
+    let probe_password = probe_password_of(&admin_password);
     let mut other = vec![probe_password.clone()];
+    other.extend(stored(admin, PROBE_PASSWORD_KEY).filter(|p| *p != probe_password));
     if let Some(
         RotationPhase::Adding { next: p }
         | RotationPhase::Published { next: p, .. }
@@ -491,7 +502,7 @@ mod tests {
     use super::*;
 
     fn creds() -> Credentials {
-        Credentials::new("adminpw".into(), "clientpw".into(), "probepw".into())
+        Credentials::new("adminpw".into(), "clientpw".into(), probe_password_of("adminpw"))
     }
 
     #[test]
@@ -608,10 +619,11 @@ mod tests {
     #[test]
     fn passwords_are_read_back_and_either_secret_alone_may_go() {
         let c = creds();
+        let probe = probe_password_of("adminpw");
         let admin = stored_secret(&[
             ("password", "adminpw"),
             (CLIENT_PASSWORD_KEY, "clientpw"),
-            (PROBE_PASSWORD_KEY, "probepw"),
+            (PROBE_PASSWORD_KEY, &probe),
         ]);
         let client = stored_secret(&[("password", "clientpw")]);
         let acl = acl_of(true, &c);
@@ -619,7 +631,8 @@ mod tests {
         // The client Secret deleted: re-created from the operator's copy.
         assert_eq!(recover(Some(&admin), None, Some(&acl)), Ok(c.clone()));
         // A cluster from before the second copy (and the probe's password) existed reads the
-        // client Secret, and gets a probe password (its processes get it added).
+        // client Secret, and gets the probe's password (its processes get it added); so does
+        // one whose `<name>-admin` lost that key (a rollback, a backup restore): the same one.
         let old_admin = stored_secret(&[("password", "adminpw")]);
         let old_acl = acl_of(
             true,
@@ -627,11 +640,23 @@ mod tests {
         );
         assert_eq!(
             recover(Some(&old_admin), Some(&client), Some(&old_acl)),
-            Ok(Credentials {
-                probe_password: "fresh".into(),
-                ..c.clone()
-            })
+            Ok(c.clone())
         );
+        assert_eq!(
+            recover(Some(&old_admin), Some(&client), Some(&acl)),
+            Ok(c.clone())
+        );
+        // A different probe password stored earlier is explained, and replaced.
+        let earlier = stored_secret(&[
+            ("password", "adminpw"),
+            (CLIENT_PASSWORD_KEY, "clientpw"),
+            (PROBE_PASSWORD_KEY, "earlier"),
+        ]);
+        let with_earlier = acl_of(
+            true,
+            &Credentials::new("adminpw".into(), "clientpw".into(), "earlier".into()),
+        );
+        assert_eq!(recover(Some(&earlier), None, Some(&with_earlier)), Ok(c.clone()));
         // A client Secret edited by accident does not win over the operator's copy.
         let edited = stored_secret(&[("password", "typo")]);
         assert_eq!(recover(Some(&admin), Some(&edited), Some(&acl)), Ok(c));
@@ -722,7 +747,10 @@ mod tests {
             acl_password_entries(&acl, ADMIN_USER),
             vec![password_hash("adminpw").as_str()]
         );
-        let mut client = vec![password_hash("clientpw"), password_hash("probepw")];
+        let mut client = vec![
+            password_hash("clientpw"),
+            password_hash(&probe_password_of("adminpw")),
+        ];
         client.sort();
         assert_eq!(acl_password_entries(&acl, CLIENT_USER), client);
         assert!(acl_password_entries(&acl, "default").is_empty());
@@ -755,7 +783,7 @@ mod tests {
             let mut both = vec![
                 password_hash("clientpw"),
                 password_hash("newpw"),
-                password_hash("probepw"),
+                password_hash(&probe_password_of("adminpw")),
             ];
             both.sort();
             assert_eq!(acl_password_entries(&acl, CLIENT_USER), both);
@@ -771,7 +799,10 @@ mod tests {
                 previous: "clientpw".into(),
             })
         };
-        let mut new_and_probe = vec![password_hash("newpw"), password_hash("probepw")];
+        let mut new_and_probe = vec![
+            password_hash("newpw"),
+            password_hash(&probe_password_of("adminpw")),
+        ];
         new_and_probe.sort();
         assert_eq!(revoking.accepted_client_hashes(), new_and_probe);
         assert_eq!(revoking.told_client_password(), "newpw");

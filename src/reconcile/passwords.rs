@@ -35,12 +35,12 @@ pub async fn rotate(
     let mut creds = inputs.credentials.clone();
     let found = processes(observed);
     let coverage = coverage(cluster, observed);
+    let condition =
+        |creds: &Credentials| password_rotation::condition(creds, request, &coverage, grace, &name);
     // Secrets not this cluster's or not current (a rejected spec applies none): nothing
     // changes, and no process is touched with passwords that are not on record.
     if !children.config_ready {
-        return Ok(password_rotation::condition(
-            &creds, request, &coverage, grace, &name,
-        ));
+        return Ok(condition(&creds));
     }
     let timing = Timing {
         now: ctx.clock.now().wall,
@@ -54,9 +54,7 @@ pub async fn rotate(
         let mut report = ChildrenReport::default();
         if !children::apply_secrets(ctx, cluster, ns, &next, &mut report).await? {
             tracing::warn!(problems = ?report.problems, conflicts = ?report.conflicts, "client password rotation waits: its Secrets were not written");
-            return Ok(password_rotation::condition(
-                &creds, request, &coverage, grace, &name,
-            ));
+            return Ok(condition(&creds));
         }
         creds = next;
         for t in [start, advanced].into_iter().flatten() {
@@ -65,9 +63,7 @@ pub async fn rotate(
         }
     }
     sync(ctx, inputs, &creds, &found, observed).await?;
-    Ok(password_rotation::condition(
-        &creds, request, &coverage, grace, &name,
-    ))
+    Ok(condition(&creds))
 }
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::clock::Reading;
-use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::crd::{Listener, MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::{floor_micros, held_until, remaining};
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
@@ -223,6 +223,8 @@ struct Process<'a> {
     client_enabled: Option<bool>,
     /// Where it answered the probe (only known when it did).
     pod_ip: Option<String>,
+    /// How it listens there (known with `pod_ip`).
+    listener: Option<Listener>,
 }
 
 fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
@@ -232,6 +234,9 @@ fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
             container_id: container_id.as_deref(),
             client_enabled: obs.redis.as_ref().map(|r| r.client_enabled),
             pod_ip: obs.redis.as_ref().and(obs.pod_ip).map(|ip| ip.to_string()),
+            listener: obs.redis.as_ref().and(obs.pod_ip).map(|_| Listener {
+                tls_secret: obs.tls_secret.clone(),
+            }),
         }),
         _ => None,
     }
@@ -255,6 +260,7 @@ fn record_of(input: &PlanInput<'_>, slot: i32, state: MemberState, p: &Process<'
     m.run_id = p.run_id.map(str::to_owned);
     m.container_id = p.container_id.map(str::to_owned);
     m.pod_ip = p.pod_ip.clone();
+    m.listener = p.listener.clone();
     m
 }
 
@@ -271,6 +277,10 @@ fn fill_identity(m: &mut MemberStatus, p: &Process<'_>) {
     }
     if m.pod_ip.is_none() {
         m.pod_ip = p.pod_ip.clone();
+    }
+    // With the address it describes (also for a record made before listeners were kept).
+    if m.listener.is_none() && m.pod_ip.is_some() && m.pod_ip == p.pod_ip {
+        m.listener = p.listener.clone();
     }
 }
 
@@ -608,6 +618,7 @@ fn ready(input: &PlanInput<'_>, prev: &MemberStatus, obs: &SlotObservation, step
             held.unstopped = Some(UnstoppedProcess {
                 run_id: run_id.clone(),
                 pod_ip: ip.clone(),
+                listener: prev.listener.clone(),
                 fenced: false,
             });
             held.message = Some(format!(
@@ -1387,6 +1398,7 @@ fn vanished_unfenced(prev: &MemberStatus, obs: &SlotObservation) -> Option<Unsto
     Some(UnstoppedProcess {
         run_id: prev.run_id.clone()?,
         pod_ip: prev.pod_ip.clone()?,
+        listener: prev.listener.clone(),
         fenced: false,
     })
 }
@@ -2566,6 +2578,7 @@ mod tests {
                     since: Some(MicroTime(at(NOW))),
                     message: None,
                     pod_ip: None,
+                    listener: None,
                     unstopped: None,
                     maintenance: None,
                 }),
@@ -3293,6 +3306,7 @@ mod tests {
             Some(UnstoppedProcess {
                 run_id: "C".into(),
                 pod_ip: "10.1.0.9".into(),
+                listener: None,
                 fenced: false
             }),
             "{m:?}"
@@ -3358,6 +3372,7 @@ mod tests {
             Some(UnstoppedProcess {
                 run_id: "A".into(),
                 pod_ip: "10.1.0.7".into(),
+                listener: None,
                 fenced: false
             })
         );
@@ -3391,11 +3406,51 @@ mod tests {
         assert_eq!(p.members[0].unstopped, None);
     }
 
+    /// The mode a process listens in is recorded with its address, and goes with it into the
+    /// unstopped record: during a TLS toggle's rollout a process that outlives its pod listens
+    /// in the mode its pod was built with, not the spec's.
+    #[test]
+    fn the_listener_is_recorded_with_the_address_and_kept_for_an_unstopped_process() {
+        let tls = |secret: Option<&str>| SlotObservation {
+            pod_ip: Some("10.1.0.7".parse().unwrap()),
+            tls_secret: secret.map(str::to_owned),
+            ..running("A", true, "c1")
+        };
+        let old_tls = Some(Listener {
+            tls_secret: Some("old-tls".into()),
+        });
+        // A record without a listener (made before it was kept) gets the one of its address.
+        let members = [MemberStatus {
+            pod_ip: Some("10.1.0.7".into()),
+            ..ready(0, "A", "c1")
+        }];
+        let p = plan(
+            &input(1, &members, at(NOW)),
+            &observed([(0, tls(Some("old-tls")))]),
+        );
+        assert_eq!(p.members[0].listener, old_tls);
+        // A plain process: a listener without a Secret (not the same as unknown).
+        let p_plain = plan(&input(1, &members, at(NOW)), &observed([(0, tls(None))]));
+        assert_eq!(p_plain.members[0].listener, Some(Listener::default()));
+        // Without an answer at an address, nothing is recorded about how it listens.
+        let silent = SlotObservation {
+            redis: None,
+            ..tls(Some("old-tls"))
+        };
+        let p_silent = plan(&input(1, &members, at(NOW)), &observed([(0, silent)]));
+        assert_eq!(p_silent.members[0].listener, None);
+        // The pod vanishes: the process is looked for in the mode it was recorded in.
+        let p = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, missing())]));
+        let u = p.members[0].unstopped.as_ref().expect("looked for");
+        assert_eq!(u.listener, old_tls);
+    }
+
     fn with_unstopped(m: MemberStatus, fenced: bool) -> MemberStatus {
         MemberStatus {
             unstopped: Some(UnstoppedProcess {
                 run_id: "A".into(),
                 pod_ip: "10.1.0.7".into(),
+                listener: None,
                 fenced,
             }),
             ..m
@@ -3670,6 +3725,7 @@ mod tests {
             r.unstopped = Some(UnstoppedProcess {
                 run_id: "A".into(),
                 pod_ip: "10.0.0.9".into(),
+                listener: None,
                 fenced: false,
             });
             let p = plan_with(&[r], &fenced("x"), running("B", true, "c2"));

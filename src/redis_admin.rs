@@ -101,12 +101,21 @@ impl AdminAccess {
             .tls_secret
             .as_ref()
             .map(|_| o.tls_ca.clone().unwrap_or_default());
-        if tls_ca == access.tls_ca {
-            return access;
+        match access {
+            std::borrow::Cow::Borrowed(a) => a.with_tls(tls_ca),
+            std::borrow::Cow::Owned(a) => std::borrow::Cow::Owned(a.with_tls(tls_ca).into_owned()),
+        }
+    }
+
+    /// This access in the mode `tls_ca` says: `Some(ca)` is TLS only, trusting `ca` (an empty
+    /// one trusts nothing: the connection fails), `None` plain text.
+    pub fn with_tls(&self, tls_ca: Option<Vec<u8>>) -> std::borrow::Cow<'_, AdminAccess> {
+        if tls_ca == self.tls_ca {
+            return std::borrow::Cow::Borrowed(self);
         }
         std::borrow::Cow::Owned(AdminAccess {
             tls_ca,
-            ..access.into_owned()
+            ..self.clone()
         })
     }
 

@@ -828,3 +828,118 @@ async fn tls_toggles_roll_out_while_old_processes_restart() {
         }
     }
 }
+
+/// The TTL audit samples each member as its pod was built, as the probe does: during a TLS
+/// toggle's rollout, members not yet replaced still listen in plain text, and an audit made in
+/// the spec's (new) mode could not reach them, so a key with no expiry set there went unseen
+/// for the whole rollout. Here the first replacement is held for 60 s, which keeps the other
+/// two plain meanwhile.
+#[tokio::test]
+async fn the_ttl_audit_reaches_members_not_yet_rolled_to_tls() {
+    let env = Env::start_with(3, &["--ttl-audit-period-ms=500"]).await;
+    let (secret, _) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.serving_with_ttl(NAME, 3, "60s").await;
+    let login = env.client_login(NAME).await;
+    let ttl_policy = async || {
+        env.cluster(NAME)
+            .await
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "TTLPolicy"))
+    };
+    wait_for("first TTL audit", Duration::from_secs(10), async || {
+        Ok(ttl_policy().await.filter(|c| c.status == "True"))
+    })
+    .await;
+
+    env.patch_spec(NAME, json!({"tls": {"secretName": "locks-tls"}}))
+        .await;
+    wait_for(
+        "the rollout's first replacement",
+        Duration::from_secs(30),
+        async || {
+            for slot in 0..3 {
+                if pod_tls(&env, slot).await == Some(true) {
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await;
+    let mut plain = vec![];
+    for slot in 0..3 {
+        if pod_tls(&env, slot).await == Some(false) {
+            plain.push(slot);
+        }
+    }
+    assert_eq!(plain.len(), 2, "the rollout waits out the replacement's hold");
+    for &slot in &plain {
+        let mut c = connect(env.pod_ip(NAME, slot).await, &login).await.unwrap();
+        query(&mut c, &["SET", "forever", "x"]).await.unwrap();
+    }
+
+    let flagged = wait_for("TTLPolicy False", Duration::from_secs(10), async || {
+        Ok(ttl_policy().await.filter(|c| c.status == "False"))
+    })
+    .await;
+    assert!(flagged.message.contains("\"forever\""), "{}", flagged.message);
+    for &slot in &plain {
+        assert_eq!(pod_tls(&env, slot).await, Some(false), "still plain when flagged");
+    }
+}
+
+/// A process that outlives its pod is looked for and fenced in the mode its pod was built
+/// with, not the spec's: slot 1's node is cut off with its plain-text process serving, the pod
+/// is force-deleted, and TLS is turned on. Looked for with TLS (the spec's mode), the old
+/// process never answered, and a client still using the old address kept getting locks from it.
+#[tokio::test]
+async fn a_process_that_outlives_its_pod_is_fenced_in_its_own_mode_after_a_tls_toggle() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let env = Env::start(4).await;
+    let (secret, _) = tls_secret(&env.ns, "locks-tls");
+    Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let login = env.client_login(NAME).await;
+    let old_ip = env.pod_ip(NAME, 1).await;
+    let node = env.node_of(NAME, 1).await;
+    env.cp.kubelet().partition_node(&node).unwrap();
+    Api::<Node>::all(env.cp.client())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    env.patch_spec(NAME, json!({"tls": {"secretName": "locks-tls"}}))
+        .await;
+
+    env.wait_event("UnstoppedProcessFenced").await;
+    wait_for("the old process fenced", Duration::from_secs(5), async || {
+        Ok(connect(old_ip, &login).await.is_err().then_some(()))
+    })
+    .await;
+    let u = env.member(NAME, 1).await.and_then(|m| m.unstopped);
+    assert_eq!(
+        u.and_then(|u| u.listener),
+        Some(redlock_operator::crd::Listener { tls_secret: None }),
+        "recorded as listening in plain text"
+    );
+}

@@ -181,6 +181,11 @@ pub struct MemberStatus {
     #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
 
+    /// How that process listens (TLS or plain text), as its pod was built; recorded with its
+    /// address. Absent on records made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<Listener>,
+
     /// A process of this slot that was never seen to stop: its pod vanished while it ran (its
     /// node deleted or tainted out-of-service, the pod force-deleted) and it may still serve
     /// clients that reach it. Looked for at its last address before the slot is released.
@@ -203,9 +208,24 @@ pub struct UnstoppedProcess {
     /// Its last pod IP.
     #[serde(rename = "podIP")]
     pub pod_ip: String,
+    /// How it listens, recorded with its address: it is looked for (and fenced) in its own
+    /// mode, which during a TLS toggle's rollout is not the spec's. Absent on records made
+    /// before it was kept: then the spec's mode is assumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<Listener>,
     /// Seen fenced there (it grants no lock; it starts fenced again if restarted).
     #[serde(default)]
     pub fenced: bool,
+}
+
+/// How a Redis process listens, as its pod was built.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// The Secret whose certificate it serves with when it listens with TLS only; absent when
+    /// it listens in plain text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret: Option<String>,
 }
 
 impl MemberStatus {
@@ -223,6 +243,7 @@ impl MemberStatus {
             since: None,
             message: None,
             pod_ip: None,
+            listener: None,
             unstopped: None,
             maintenance: None,
         }

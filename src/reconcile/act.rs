@@ -50,7 +50,7 @@ pub async fn act(
 ) -> Result<Acted> {
     // Fences first: a process that lets clients in while it must not should be shut out as
     // soon as the hold is on record, before anything slower (events, ConfigMaps).
-    fence(ctx, &inputs.access, observed, &on_record).await?;
+    fence(ctx, cluster, ns, &inputs.access, observed, &on_record).await?;
     report(ctx, cluster, ns, &on_record, now).await;
     let endpoints_retry = if inputs.accepted() {
         publish_endpoints(ctx, cluster, ns, observed, &on_record).await
@@ -69,29 +69,40 @@ pub async fn act(
 /// that outlived its pod: where it was last seen).
 async fn fence(
     ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
     access: &AdminAccess,
     observed: &BTreeMap<i32, SlotObservation>,
     on_record: &OnRecord,
 ) -> Result<()> {
     let d = on_record.decision();
     for (slot, run_id) in &d.plan.fences {
-        let unstopped_ip = d
+        let unstopped = d
             .status
             .members
             .iter()
             .find(|m| m.slot == *slot)
             .and_then(|m| m.unstopped.as_ref())
             .filter(|u| &u.run_id == run_id)
-            .and_then(|u| u.pod_ip.parse().ok());
+            .and_then(|u| Some((u, u.pod_ip.parse().ok()?)));
         let pod = observed.get(slot);
-        let Some(ip) = unstopped_ip.or_else(|| pod.and_then(|o| o.pod_ip)) else {
+        let Some(ip) = unstopped.map(|(_, ip)| ip).or_else(|| pod.and_then(|o| o.pod_ip)) else {
             continue;
         };
-        // As its pod was built; a process that outlived its pod as the spec says (a fence
-        // shuts out both users lock clients could log in as).
-        let access = match pod.filter(|_| unstopped_ip.is_none()) {
-            Some(o) => access.for_slot(o),
-            None => std::borrow::Cow::Borrowed(access),
+        // As its pod was built; a process that outlived its pod in the mode it was recorded
+        // listening in (a fence shuts out both users lock clients could log in as).
+        let access = match (unstopped, pod) {
+            (Some((u, _)), _) => match super::inputs::access_for_unstopped(ctx, cluster, ns, access, u).await
+            {
+                Ok(access) => access,
+                // The next probe finds it again, and the fence is tried again.
+                Err(e) => {
+                    tracing::warn!(slot, error = %e, "fence not done: its TLS CA could not be read");
+                    continue;
+                }
+            },
+            (None, Some(o)) => access.for_slot(o),
+            (None, None) => std::borrow::Cow::Borrowed(access),
         };
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.

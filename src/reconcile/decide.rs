@@ -294,6 +294,7 @@ mod tests {
             unstopped: Some(UnstoppedProcess {
                 run_id: format!("R{slot}"),
                 pod_ip: format!("10.0.0.{slot}"),
+                listener: None,
                 fenced,
             }),
             ..MemberStatus::new(format!("locks-{slot}"), slot, MemberState::Lost)

@@ -1,6 +1,8 @@
 //! What a reconcile reads before it can look at the instances: the spec's validity, the
 //! credentials, and the TLS CA the operator's connections trust.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -8,7 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::apply::{Ownership, ownership};
 use crate::context::Context;
-use crate::crd::RedlockCluster;
+use crate::crd::{RedlockCluster, UnstoppedProcess};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::redis_admin::AdminAccess;
@@ -103,6 +105,29 @@ pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec
         ctx.memory.tls_cas.keep(ns, secret, ca.clone(), now);
     }
     Ok(ca)
+}
+
+/// The access to a process that outlived its pod, in the mode it was recorded listening in
+/// (during a TLS toggle's rollout that is not the spec's); the spec's mode for a record made
+/// before listeners were kept. A TLS Secret whose CA cannot be read leaves the CA empty: the
+/// connection fails and nothing is trusted through it (the process counts as not found).
+pub async fn access_for_unstopped<'a>(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    access: &'a AdminAccess,
+    unstopped: &UnstoppedProcess,
+) -> Result<Cow<'a, AdminAccess>> {
+    let Some(listener) = &unstopped.listener else {
+        return Ok(Cow::Borrowed(access));
+    };
+    let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
+    let tls_ca = match listener.tls_secret.as_deref() {
+        None => None,
+        Some(secret) if Some(secret) == spec_secret => access.tls_ca.clone(),
+        Some(secret) => Some(read_ca(ctx, ns, secret).await?.unwrap_or_default()),
+    };
+    Ok(access.with_tls(tls_ca))
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

@@ -57,7 +57,7 @@ pub async fn observe(
     // off) costs each reconcile one probe timeout, which must not delay the members' probes.
     let (clock_tracks, unstopped) = tokio::join!(
         probe_all(ctx, cluster, access, max_lock_ttl, &mut slots),
-        look_for_unstopped(cluster, access)
+        look_for_unstopped(ctx, cluster, ns, access)
     );
     for (slot, result) in unstopped {
         slots.entry(slot).or_default().unstopped = Some(result);
@@ -159,7 +159,9 @@ pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<i32, SlotOb
 /// healing) to its fence is the time two processes of one slot grant locks, and one connection
 /// attempt per probe period is all it costs (docs/design.md §9.5).
 async fn look_for_unstopped(
+    ctx: &Context,
     cluster: &RedlockCluster,
+    ns: &str,
     access: &AdminAccess,
 ) -> Vec<(i32, std::result::Result<observe::RedisInfo, String>)> {
     let members = cluster
@@ -172,6 +174,10 @@ async fn look_for_unstopped(
         let slot = m.slot;
         let ip = u.pod_ip.parse::<std::net::IpAddr>();
         Some(async move {
+            let access = match super::inputs::access_for_unstopped(ctx, cluster, ns, access, u).await {
+                Ok(access) => access,
+                Err(e) => return (slot, Err(format!("its TLS CA could not be read: {e}"))),
+            };
             let result = match ip {
                 // Its client user is not known (an auth toggle may have been under way): the
                 // probe reads both users lock clients could log in as.
@@ -337,6 +343,9 @@ async fn audit_ttls(
     };
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
         let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
+        // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during
+        // a TLS toggle's rollout the spec's mode reaches only the pods already replaced.
+        let access = access.for_slot(observed.get(&slot)?);
         Some(async move {
             (
                 slot,

@@ -522,7 +522,8 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
 
 /// The short safety run (one fault of every kind: kill -9 of one, a minority, a majority, pod
 /// deletion, SIGSTOP, operator killed, node loss, maxLockTTL lowered, delete + re-create, a
-/// failover to an operator 20 s ahead, a partitioned node's pod force-deleted, a resize) with
+/// failover to an operator 20 s ahead, a partitioned node's pod force-deleted, a partitioned
+/// node deleted (healed by a new kubelet that registers it again), a resize) with
 /// rslock, go-redsync and node-redlock, on real nodes: faults hit the containers' processes
 /// and the kubelets, clients reach the members through kube-proxy.
 async fn safety_short_run_on_real_nodes() {

@@ -229,6 +229,15 @@ impl<'a> ClusterTarget<'a> {
                     .patch(&node, &PatchParams::default(), &cordon(false))
                     .await?;
             }
+            FaultKind::PartitionDeleteNode => {
+                let node = self.env.node_of(&self.name, f.members[0] as i32).await;
+                self.env.cp.nodes().partition_node(&node)?;
+                Api::<Node>::all(self.env.cp.client())
+                    .delete(&node, &DeleteParams::default())
+                    .await?;
+                self.wait_recovered(&replaced, &before).await;
+                self.env.cp.nodes().rejoin_node(&node).await?;
+            }
             FaultKind::Resize => self.resize(f.index, &f.members).await?,
             FaultKind::NodeLoss => {
                 let node = self.env.node_of(&self.name, f.members[0] as i32).await;
@@ -245,6 +254,7 @@ impl<'a> ClusterTarget<'a> {
             | FaultKind::TtlLower
             | FaultKind::OperatorSkew
             | FaultKind::Partition
+            | FaultKind::PartitionDeleteNode
             | FaultKind::Resize => mono_ns(),
             _ => injected,
         };

@@ -153,7 +153,7 @@ impl NaiveSet {
             | FaultKind::Resize => self.crash_and_restart(&f.members, Duration::ZERO).await?,
             // Without an operator nothing fences the old process: the control models the
             // partition as what a naive restart does (an empty process serving at once).
-            FaultKind::NodeLoss | FaultKind::Partition => {
+            FaultKind::NodeLoss | FaultKind::Partition | FaultKind::PartitionDeleteNode => {
                 self.crash_and_restart(&f.members, Duration::from_millis(f.duration_ms))
                     .await?
             }

@@ -44,6 +44,11 @@ pub enum FaultKind {
     /// the process dead); healed (the old process killed, the node uncordoned) once the
     /// replacement serves.
     Partition,
+    /// As `Partition`, but the administrator deletes the Node object instead (`kubectl
+    /// delete node`): the pod garbage collector removes its pods once the node stays gone
+    /// (40 s), while the old process keeps serving. Healed once the replacement serves: the
+    /// node's kubelet starts anew, registers the Node again and kills the orphaned process.
+    PartitionDeleteNode,
     /// An everyday operation: scale-down to a bare quorum of the members while every client
     /// keeps the list of all of them (clients on the old list), until the shorter list is
     /// published and the removed pods are gone; then scale-up back, which is the list the
@@ -53,7 +58,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -65,6 +70,7 @@ impl FaultKind {
         FaultKind::Recreate,
         FaultKind::OperatorSkew,
         FaultKind::Partition,
+        FaultKind::PartitionDeleteNode,
         FaultKind::Resize,
     ];
 
@@ -81,6 +87,7 @@ impl FaultKind {
             FaultKind::Recreate => "recreate",
             FaultKind::OperatorSkew => "operator-skew",
             FaultKind::Partition => "partition",
+            FaultKind::PartitionDeleteNode => "partition-delete-node",
             FaultKind::Resize => "resize",
         }
     }

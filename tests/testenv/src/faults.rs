@@ -54,6 +54,18 @@ impl Nodes<'_> {
         }
     }
 
+    /// The partition ends for a node whose Node object was deleted meanwhile. A real kubelet
+    /// registers its Node only when it starts, so the node's kubelet starts anew: it registers
+    /// the Node again and kills the containers of pods deleted meanwhile (their processes kept
+    /// serving through the partition).
+    pub async fn rejoin_node(&self, node: &str) -> Result<()> {
+        match self {
+            // Its restore registers the Node again when it is missing.
+            Self::Process(k) => k.heal_node(node).await,
+            Self::Real(r) => r.restore_node(node),
+        }
+    }
+
     /// The node and its pods' processes die.
     pub async fn lose_node(&self, node: &str) -> Result<()> {
         match self {

@@ -380,8 +380,9 @@ impl ProcessKubelet {
         self.restore_node(node).await
     }
 
-    /// The node comes back like a rebooted kubelet: it reports Ready again, pods still
-    /// bound to it are started anew, and pods deleted meanwhile are finalised.
+    /// The node comes back like a rebooted kubelet: it registers its Node (again, if it was
+    /// deleted meanwhile) and reports Ready, pods still bound to it are started anew, and pods
+    /// deleted meanwhile are finalised.
     pub async fn restore_node(&self, node: &str) -> Result<()> {
         let id = self
             .shared
@@ -392,8 +393,7 @@ impl ProcessKubelet {
             .clone();
         lock(&self.shared.ready_since).insert(node.to_string(), Timestamp::now());
         lock(&self.shared.lost).remove(node);
-        node::renew_lease(&self.shared.client, node).await?;
-        node::report_status(
+        node::register(
             &self.shared.client,
             &id,
             &self.shared.kubelet_version,

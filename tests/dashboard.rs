@@ -8,8 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-mod promql;
-use promql::{exported_series, metric_names};
+use redlock_test_support::promql::{exported_series, metric_names};
 
 const DASHBOARD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -3,8 +3,6 @@
 //! held), `kubectl get/wait/describe`, per-cluster metrics, the TTL audit, specs the operator
 //! refuses, and zero API writes in steady state.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -12,9 +10,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use nix::sys::signal::Signal;
+use redlock_test_support::*;
 use redlock_testenv::resolver::Resolver;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

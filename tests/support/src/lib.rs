@@ -270,21 +270,30 @@ pub async fn start_operator_env(
     op
 }
 
-/// The operator's requests received between `from` and `to`, one audit entry each, from the
-/// API server's audit log (which records every request of the operator's user).
-pub fn operator_audit(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
+/// The API server's audit entries of requests received between `from` and `to`, one each
+/// (`AUDIT_POLICY` in redlock_testenv: every request of the operator's user, and everyone's
+/// requests for RedlockClusters).
+pub fn audit_entries(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
     let log = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| {
             // One entry per stage (a watch has ResponseStarted and ResponseComplete): count one.
             e["stage"] == "ResponseComplete"
-                && e["user"]["username"] == OPERATOR_USER
                 && e["requestReceivedTimestamp"]
                     .as_str()
                     .and_then(|t| t.parse::<Timestamp>().ok())
                     .is_some_and(|at| at >= from && at <= to)
         })
+        .collect()
+}
+
+/// The operator's requests received between `from` and `to`, one audit entry each, from the
+/// API server's audit log (which records every request of the operator's user).
+pub fn operator_audit(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
+    audit_entries(cp, from, to)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == OPERATOR_USER)
         .collect()
 }
 

@@ -5,16 +5,13 @@
 //! Sampling: status is polled every 5 ms and the client retries every 10 ms, so both numbers
 //! include up to that much measurement granularity (plus one API round trip for detection).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 fn summary(name: &str, mut v: Vec<f64>, goal: &str) {
     v.sort_by(f64::total_cmp);

@@ -3,13 +3,10 @@
 //! for the full hold, one at a time). Prints numbers; the only check is that every pod
 //! really was replaced (no timing assertion).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 #[tokio::main]
 async fn main() {

@@ -2,11 +2,7 @@
 //! `SAFETY_SEED` to replay a run; a fresh seed from the clock otherwise). Exits non-zero
 //! unless the operator run has no violation and the control run has at least one.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
-#[path = "../tests/safety_harness/mod.rs"]
-mod safety_harness;
+use redlock_test_support::safety_harness;
 
 fn main() {
     let seed = std::time::SystemTime::now()

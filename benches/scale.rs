@@ -12,9 +12,6 @@
 //!
 //! Release build (cargo bench). Prints numbers; asserts nothing.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -22,11 +19,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use redlock_testenv::controlplane::OPERATOR_USER;
 use redlock_testenv::operator::OperatorProcess;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
-use support::*;
 
 fn env_list(name: &str, default: &str) -> Vec<usize> {
     std::env::var(name)
@@ -140,7 +137,7 @@ async fn main() {
     let operator_args = std::env::var("BENCH_OPERATOR_ARGS").unwrap_or_default();
     let operator_args: Vec<&str> = operator_args.split_whitespace().collect();
     let mut operator = OperatorProcess::start(
-        std::path::Path::new(OPERATOR),
+        &operator_bin(),
         &kubeconfig,
         &cp.dir().join("operator.log"),
         &operator_args,

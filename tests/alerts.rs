@@ -13,10 +13,8 @@ use std::process::Command;
 
 use serde_yaml::{Mapping, Value};
 
-mod helm_chart;
-mod promql;
-use helm_chart::{helm, tool};
-use promql::{exported_series, metric_names};
+use redlock_test_support::helm_chart::{self, helm, tool};
+use redlock_test_support::promql::{exported_series, metric_names};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Release and namespace of the rendering the unit tests are written against (the README's

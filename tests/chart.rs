@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde_yaml::Value;
 
-mod helm_chart;
-use helm_chart::{chart, helm};
+use redlock_test_support::helm_chart::{self, chart, helm};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -5,16 +5,14 @@
 //! operator's clock misbehaves mid-hold, and a second client tries to take a majority until
 //! the first lock has expired. It must never get one.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use redlock_testenv::operator::{OperatorProcess, faketime_env, set_clock_offset};
-use support::*;
 
 const NAME: &str = "locks";
 const TTL: Duration = Duration::from_secs(10);

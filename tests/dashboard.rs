@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-mod promql;
-use promql::{exported_series, metric_names};
+use redlock_test_support::helm_chart::tool;
+use redlock_test_support::promql::{exported_series, metric_names};
 
 const DASHBOARD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -184,12 +184,7 @@ fn metric_names_are_found_in_promql() {
 /// rules, with Grafana's variables replaced by what Grafana would put there.
 #[test]
 fn every_panel_query_is_valid_promql() {
-    let promtool = redlock_testenv::controlplane::bin_dir().join("promtool");
-    assert!(
-        promtool.exists(),
-        "{} is missing: run `make promtool` (tests/alerts/build.sh) first",
-        promtool.display()
-    );
+    let promtool = tool("promtool", "promtool");
     let dash = dashboard();
     let rules: Vec<Value> = queries(&dash)
         .into_iter()

@@ -4,8 +4,6 @@
 //! take a majority of its own (SET NX PX on every member, as Redlock clients do) until the
 //! first lock has expired. It must never get one.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -13,8 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

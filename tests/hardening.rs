@@ -3,8 +3,6 @@
 //! enforced by the API server, the per-cluster NetworkPolicy, and that generated passwords
 //! appear nowhere but in their Secrets.
 
-mod support;
-
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -17,8 +15,8 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

@@ -4,8 +4,6 @@
 //! ServiceAccount and RBAC, not as admin; a RedlockCluster becomes Available, an app connects
 //! from the published Secret, and a `kill -9` is held and released under those permissions.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,10 +16,10 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::{MemberState, RedlockCluster};
+use redlock_test_support::*;
 use redlock_testenv::resolver::Resolver;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
-use support::*;
 
 const OPERATOR_NS: &str = "redlock-system";
 const APP_NS: &str = "team";
@@ -91,7 +89,7 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
     let cp = ControlPlane::start(ControlPlaneConfig {
         // The example asks for 5 instances, at most one per node.
         nodes: 5,
-        extra_images: vec![("*redlock-operator".into(), PathBuf::from(OPERATOR))],
+        extra_images: vec![("*redlock-operator".into(), operator_bin())],
         ..Default::default()
     })
     .await

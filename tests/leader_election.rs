@@ -3,8 +3,6 @@
 //! hold, and acts exactly once; a paused leader that lost its lease stops; SIGTERM releases
 //! the lease so a successor starts at once.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,8 +12,8 @@ use kube::api::{Api, ListParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 fn leases(env: &Env) -> Api<Lease> {

@@ -1,16 +1,14 @@
 //! Instance lifecycle on the real control plane with real redis-server processes: fenced at
 //! start, held in full (also a slot's first process), released at `heldUntil`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::DeleteParams;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

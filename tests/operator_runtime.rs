@@ -1,18 +1,15 @@
 //! The operator runtime against a real kube-apiserver: refusing to start without the CRD,
 //! status written once per change, health endpoints, graceful shutdown, API-server validation.
 
-mod support;
-
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::bail;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use redlock_operator::crd::RedlockCluster;
+use redlock_test_support::{operator_bin, wait_for};
 use redlock_testenv::operator::OperatorProcess;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
-use support::{OPERATOR, wait_for};
 
 async fn control_plane() -> ControlPlane {
     ControlPlane::start(ControlPlaneConfig {
@@ -37,7 +34,7 @@ fn cluster(name: &str, instances: i32) -> RedlockCluster {
 async fn refuses_to_start_without_the_crd() {
     let cp = control_plane().await;
     let log = cp.dir().join("operator.log");
-    let mut op = OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &log, &[]).unwrap();
+    let mut op = OperatorProcess::start(&operator_bin(), cp.kubeconfig(), &log, &[]).unwrap();
     let status = op.wait_exit(Duration::from_secs(30)).await.unwrap();
     assert!(!status.success(), "must exit non-zero");
     let out = op.log();
@@ -57,7 +54,7 @@ async fn writes_status_once_per_change_and_shuts_down_cleanly() {
     cp.install_crd(&redlock_operator::crd::crd()).await.unwrap();
     let ns = cp.new_namespace("runtime").await.unwrap();
     let log = cp.dir().join("operator.log");
-    let mut op = OperatorProcess::start(Path::new(OPERATOR), cp.kubeconfig(), &log, &[]).unwrap();
+    let mut op = OperatorProcess::start(&operator_bin(), cp.kubeconfig(), &log, &[]).unwrap();
     op.wait_ready(Duration::from_secs(30)).await.unwrap();
     assert_eq!(op.get("/healthz").await.unwrap().0, 200);
 

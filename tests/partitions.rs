@@ -4,16 +4,14 @@
 //! that the process is dead). It is not: the tests check with real lock clients that the old
 //! process and the replacement never both grant locks.
 
-mod support;
-
 use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

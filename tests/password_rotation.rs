@@ -5,8 +5,6 @@
 //! too; after the confirmation only the new one does; and the request left in place does not
 //! rotate again.
 
-mod support;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +15,7 @@ use kube::api::Api;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_operator::password_rotation::{CONDITION, CONFIRM_ANNOTATION, ROTATE_ANNOTATION};
-use support::*;
+use redlock_test_support::*;
 
 const NAME: &str = "locks";
 

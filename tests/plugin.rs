@@ -2,16 +2,14 @@
 //! real lock client: status, a fence/unfence round trip the client feels, and the errors a
 //! user meets (missing cluster, no permission, operator not running, CRD not installed).
 
-mod support;
-
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-redlock");
 const NAME: &str = "locks";

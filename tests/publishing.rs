@@ -3,8 +3,6 @@
 //! held), `kubectl get/wait/describe`, per-cluster metrics, the TTL audit, specs the operator
 //! refuses, and zero API writes in steady state.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -12,9 +10,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use nix::sys::signal::Signal;
+use redlock_test_support::*;
 use redlock_testenv::resolver::Resolver;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 
@@ -361,12 +359,9 @@ async fn api_writes(env: &Env) -> BTreeMap<String, f64> {
 /// GETs of RedlockClusters the API server audited between `from` and `to`, counted by user
 /// agent (the operator's, the controller manager's garbage collector checking owners, ...).
 fn cluster_reads(env: &Env, from: Timestamp, to: Timestamp) -> BTreeMap<String, usize> {
-    let log = std::fs::read_to_string(env.cp.audit_log()).unwrap();
     let mut reads = BTreeMap::new();
-    for line in log.lines() {
-        let e: serde_json::Value = serde_json::from_str(line).unwrap();
-        let at: Timestamp = e["requestReceivedTimestamp"].as_str().unwrap().parse().unwrap();
-        if e["verb"] == "get" && e["objectRef"]["resource"] == "redlockclusters" && at >= from && at <= to {
+    for e in audit_entries(&env.cp, from, to) {
+        if e["verb"] == "get" && e["objectRef"]["resource"] == "redlockclusters" {
             let agent = e["userAgent"].as_str().unwrap_or_default().to_owned();
             *reads.entry(agent).or_default() += 1;
         }

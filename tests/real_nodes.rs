@@ -6,9 +6,6 @@
 //!
 //! `cargo test --test real_nodes -- FILTER` runs the tests whose name contains FILTER.
 
-mod safety_harness;
-mod support;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -22,9 +19,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 use redlock_testenv::ControlPlaneConfig;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 
@@ -527,7 +524,7 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
 /// rslock, go-redsync and node-redlock, on real nodes: faults hit the containers' processes
 /// and the kubelets, clients reach the members through kube-proxy.
 async fn safety_short_run_on_real_nodes() {
-    use safety_harness::{Settings, assert_safe, run};
+    use redlock_test_support::safety_harness::{Settings, assert_safe, run};
     let mut settings = Settings::from_env(
         redlock_safety::schedule::FaultKind::ALL.len(),
         1,

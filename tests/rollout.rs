@@ -2,8 +2,6 @@
 //! local control plane with kube-scheduler, process-kubelet nodes over three zones, and the
 //! controller-manager's disruption and node-lifecycle controllers.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,8 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use redlock_operator::crd::{MemberState, RedlockCluster};
+use redlock_test_support::*;
 use serde_json::json;
-use support::*;
 
 const NAME: &str = "locks";
 

@@ -2,10 +2,7 @@
 //! node-redlock against a RedlockCluster, then the same faults against unfenced servers.
 //! `make safety` runs the long version (benches/safety_full.rs). Writes target/safety-short/.
 
-mod safety_harness;
-mod support;
-
-use safety_harness::{Settings, assert_safe, run};
+use redlock_test_support::safety_harness::{Settings, assert_safe, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_not() {

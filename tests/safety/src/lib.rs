@@ -1,5 +1,5 @@
 //! The safety suite's logic, pure apart from one clock read (`clock`), unit-tested here and
-//! driven by the harness in `tests/safety_harness/`:
+//! driven by the harness in `tests/support/src/safety_harness/`:
 //!
 //! - `clock`: the CLOCK_MONOTONIC reading every process of a run shares;
 //! - `protocol`: the line protocol between the harness and the client workers;

@@ -1,14 +1,14 @@
 //! The chart rendered by the Helm built from its Go module (`make controlplane`), with its
-//! caches kept away from the user's: shared by tests/chart.rs and tests/alerts.rs.
-#![allow(dead_code)]
+//! caches kept away from the user's: shared by tests/chart.rs, tests/alerts.rs and
+//! tests/dashboard.rs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_yaml::Value;
 
 pub fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/redlock-operator")
+    redlock_testenv::controlplane::repo_root().join("charts/redlock-operator")
 }
 
 /// A tool of `target/dev/bin`, or a failure that says which `make` target builds it.

@@ -46,7 +46,7 @@ pub struct Bins {
 }
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    redlock_testenv::controlplane::repo_root()
 }
 
 async fn run(mut cmd: Command, what: &str) -> Result<()> {

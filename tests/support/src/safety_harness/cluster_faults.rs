@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::mounts::{self, Mounts};
 use super::workers::{self, ClientKind, Group, OpShape, Workload};
-use crate::support::{Env, start_operator, start_operator_env, wait_for, wait_held};
+use crate::{Env, start_operator, start_operator_env, wait_for, wait_held};
 
 /// What a fault needs to start lock clients of its own, next to the run's workers: clients
 /// that read the list of servers published during the fault (a resize's shorter list).

@@ -1,9 +1,14 @@
 //! Shared by the integration tests and benchmarks: a control plane with the operator running,
-//! RedlockCluster helpers, and Redis clients that log in the way lock clients do.
-#![allow(dead_code)]
+//! RedlockCluster helpers, and Redis clients that log in the way lock clients do; the chart
+//! rendered by Helm (`helm_chart`), PromQL against the exported metrics (`promql`), and the
+//! safety suite's harness (`safety_harness`).
+
+pub mod helm_chart;
+pub mod promql;
+pub mod safety_harness;
 
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -16,7 +21,21 @@ use redlock_testenv::operator::OperatorProcess;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 
-pub const OPERATOR: &str = env!("CARGO_BIN_EXE_redlock-operator");
+/// The `redlock-operator` binary cargo built for the running integration test or benchmark:
+/// `CARGO_BIN_EXE_redlock-operator`, which cargo sets when it runs one (recent cargo; `env!` of
+/// it works only in the main crate's own targets, not in this crate), else the file beside the
+/// `deps` folder of the test's executable, where cargo puts it.
+pub fn operator_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_redlock-operator") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("own executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the executable is in <target>/<profile>/deps");
+    profile_dir.join("redlock-operator")
+}
 
 /// A control plane with nodes, the CRD, a namespace and a running operator.
 pub struct Env {
@@ -193,7 +212,7 @@ pub async fn start_operator_with(cp: &ControlPlane, log: &str, args: &[&str]) ->
 /// A redis-server that runs under libfaketime (tests/tools/build-redis-libc.sh builds it once
 /// and caches it outside the clone; `make test` runs it before the tests).
 pub fn redis_under_faketime() -> std::path::PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/build-redis-libc.sh");
+    let script = redlock_testenv::controlplane::repo_root().join("tests/tools/build-redis-libc.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())
@@ -245,27 +264,36 @@ pub async fn start_operator_env(
         .kubeconfig_for_user(OPERATOR_USER, Some("system:masters"))
         .unwrap();
     let mut op =
-        OperatorProcess::start_with_env(Path::new(OPERATOR), &kubeconfig, &cp.dir().join(log), args, env)
+        OperatorProcess::start_with_env(&operator_bin(), &kubeconfig, &cp.dir().join(log), args, env)
             .unwrap();
     op.wait_ready(Duration::from_secs(60)).await.unwrap();
     op
 }
 
-/// The operator's requests received between `from` and `to`, one audit entry each, from the
-/// API server's audit log (which records every request of the operator's user).
-pub fn operator_audit(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
+/// The API server's audit entries of requests received between `from` and `to`, one each
+/// (`AUDIT_POLICY` in redlock_testenv: every request of the operator's user, and everyone's
+/// requests for RedlockClusters).
+pub fn audit_entries(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
     let log = std::fs::read_to_string(cp.audit_log()).unwrap_or_default();
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| {
             // One entry per stage (a watch has ResponseStarted and ResponseComplete): count one.
             e["stage"] == "ResponseComplete"
-                && e["user"]["username"] == OPERATOR_USER
                 && e["requestReceivedTimestamp"]
                     .as_str()
                     .and_then(|t| t.parse::<Timestamp>().ok())
                     .is_some_and(|at| at >= from && at <= to)
         })
+        .collect()
+}
+
+/// The operator's requests received between `from` and `to`, one audit entry each, from the
+/// API server's audit log (which records every request of the operator's user).
+pub fn operator_audit(cp: &ControlPlane, from: Timestamp, to: Timestamp) -> Vec<serde_json::Value> {
+    audit_entries(cp, from, to)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == OPERATOR_USER)
         .collect()
 }
 
@@ -583,7 +611,7 @@ impl Env {
 
 /// The shell lines between the README's `install-steps` markers.
 pub fn install_steps() -> Vec<String> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let start = readme
         .find("<!-- install-steps")
         .expect("README has an install-steps block");

@@ -1,6 +1,5 @@
 //! PromQL as the chart's alerts and dashboard use it, checked against what the operator
 //! exports (tests/alerts.rs, tests/dashboard.rs).
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 

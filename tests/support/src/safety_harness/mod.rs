@@ -3,8 +3,8 @@
 //! schedule, then the same schedule against a naive, unfenced server set (the control). The
 //! pure parts (protocol, history, checker, schedule, report) live in the `safety` crate.
 //!
-//! Used by `tests/safety.rs` (a short run in `make test`) and `benches/safety.rs`
-//! (`make safety`, ≥ 200 faults).
+//! Used by `tests/safety.rs` (a short run in `make test`), `tests/real_nodes.rs` and
+//! `benches/safety_full.rs` (`make safety`, ≥ 200 faults).
 
 mod cluster_faults;
 mod forwarder;
@@ -28,7 +28,7 @@ use redlock_safety::timeline::{self, Phase};
 use redlock_testenv::procs::{ManagedChild, free_port};
 use serde_json::json;
 
-use crate::support::Env;
+use crate::Env;
 use cluster_faults::{ClusterTarget, ListClients};
 use naive::NaiveSet;
 use workers::{ClientKind, OpShape, Workload};
@@ -385,7 +385,6 @@ async fn control_phase(
 /// update under the operator, and at least one violation in the control (or the checker
 /// proved nothing). The full run (benches/safety_full.rs) prints and exits on
 /// `Report::passed` instead.
-#[allow(dead_code)]
 pub fn assert_safe(report: &Report, settings: &Settings) {
     assert_eq!(report.faults, settings.faults);
     assert!(report.successful_operations > 0);

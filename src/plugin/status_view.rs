@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use crate::conditions::ConditionType;
 use crate::crd::{MemberState, RedlockCluster};
 use crate::model::quorum;
 
@@ -231,12 +232,10 @@ impl Style {
     }
 }
 
-/// Whether a condition in this status is good news.
+/// Whether a condition in this status is good news. A type this operator does not write is
+/// taken as good news when `True`.
 fn condition_ok(type_: &str, status: &str) -> bool {
-    let true_is_bad = matches!(
-        type_,
-        "Degraded" | "OwnershipConflict" | "Maintenance" | "Progressing" | "Resizing"
-    );
+    let true_is_bad = ConditionType::parse(type_).is_some_and(ConditionType::true_is_bad);
     (status == "True") != true_is_bad
 }
 

@@ -61,37 +61,13 @@ pub fn compute(
         m.endpoint = (m.slot < instances).then(|| server_address(&name, &ns, m.slot));
     }
     let serving = serving_slots(&members, observed, instances);
-    let active = || members.iter().filter(|m| m.slot < instances);
     let ready = serving.len() as i32;
-    let held = active()
+    let held = members
+        .iter()
+        .filter(|m| m.slot < instances)
         .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
         .count() as i32;
-
-    let available = available(ready, instances, quorum);
-    let progressing = progressing(&findings.rollout, &name, instances, ready, held, active(), now);
-    let degraded = degraded(&members, &serving, instances, quorum);
-    let mut desired = vec![
-        available,
-        progressing,
-        degraded,
-        spec_accepted(&findings.rejections),
-    ];
-    desired.extend(ttl_policy(findings));
-    desired.push(ownership_conflict(&findings.conflicts));
-    if let Some(limits) = &findings.limits {
-        desired.push(resizing(limits, instances, &name));
-    }
-    desired.push(children_applied(&findings.apply_problems));
-    desired.push(crate::maintenance::condition(&findings.maintenance, &members));
-    if let Some(d) = &findings.failure_domains {
-        desired.push(failure_domains::condition(
-            instances,
-            cluster.spec.scheduling.spread,
-            d,
-        ));
-    }
-
-    desired.extend(findings.password_rotation.clone());
+    let desired = desired_conditions(cluster, &members, &serving, held, findings, now);
 
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,
@@ -108,6 +84,44 @@ pub fn compute(
         members,
         conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
     }
+}
+
+/// Every condition this reconcile states, in the order `status.conditions` lists them.
+fn desired_conditions(
+    cluster: &RedlockCluster,
+    members: &[MemberStatus],
+    serving: &[i32],
+    held: i32,
+    findings: &Findings,
+    now: Timestamp,
+) -> Vec<Desired> {
+    let instances = cluster.spec.instances;
+    let quorum = quorum(instances);
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let ready = serving.len() as i32;
+    let active = members.iter().filter(|m| m.slot < instances);
+    let mut desired = vec![
+        available(ready, instances, quorum),
+        progressing(&findings.rollout, &name, instances, ready, held, active, now),
+        degraded(members, serving, instances, quorum),
+        spec_accepted(&findings.rejections),
+    ];
+    desired.extend(ttl_policy(findings));
+    desired.push(ownership_conflict(&findings.conflicts));
+    if let Some(limits) = &findings.limits {
+        desired.push(resizing(limits, instances, &name));
+    }
+    desired.push(children_applied(&findings.apply_problems));
+    desired.push(crate::maintenance::condition(&findings.maintenance, members));
+    if let Some(d) = &findings.failure_domains {
+        desired.push(failure_domains::condition(
+            instances,
+            cluster.spec.scheduling.spread,
+            d,
+        ));
+    }
+    desired.extend(findings.password_rotation.clone());
+    desired
 }
 
 /// `Available`: a quorum of members serves clients.

@@ -133,6 +133,8 @@ async fn elect(
 /// The watches: caches of everything the operator manages (only objects labelled as ours:
 /// it never caches foreign Secrets) feeding the controller, node metadata for zones, and
 /// `ready` set once every cache has its first list.
+// Long because it is a list: one watch per kind, whose cache and event stream are handed on
+// side by side (`Caches`, the controller's triggers); split, the pairs would drift apart.
 fn watch(
     client: &Client,
     ns: Option<&str>,

@@ -144,6 +144,8 @@ pub struct Timing {
 /// readiness probe logs in with it and `grace` has passed since the publication (clients that
 /// mount `<name>-client` see a change only after the kubelet's sync), whatever the
 /// confirmation says.
+// One match over the phases, each arm its guard, next phase and event: the rotation's
+// state machine reads best in one place.
 pub fn advance(
     creds: &Credentials,
     request: Request<'_>,
@@ -246,6 +248,8 @@ fn sorted(hashes: &[String]) -> Vec<String> {
 
 /// The `ClientPasswordRotation` condition, when there is anything to say: a rotation under
 /// way (and what it waits for), one asked for, or one done.
+// One match over the phases, each arm its wording: kept whole so the messages a user reads
+// through a rotation sit side by side.
 pub fn condition(
     creds: &Credentials,
     request: Request<'_>,

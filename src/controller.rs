@@ -29,9 +29,7 @@ use crate::resources::names::managed_selector;
 /// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled). The start-up in its
 /// order (API check, clock check, HTTP, election, watches, context, controller) in one place.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
-    let client = Client::try_default()
-        .await
-        .map_err(|e| Error::ClientConfig(e.to_string()))?;
+    let client = Client::try_default().await.map_err(Error::ClientConfig)?;
     let ns = args.namespace.as_deref();
     let clusters: Api<RedlockCluster> = scoped(&client, ns);
     ensure_crd_installed(&clusters).await?;
@@ -135,6 +133,8 @@ async fn elect(
 /// The watches: caches of everything the operator manages (only objects labelled as ours:
 /// it never caches foreign Secrets) feeding the controller, node metadata for zones, and
 /// `ready` set once every cache has its first list.
+// Long because it is a list: one watch per kind, whose cache and event stream are handed on
+// side by side (`Caches`, the controller's triggers); split, the pairs would drift apart.
 fn watch(
     client: &Client,
     ns: Option<&str>,

@@ -16,15 +16,18 @@ pub enum Error {
 
     /// No kube client could be built (no in-cluster config and no usable KUBECONFIG).
     #[error("cannot configure a Kubernetes client: {0}")]
-    ClientConfig(String),
+    ClientConfig(#[source] kube::Error),
 
     /// A RedlockCluster without a namespace reached the reconciler (cannot happen for a
     /// namespaced kind, but the API types allow it).
+    // The cluster's name, only for the message.
     #[error("RedlockCluster {0} has no namespace")]
     MissingNamespace(String),
 
     /// `spec.tls.secretName` is missing or has no `ca.crt`: the operator cannot verify its
     /// instances (and their pods cannot start). Nothing is released until it is fixed.
+    // A sentence for the user, also published as the TLSSecretInvalid event: nothing matches on
+    // its parts, so it stays a String.
     #[error("TLS: {0}")]
     TlsSecret(String),
 
@@ -38,6 +41,7 @@ pub enum Error {
     Serialize(#[from] serde_json::Error),
 
     /// Leader election flags that cannot work together.
+    // A sentence naming the flags, shown once at start-up: nothing matches on it.
     #[error("leader election: {0}")]
     LeaseConfig(String),
 

@@ -3,11 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::conditions::Desired;
+use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::{FailureDomains, Spread};
 use crate::model::quorum;
-
-pub const FAILURE_INDEPENDENCE: &str = "FailureIndependence";
 
 /// Node label naming a node's zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -88,16 +86,16 @@ pub fn condition(instances: i32, spread: Spread, domains: &FailureDomains) -> De
     }
     if problems.is_empty() {
         Desired {
-            type_: FAILURE_INDEPENDENCE,
+            type_: ConditionType::FailureIndependence,
             status: true,
-            reason: "IndependentFailureDomains",
+            reason: ConditionReason::IndependentFailureDomains,
             message: summary,
         }
     } else {
         Desired {
-            type_: FAILURE_INDEPENDENCE,
+            type_: ConditionType::FailureIndependence,
             status: false,
-            reason: "SharedFailureDomain",
+            reason: ConditionReason::SharedFailureDomain,
             message: format!("{}; the cluster {summary}", problems.join("; ")),
         }
     }
@@ -146,7 +144,7 @@ mod tests {
         assert_eq!(d.tolerated_node_failures, 0);
         let c = condition(3, Spread::Host, &d);
         assert!(!c.status);
-        assert_eq!(c.reason, "SharedFailureDomain");
+        assert_eq!(c.reason, ConditionReason::SharedFailureDomain);
         assert!(
             c.message
                 .starts_with("node n1 runs 2 of 3 members; losing it leaves 1, below the quorum of 2"),

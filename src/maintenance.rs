@@ -8,14 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::conditions::Desired;
+use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::{MemberStatus, RedlockCluster};
 
 /// The annotation that lists the members fenced on purpose: a JSON object from slot number to
 /// the reason given, e.g. `{"1": "kernel upgrade on node-b"}`.
 pub const FENCED_MEMBERS: &str = "redlock.dev/fenced-members";
-
-pub const MAINTENANCE: &str = "Maintenance";
 
 /// The slots to keep fenced, and what was wrong with the request if it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -78,24 +76,24 @@ pub fn condition(request: &Request, members: &[MemberStatus]) -> Desired {
         .collect();
     if let Some(e) = &request.error {
         return Desired {
-            type_: MAINTENANCE,
+            type_: ConditionType::Maintenance,
             status: true,
-            reason: "FenceRequestInvalid",
+            reason: ConditionReason::FenceRequestInvalid,
             message: e.clone(),
         };
     }
     if fenced.is_empty() {
         return Desired {
-            type_: MAINTENANCE,
+            type_: ConditionType::Maintenance,
             status: false,
-            reason: "NoMemberFenced",
+            reason: ConditionReason::NoMemberFenced,
             message: "no member is fenced for maintenance".into(),
         };
     }
     Desired {
-        type_: MAINTENANCE,
+        type_: ConditionType::Maintenance,
         status: true,
-        reason: "MembersFenced",
+        reason: ConditionReason::MembersFenced,
         message: format!(
             "fenced for maintenance: {}; each serves again once unfenced and its hold has run",
             fenced.join(", ")
@@ -155,11 +153,11 @@ mod tests {
         assert_eq!(bad.slots, [(0, "disk".to_owned())].into());
         assert!(bad.error.as_deref().unwrap().contains(FENCED_MEMBERS));
         let c = condition(&bad, &members);
-        assert_eq!((c.status, c.reason), (true, "FenceRequestInvalid"));
+        assert_eq!((c.status, c.reason), (true, ConditionReason::FenceRequestInvalid));
         let c = condition(&ok, &members);
-        assert_eq!((c.status, c.reason), (true, "MembersFenced"));
+        assert_eq!((c.status, c.reason), (true, ConditionReason::MembersFenced));
         assert!(c.message.contains("locks-0 (disk)"), "{}", c.message);
         let c = condition(&Request::default(), &members[1..]);
-        assert_eq!((c.status, c.reason), (false, "NoMemberFenced"));
+        assert_eq!((c.status, c.reason), (false, ConditionReason::NoMemberFenced));
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use kube::ResourceExt;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
@@ -172,27 +172,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
             },
         }
     } else {
-        match container.and_then(|c| c.state.clone()) {
-            Some(s) if s.running.is_some() => PodState::Running {
-                container_id: container.and_then(|c| c.container_id.clone()),
-                ready: ready && !terminating,
-                terminating,
-            },
-            Some(s) => PodState::NotRunning {
-                reason: s
-                    .waiting
-                    .and_then(|w| w.reason)
-                    .or_else(|| {
-                        s.terminated
-                            .map(|t| t.reason.unwrap_or_else(|| format!("exit code {}", t.exit_code)))
-                    })
-                    .unwrap_or_else(|| "not started".into()),
-            },
-            None => PodState::NotRunning {
-                reason: unschedulable(&status)
-                    .unwrap_or_else(|| format!("{} (not started)", phase.to_lowercase())),
-            },
-        }
+        container_state(&status, container, &phase, ready, terminating)
     };
     SlotObservation {
         pod: state,
@@ -209,6 +189,37 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         tls_secret: tls_secret_of(pod),
         tls_ca: None,
         stop_unconfirmed,
+    }
+}
+
+/// The state of a pod that has not finished, from its Redis container's state.
+fn container_state(
+    status: &PodStatus,
+    container: Option<&ContainerStatus>,
+    phase: &str,
+    ready: bool,
+    terminating: bool,
+) -> PodState {
+    match container.and_then(|c| c.state.clone()) {
+        Some(s) if s.running.is_some() => PodState::Running {
+            container_id: container.and_then(|c| c.container_id.clone()),
+            ready: ready && !terminating,
+            terminating,
+        },
+        Some(s) => PodState::NotRunning {
+            reason: s
+                .waiting
+                .and_then(|w| w.reason)
+                .or_else(|| {
+                    s.terminated
+                        .map(|t| t.reason.unwrap_or_else(|| format!("exit code {}", t.exit_code)))
+                })
+                .unwrap_or_else(|| "not started".into()),
+        },
+        None => PodState::NotRunning {
+            reason: unschedulable(status)
+                .unwrap_or_else(|| format!("{} (not started)", phase.to_lowercase())),
+        },
     }
 }
 

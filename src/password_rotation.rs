@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::conditions::Desired;
+use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::RedlockCluster;
 use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
 
@@ -28,7 +28,9 @@ use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
 pub const ROTATE_ANNOTATION: &str = "redlock.dev/rotate-client-password";
 /// Annotation that confirms no client uses the old password any more; the rotation's token.
 pub const CONFIRM_ANNOTATION: &str = "redlock.dev/clients-use-password";
-pub const CONDITION: &str = "ClientPasswordRotation";
+/// The condition's type as the API carries it (tests/password_rotation.rs reads it by this
+/// name).
+pub const CONDITION: &str = ConditionType::ClientPasswordRotation.as_str();
 
 /// One answering process and the client password hashes (`#<sha256 hex>`) its client user
 /// accepts.
@@ -142,6 +144,8 @@ pub struct Timing {
 /// readiness probe logs in with it and `grace` has passed since the publication (clients that
 /// mount `<name>-client` see a change only after the kubelet's sync), whatever the
 /// confirmation says.
+// One match over the phases, each arm its guard, next phase and event: the rotation's
+// state machine reads best in one place.
 pub fn advance(
     creds: &Credentials,
     request: Request<'_>,
@@ -244,6 +248,8 @@ fn sorted(hashes: &[String]) -> Vec<String> {
 
 /// The `ClientPasswordRotation` condition, when there is anything to say: a rotation under
 /// way (and what it waits for), one asked for, or one done.
+// One match over the phases, each arm its wording: kept whole so the messages a user reads
+// through a rotation sit side by side.
 pub fn condition(
     creds: &Credentials,
     request: Request<'_>,
@@ -251,8 +257,8 @@ pub fn condition(
     grace: Duration,
     name: &str,
 ) -> Option<Desired> {
-    let desired = |status: bool, reason: &'static str, message: String| Desired {
-        type_: CONDITION,
+    let desired = |status: bool, reason: ConditionReason, message: String| Desired {
+        type_: ConditionType::ClientPasswordRotation,
         status,
         reason,
         message,
@@ -268,7 +274,7 @@ pub fn condition(
         (Some(r), _) => match &r.phase {
             RotationPhase::Adding { .. } => desired(
                 true,
-                "AddingPassword",
+                ConditionReason::AddingPassword,
                 format!(
                     "rotation {}: adding the new client password to every instance{}",
                     r.token,
@@ -289,11 +295,11 @@ pub fn condition(
                         coverage.old_probes
                     ));
                 }
-                desired(true, "AwaitingClientConfirmation", message)
+                desired(true, ConditionReason::AwaitingClientConfirmation, message)
             }
             RotationPhase::Revoking { .. } => desired(
                 true,
-                "RemovingOldPassword",
+                ConditionReason::RemovingOldPassword,
                 format!(
                     "rotation {}: removing the old client password from every instance{}",
                     r.token,
@@ -303,7 +309,7 @@ pub fn condition(
         },
         (None, Some(token)) if !token.is_empty() && !request.auth_enabled => desired(
             false,
-            "AuthDisabled",
+            ConditionReason::AuthDisabled,
             format!(
                 "rotation {token} asked for, but auth is disabled: lock clients log in without a password"
             ),
@@ -313,10 +319,14 @@ pub fn condition(
             let pending = request.rotate.filter(|t| !t.is_empty() && *t != done);
             match pending {
                 // Only between the request and the next reconcile.
-                Some(t) => desired(true, "AddingPassword", format!("rotation {t} asked for")),
+                Some(t) => desired(
+                    true,
+                    ConditionReason::AddingPassword,
+                    format!("rotation {t} asked for"),
+                ),
                 None => desired(
                     false,
-                    "Rotated",
+                    ConditionReason::Rotated,
                     format!("rotation {done} done; to rotate again, set {ROTATE_ANNOTATION} to a new token"),
                 ),
             }
@@ -499,7 +509,7 @@ mod tests {
         assert!(t.is_none());
         assert_eq!(same, running);
         let c = condition(&creds(), off, &all_answer(), GRACE, "locks").unwrap();
-        assert_eq!((c.status, c.reason), (false, "AuthDisabled"));
+        assert_eq!((c.status, c.reason), (false, ConditionReason::AuthDisabled));
     }
 
     #[test]
@@ -539,10 +549,13 @@ mod tests {
     fn the_condition_names_the_exact_confirmation_and_its_earliest_effect() {
         let (c, _) = start(&creds(), on(Some("t1"), None), || "new".into());
         let d = condition(&c, on(Some("t1"), None), &all_answer(), GRACE, "locks").unwrap();
-        assert_eq!((d.status, d.reason), (true, "AddingPassword"));
+        assert_eq!((d.status, d.reason), (true, ConditionReason::AddingPassword));
         let (c, _) = advance(&c, on(Some("t1"), None), &[], &all_answer(), at(0));
         let d = condition(&c, on(Some("t1"), None), &all_answer(), GRACE, "locks").unwrap();
-        assert_eq!((d.status, d.reason), (true, "AwaitingClientConfirmation"));
+        assert_eq!(
+            (d.status, d.reason),
+            (true, ConditionReason::AwaitingClientConfirmation)
+        );
         assert!(
             d.message
                 .contains("kubectl annotate --overwrite rlc locks redlock.dev/clients-use-password=t1"),
@@ -552,9 +565,9 @@ mod tests {
         assert!(d.message.contains(&at(120).now.to_string()), "{}", d.message);
         let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[], &all_answer(), at(120));
         let d = condition(&c, on(Some("t1"), Some("t1")), &all_answer(), GRACE, "locks").unwrap();
-        assert_eq!(d.reason, "RemovingOldPassword");
+        assert_eq!(d.reason, ConditionReason::RemovingOldPassword);
         let (c, _) = advance(&c, on(Some("t1"), Some("t1")), &[], &all_answer(), at(121));
         let d = condition(&c, on(Some("t1"), Some("t1")), &all_answer(), GRACE, "locks").unwrap();
-        assert_eq!((d.status, d.reason), (false, "Rotated"));
+        assert_eq!((d.status, d.reason), (false, ConditionReason::Rotated));
     }
 }

@@ -76,21 +76,28 @@ impl std::fmt::Display for MemberReason {
     }
 }
 
+/// Asserts that `names` (a vocabulary's `as_str`s) are distinct CamelCase words, as the API
+/// wants a reason.
+#[cfg(test)]
+pub(crate) fn assert_distinct_camel_case(names: impl IntoIterator<Item = &'static str>) {
+    let names: Vec<_> = names.into_iter().collect();
+    let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+    assert_eq!(distinct.len(), names.len(), "{names:?}");
+    for n in names {
+        assert!(
+            n.chars().next().unwrap().is_ascii_uppercase() && n.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{n}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names_are_distinct_camel_case_words() {
-        let names: std::collections::BTreeSet<_> = MemberReason::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names.len(), MemberReason::ALL.len());
-        for n in names {
-            assert!(
-                n.chars().next().unwrap().is_ascii_uppercase()
-                    && n.chars().all(|c| c.is_ascii_alphanumeric()),
-                "{n}"
-            );
-        }
+        assert_distinct_camel_case(MemberReason::ALL.map(MemberReason::as_str));
         assert!(MemberReason::InstanceLost.is_loss() && MemberReason::ClockJump.is_loss());
         assert!(!MemberReason::HoldStarted.is_loss());
     }

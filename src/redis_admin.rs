@@ -58,7 +58,7 @@ impl ProbeError {
 #[derive(Debug, thiserror::Error)]
 pub enum GuardedError {
     #[error("cannot reach {0}: {1}")]
-    Unreachable(IpAddr, String),
+    Unreachable(IpAddr, #[source] redis::RedisError),
     #[error("{addr} now runs process {found}, not {expected}: not done")]
     OtherProcess {
         addr: IpAddr,
@@ -121,7 +121,7 @@ impl AdminAccess {
 
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
-    async fn connect(&self, ip: IpAddr) -> Result<MultiplexedConnection, String> {
+    async fn connect(&self, ip: IpAddr) -> redis::RedisResult<MultiplexedConnection> {
         let addr = match self.tls_ca {
             None => ConnectionAddr::Tcp(ip.to_string(), self.port),
             Some(_) => ConnectionAddr::TcpTls {
@@ -131,32 +131,29 @@ impl AdminAccess {
                 tls_params: None,
             },
         };
-        let info = addr
-            .into_connection_info()
-            .map_err(|e| e.to_string())?
-            .set_redis_settings(
-                RedisConnectionInfo::default()
-                    .set_username(&self.admin_user)
-                    .set_password(&self.admin_password)
-                    .set_skip_set_lib_name(),
-            );
+        let info = addr.into_connection_info()?.set_redis_settings(
+            RedisConnectionInfo::default()
+                .set_username(&self.admin_user)
+                .set_password(&self.admin_password)
+                .set_skip_set_lib_name(),
+        );
         let client = match &self.tls_ca {
-            None => redis::Client::open(info).map_err(|e| e.to_string())?,
-            Some(ca) => tls_client(info, ca).map_err(|e| e.to_string())?,
+            None => redis::Client::open(info)?,
+            Some(ca) => tls_client(info, ca)?,
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| e.to_string())
+        client.get_multiplexed_async_connection_with_config(&config).await
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
     /// timed on this process's monotonic clock), on a fresh connection.
+    /// The error is a sentence: it becomes `SlotObservation::redis_error` and from there a
+    /// member's status message; nothing branches on its kind outside this file (the timeout that
+    /// `probe_kept` must tell apart is read from the typed `ProbeError` before it is rendered).
     pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
-        let mut conn = self.connect(ip).await?;
+        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
         self.probe_on(&mut conn).await.map_err(|e| e.to_string())
     }
 
@@ -194,7 +191,7 @@ impl AdminAccess {
                 }
             }
         }
-        let mut conn = self.connect(ip).await?;
+        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
         let found = self.probe_on(&mut conn).await.map_err(|e| e.to_string())?;
         kept.keep(uid, key, conn);
         Ok(found)
@@ -266,7 +263,7 @@ impl AdminAccess {
             .arg("server")
             .query_async(&mut conn)
             .await
-            .map_err(|e| GuardedError::Unreachable(ip, e.to_string()))?;
+            .map_err(|e| GuardedError::Unreachable(ip, e))?;
         let (run_id, version) = parse_info_server(&info)
             .ok_or_else(|| GuardedError::Command(ip, "INFO server has no run_id".into()))?;
         if run_id != expected_run_id {
@@ -391,7 +388,7 @@ impl AdminAccess {
         mut cursor: u64,
         budget: u64,
     ) -> Result<(Vec<SampledKey>, u64), String> {
-        let mut conn = self.connect(ip).await?;
+        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
         let mut sampled = Vec::new();
         loop {
             let count = (budget - sampled.len() as u64).clamp(1, 250);

@@ -12,6 +12,7 @@
 //!   any more. Until then a new-list quorum can only be formed from old members, and it is
 //!   larger than half of them, so it intersects every old-list quorum.
 
+use crate::conditions::ConditionReason;
 use crate::crd::{MemberStatus, RedlockCluster};
 use crate::observe::{PodState, SlotObservation};
 use std::collections::BTreeMap;
@@ -118,10 +119,10 @@ pub fn after_plan(
 }
 
 /// What the `Resizing` condition says: `None` when the list is settled.
-pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(&'static str, String)> {
+pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(ConditionReason, String)> {
     if limits.published > instances {
         return Some((
-            "ScaleDown",
+            ConditionReason::ScaleDown,
             format!(
                 "removing members {instances}..{}: fenced and held for one full hold before the list of {instances} is published; clients may keep using the list of {} until then",
                 limits.published - 1,
@@ -131,7 +132,7 @@ pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(&'sta
     }
     if limits.confirmed < instances {
         return Some((
-            "AwaitingClientConfirmation",
+            ConditionReason::AwaitingClientConfirmation,
             format!(
                 "the list of {instances} is published; new members {}..{} stay fenced until every client uses it: kubectl annotate --overwrite rlc {name} {CLIENTS_USE_INSTANCES}={}",
                 limits.confirmed,
@@ -355,14 +356,14 @@ mod tests {
     fn the_condition_says_what_it_waits_for() {
         assert_eq!(waiting_for(&limits(3, 3), 3, "locks"), None);
         let (reason, msg) = waiting_for(&limits(5, 3), 3, "locks").unwrap();
-        assert_eq!(reason, "ScaleDown");
+        assert_eq!(reason, ConditionReason::ScaleDown);
         assert!(msg.contains("members 3..4"), "{msg}");
         let waiting = Limits {
             token: Some("5-7".into()),
             ..limits(5, 3)
         };
         let (reason, msg) = waiting_for(&waiting, 5, "locks").unwrap();
-        assert_eq!(reason, "AwaitingClientConfirmation");
+        assert_eq!(reason, ConditionReason::AwaitingClientConfirmation);
         assert!(msg.contains("redlock.dev/clients-use-instances=5-7"), "{msg}");
     }
 }

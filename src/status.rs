@@ -5,7 +5,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use std::collections::BTreeMap;
 
-use crate::conditions::{self, Desired};
+use crate::conditions::{self, ConditionReason, ConditionType, Desired};
 use crate::crd::{
     FailureDomains, HoldPolicy, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus,
 };
@@ -16,15 +16,6 @@ use crate::resources::endpoints::server_address;
 use crate::rollout::Rollout;
 use crate::ttl_audit;
 use crate::validate::Rejection;
-
-pub const AVAILABLE: &str = "Available";
-pub const PROGRESSING: &str = "Progressing";
-pub const DEGRADED: &str = "Degraded";
-pub const SPEC_ACCEPTED: &str = "SpecAccepted";
-pub const TTL_POLICY: &str = "TTLPolicy";
-pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
-pub const CHILDREN_APPLIED: &str = "ChildrenApplied";
-pub const RESIZING: &str = "Resizing";
 
 /// What the reconcile found besides member states: spec problems and the TTL audit.
 #[derive(Debug, Clone, Default)]
@@ -70,37 +61,13 @@ pub fn compute(
         m.endpoint = (m.slot < instances).then(|| server_address(&name, &ns, m.slot));
     }
     let serving = serving_slots(&members, observed, instances);
-    let active = || members.iter().filter(|m| m.slot < instances);
     let ready = serving.len() as i32;
-    let held = active()
+    let held = members
+        .iter()
+        .filter(|m| m.slot < instances)
         .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
         .count() as i32;
-
-    let available = available(ready, instances, quorum);
-    let progressing = progressing(&findings.rollout, &name, instances, ready, held, active(), now);
-    let degraded = degraded(&members, &serving, instances, quorum);
-    let mut desired = vec![
-        available,
-        progressing,
-        degraded,
-        spec_accepted(&findings.rejections),
-    ];
-    desired.extend(ttl_policy(findings));
-    desired.push(ownership_conflict(&findings.conflicts));
-    if let Some(limits) = &findings.limits {
-        desired.push(resizing(limits, instances, &name));
-    }
-    desired.push(children_applied(&findings.apply_problems));
-    desired.push(crate::maintenance::condition(&findings.maintenance, &members));
-    if let Some(d) = &findings.failure_domains {
-        desired.push(failure_domains::condition(
-            instances,
-            cluster.spec.scheduling.spread,
-            d,
-        ));
-    }
-
-    desired.extend(findings.password_rotation.clone());
+    let desired = desired_conditions(cluster, &members, &serving, held, findings, now);
 
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,
@@ -119,15 +86,53 @@ pub fn compute(
     }
 }
 
+/// Every condition this reconcile states, in the order `status.conditions` lists them.
+fn desired_conditions(
+    cluster: &RedlockCluster,
+    members: &[MemberStatus],
+    serving: &[i32],
+    held: i32,
+    findings: &Findings,
+    now: Timestamp,
+) -> Vec<Desired> {
+    let instances = cluster.spec.instances;
+    let quorum = quorum(instances);
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let ready = serving.len() as i32;
+    let active = members.iter().filter(|m| m.slot < instances);
+    let mut desired = vec![
+        available(ready, instances, quorum),
+        progressing(&findings.rollout, &name, instances, ready, held, active, now),
+        degraded(members, serving, instances, quorum),
+        spec_accepted(&findings.rejections),
+    ];
+    desired.extend(ttl_policy(findings));
+    desired.push(ownership_conflict(&findings.conflicts));
+    if let Some(limits) = &findings.limits {
+        desired.push(resizing(limits, instances, &name));
+    }
+    desired.push(children_applied(&findings.apply_problems));
+    desired.push(crate::maintenance::condition(&findings.maintenance, members));
+    if let Some(d) = &findings.failure_domains {
+        desired.push(failure_domains::condition(
+            instances,
+            cluster.spec.scheduling.spread,
+            d,
+        ));
+    }
+    desired.extend(findings.password_rotation.clone());
+    desired
+}
+
 /// `Available`: a quorum of members serves clients.
 fn available(ready: i32, instances: i32, quorum: i32) -> Desired {
     Desired {
-        type_: AVAILABLE,
+        type_: ConditionType::Available,
         status: ready >= quorum,
         reason: if ready >= quorum {
-            "QuorumServing"
+            ConditionReason::QuorumServing
         } else {
-            "QuorumNotServing"
+            ConditionReason::QuorumNotServing
         },
         message: format!("{ready} of {instances} instances serve clients; a lock needs {quorum}"),
     }
@@ -157,17 +162,17 @@ fn progressing<'a>(
             message.push_str(&format!("; {w}"));
         }
         return Desired {
-            type_: PROGRESSING,
+            type_: ConditionType::Progressing,
             status: true,
-            reason: "RollingUpdate",
+            reason: ConditionReason::RollingUpdate,
             message,
         };
     }
     if ready >= instances {
         return Desired {
-            type_: PROGRESSING,
+            type_: ConditionType::Progressing,
             status: false,
-            reason: "AllInstancesReady",
+            reason: ConditionReason::AllInstancesReady,
             message: format!("all {instances} instances serve clients"),
         };
     }
@@ -183,12 +188,12 @@ fn progressing<'a>(
         }
     }
     Desired {
-        type_: PROGRESSING,
+        type_: ConditionType::Progressing,
         status: true,
         reason: if held > 0 {
-            "HoldsRunning"
+            ConditionReason::HoldsRunning
         } else {
-            "InstancesStarting"
+            ConditionReason::InstancesStarting
         },
         message,
     }
@@ -198,15 +203,15 @@ fn progressing<'a>(
 fn resizing(limits: &crate::resize::Limits, instances: i32, name: &str) -> Desired {
     match crate::resize::waiting_for(limits, instances, name) {
         Some((reason, message)) => Desired {
-            type_: RESIZING,
+            type_: ConditionType::Resizing,
             status: true,
             reason,
             message,
         },
         None => Desired {
-            type_: RESIZING,
+            type_: ConditionType::Resizing,
             status: false,
-            reason: "ServerListSettled",
+            reason: ConditionReason::ServerListSettled,
             message: format!("clients are told all {instances} servers, and every member may serve"),
         },
     }
@@ -236,9 +241,9 @@ fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i
         .collect();
     if down.is_empty() {
         return Desired {
-            type_: DEGRADED,
+            type_: ConditionType::Degraded,
             status: false,
-            reason: "AllInstancesServing",
+            reason: ConditionReason::AllInstancesServing,
             message: format!(
                 "all {instances} instances serve clients; {} can fail without losing quorum",
                 instances - quorum
@@ -247,17 +252,17 @@ fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i
     }
     let (reason, tolerance) = if ready < quorum {
         (
-            "QuorumLost",
+            ConditionReason::QuorumLost,
             "locks cannot be acquired until a quorum serves".to_owned(),
         )
     } else {
         (
-            "InstancesNotServing",
+            ConditionReason::InstancesNotServing,
             format!("{} more can fail without losing quorum", ready - quorum),
         )
     };
     Desired {
-        type_: DEGRADED,
+        type_: ConditionType::Degraded,
         status: true,
         reason,
         message: format!(
@@ -270,17 +275,17 @@ fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i
 fn spec_accepted(rejections: &[Rejection]) -> Desired {
     if rejections.is_empty() {
         return Desired {
-            type_: SPEC_ACCEPTED,
+            type_: ConditionType::SpecAccepted,
             status: true,
-            reason: "SpecValid",
+            reason: ConditionReason::SpecValid,
             message: "the spec is valid".into(),
         };
     }
     let problems: Vec<String> = rejections.iter().map(ToString::to_string).collect();
     Desired {
-        type_: SPEC_ACCEPTED,
+        type_: ConditionType::SpecAccepted,
         status: false,
-        reason: "SpecRejected",
+        reason: ConditionReason::SpecRejected,
         message: format!(
             "{}. Running instances are kept as they are, and none is created or removed, until the spec is fixed",
             problems.join("; ")
@@ -293,16 +298,16 @@ fn spec_accepted(rejections: &[Rejection]) -> Desired {
 fn ownership_conflict(conflicts: &[String]) -> Desired {
     if conflicts.is_empty() {
         return Desired {
-            type_: OWNERSHIP_CONFLICT,
+            type_: ConditionType::OwnershipConflict,
             status: false,
-            reason: "NoConflict",
+            reason: ConditionReason::NoConflict,
             message: "every child object and pod name is this cluster's own".into(),
         };
     }
     Desired {
-        type_: OWNERSHIP_CONFLICT,
+        type_: ConditionType::OwnershipConflict,
         status: true,
-        reason: "NameTaken",
+        reason: ConditionReason::NameTaken,
         message: conflicts.join("; "),
     }
 }
@@ -313,16 +318,16 @@ fn ownership_conflict(conflicts: &[String]) -> Desired {
 fn children_applied(problems: &[String]) -> Desired {
     if problems.is_empty() {
         return Desired {
-            type_: CHILDREN_APPLIED,
+            type_: ConditionType::ChildrenApplied,
             status: true,
-            reason: "Applied",
+            reason: ConditionReason::Applied,
             message: "every child object is applied".into(),
         };
     }
     Desired {
-        type_: CHILDREN_APPLIED,
+        type_: ConditionType::ChildrenApplied,
         status: false,
-        reason: "ApplyFailed",
+        reason: ConditionReason::ApplyFailed,
         message: problems.join("; "),
     }
 }
@@ -333,9 +338,9 @@ fn ttl_policy(findings: &Findings) -> Option<Desired> {
     let ttl = &findings.max_lock_ttl;
     Some(if report.violations == 0 {
         Desired {
-            type_: TTL_POLICY,
+            type_: ConditionType::TtlPolicy,
             status: true,
-            reason: "WithinMaxLockTTL",
+            reason: ConditionReason::WithinMaxLockTtl,
             message: format!("no sampled key lacks an expiry or has a TTL above maxLockTTL {ttl}"),
         }
     } else {
@@ -345,9 +350,9 @@ fn ttl_policy(findings: &Findings) -> Option<Desired> {
             .map(|e| format!(", e.g. {:?} on {} ({})", e.key, e.member, e.finding))
             .unwrap_or_default();
         Desired {
-            type_: TTL_POLICY,
+            type_: ConditionType::TtlPolicy,
             status: false,
-            reason: "KeysExceedMaxLockTTL",
+            reason: ConditionReason::KeysExceedMaxLockTtl,
             message: format!(
                 "{} key(s) on {} member(s) have no expiry or a TTL above maxLockTTL {ttl}{example}. A lock held longer than maxLockTTL can be granted twice after an instance restarts: raise maxLockTTL or fix the client",
                 report.violations, report.members_with_violations
@@ -372,8 +377,8 @@ mod tests {
         Timestamp::from_second(secs).unwrap()
     }
 
-    fn condition<'a>(s: &'a RedlockClusterStatus, type_: &str) -> &'a Condition {
-        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    fn condition(s: &RedlockClusterStatus, type_: ConditionType) -> &Condition {
+        s.conditions.iter().find(|c| c.type_ == type_.as_str()).unwrap()
     }
 
     fn member(slot: i32, state: MemberState, held_until: Option<i64>) -> MemberStatus {
@@ -409,9 +414,12 @@ mod tests {
             (s.instances, s.ready_instances, s.quorum, s.held_instances),
             (Some(5), Some(0), Some(3), Some(0))
         );
-        assert_eq!(condition(&s, AVAILABLE).status, "False");
-        assert_eq!(condition(&s, PROGRESSING).status, "True");
-        assert_eq!(condition(&s, PROGRESSING).reason, "InstancesStarting");
+        assert_eq!(condition(&s, ConditionType::Available).status, "False");
+        assert_eq!(condition(&s, ConditionType::Progressing).status, "True");
+        assert_eq!(
+            condition(&s, ConditionType::Progressing).reason,
+            "InstancesStarting"
+        );
     }
 
     #[test]
@@ -424,8 +432,8 @@ mod tests {
         let observed = BTreeMap::from([(0, running(true)), (1, running(false)), (2, running(false))]);
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
         assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(1)));
-        assert_eq!(condition(&s, AVAILABLE).status, "False");
-        let p = condition(&s, PROGRESSING);
+        assert_eq!(condition(&s, ConditionType::Available).status, "False");
+        let p = condition(&s, ConditionType::Progressing);
         assert_eq!(p.reason, "HoldsRunning");
         assert!(p.message.contains("1 held"), "{}", p.message);
     }
@@ -435,8 +443,8 @@ mod tests {
         let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
         let observed = (0..3).map(|i| (i, running(true))).collect();
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
-        assert_eq!(condition(&s, AVAILABLE).status, "True");
-        assert_eq!(condition(&s, PROGRESSING).status, "False");
+        assert_eq!(condition(&s, ConditionType::Available).status, "True");
+        assert_eq!(condition(&s, ConditionType::Progressing).status, "False");
     }
 
     #[test]
@@ -480,7 +488,7 @@ mod tests {
             member(4, MemberState::Ready, None),
         ];
         let s = compute(&cluster(5, 1), members, &observed, &Findings::default(), at(100));
-        let d = condition(&s, DEGRADED);
+        let d = condition(&s, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
             ("True", "InstancesNotServing")
@@ -505,13 +513,13 @@ mod tests {
             &Findings::default(),
             at(100),
         );
-        let d = condition(&s, DEGRADED);
+        let d = condition(&s, ConditionType::Degraded);
         assert_eq!(d.reason, "QuorumLost");
         assert!(d.message.contains("slot 1 not created"), "{}", d.message);
 
         let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
-        let d = condition(&s, DEGRADED);
+        let d = condition(&s, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
             ("False", "AllInstancesServing")
@@ -532,7 +540,7 @@ mod tests {
             ..Default::default()
         };
         let s = compute(&cluster(3, 2), vec![], &BTreeMap::new(), &findings, at(100));
-        let c = condition(&s, SPEC_ACCEPTED);
+        let c = condition(&s, ConditionType::SpecAccepted);
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SpecRejected"));
         assert!(
             c.message.starts_with("spec.redisConfig.save: remove it."),
@@ -547,7 +555,7 @@ mod tests {
             &Findings::default(),
             at(100),
         );
-        assert_eq!(condition(&s, SPEC_ACCEPTED).status, "True");
+        assert_eq!(condition(&s, ConditionType::SpecAccepted).status, "True");
     }
 
     #[test]
@@ -559,7 +567,11 @@ mod tests {
             &Findings::default(),
             at(100),
         );
-        assert!(s.conditions.iter().all(|c| c.type_ != TTL_POLICY));
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.type_ != ConditionType::TtlPolicy.as_str())
+        );
         let mut findings = Findings {
             ttl: Some(ttl_audit::Report {
                 checked: 10,
@@ -571,7 +583,7 @@ mod tests {
             ..Default::default()
         };
         let s = compute(&cluster(3, 1), vec![], &BTreeMap::new(), &findings, at(100));
-        assert_eq!(condition(&s, TTL_POLICY).status, "True");
+        assert_eq!(condition(&s, ConditionType::TtlPolicy).status, "True");
         findings.ttl = Some(ttl_audit::Report {
             checked: 10,
             violations: 2,
@@ -583,7 +595,7 @@ mod tests {
             }),
         });
         let s = compute(&cluster(3, 1), vec![], &BTreeMap::new(), &findings, at(100));
-        let c = condition(&s, TTL_POLICY);
+        let c = condition(&s, ConditionType::TtlPolicy);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("False", "KeysExceedMaxLockTTL")

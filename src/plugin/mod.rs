@@ -138,6 +138,7 @@ fn api_error(action: &str, e: kube::Error) -> PluginError {
     }
 }
 
+// One arm per subcommand, each a few lines of calls: the dispatch reads best as one match.
 pub async fn run(cli: Cli) -> Result<String> {
     let config = kube::Config::infer()
         .await

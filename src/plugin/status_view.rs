@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::crd::{MemberState, RedlockCluster};
+use crate::conditions::ConditionType;
+use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::model::quorum;
 
 /// Whether the operator looks alive, as far as its Lease tells.
@@ -112,36 +113,10 @@ pub fn view(
     let published = status.published_instances.unwrap_or(instances);
     // What a client of the published list needs (a resize can keep it longer than N).
     let q = quorum(published).max(status.quorum.unwrap_or(0));
-    let pod_of = |name: &str| pods.iter().find(|p| p.metadata.name.as_deref() == Some(name));
     let members: Vec<MemberView> = status
         .members
         .iter()
-        .map(|m| {
-            let node = pod_of(&m.name).and_then(|p| p.spec.as_ref()?.node_name.clone());
-            let hold_left = m
-                .held_until
-                .as_ref()
-                .filter(|_| m.state.is_holding())
-                .map(|u| u.0.duration_since(now).as_secs_f64().max(0.0));
-            MemberView {
-                slot: m.slot,
-                name: m.name.clone(),
-                state: format!("{:?}", m.state),
-                serving: m.state == MemberState::Ready && m.slot < published,
-                zone: node.as_ref().and_then(|n| zones.get(n).cloned()),
-                node,
-                pod_ip: m.pod_ip.clone(),
-                run_id: m.run_id.clone(),
-                held_until: m
-                    .held_until
-                    .as_ref()
-                    .filter(|_| m.state.is_holding())
-                    .map(|u| u.0.to_string()),
-                hold_left_seconds: hold_left,
-                maintenance: m.maintenance.clone(),
-                message: m.message.clone(),
-            }
-        })
+        .map(|m| member_view(m, pods, zones, published, now))
         .collect();
     let serving = members.iter().filter(|m| m.serving).count() as i32;
     let mut events: Vec<EventView> = events.iter().map(|e| event_view(e, now)).collect();
@@ -175,6 +150,36 @@ pub fn view(
             })
             .collect(),
         events,
+    }
+}
+
+fn member_view(m: &MemberStatus, pods: &[Pod], zones: &Zones, published: i32, now: Timestamp) -> MemberView {
+    let node = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(m.name.as_str()))
+        .and_then(|p| p.spec.as_ref()?.node_name.clone());
+    let hold_left = m
+        .held_until
+        .as_ref()
+        .filter(|_| m.state.is_holding())
+        .map(|u| u.0.duration_since(now).as_secs_f64().max(0.0));
+    MemberView {
+        slot: m.slot,
+        name: m.name.clone(),
+        state: format!("{:?}", m.state),
+        serving: m.state == MemberState::Ready && m.slot < published,
+        zone: node.as_ref().and_then(|n| zones.get(n).cloned()),
+        node,
+        pod_ip: m.pod_ip.clone(),
+        run_id: m.run_id.clone(),
+        held_until: m
+            .held_until
+            .as_ref()
+            .filter(|_| m.state.is_holding())
+            .map(|u| u.0.to_string()),
+        hold_left_seconds: hold_left,
+        maintenance: m.maintenance.clone(),
+        message: m.message.clone(),
     }
 }
 
@@ -231,12 +236,10 @@ impl Style {
     }
 }
 
-/// Whether a condition in this status is good news.
+/// Whether a condition in this status is good news. A type this operator does not write is
+/// taken as good news when `True`.
 fn condition_ok(type_: &str, status: &str) -> bool {
-    let true_is_bad = matches!(
-        type_,
-        "Degraded" | "OwnershipConflict" | "Maintenance" | "Progressing" | "Resizing"
-    );
+    let true_is_bad = ConditionType::parse(type_).is_some_and(ConditionType::true_is_bad);
     (status == "True") != true_is_bad
 }
 

@@ -284,6 +284,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::conditions::ConditionType;
     use crate::crd::{FailureDomains, MemberState};
     use crate::observe::{RedisInfo, SlotObservation};
 
@@ -441,7 +442,7 @@ mod tests {
             .status
             .conditions
             .iter()
-            .find(|c| c.type_ == status::OWNERSHIP_CONFLICT)
+            .find(|c| c.type_ == ConditionType::OwnershipConflict.as_str())
             .unwrap();
         assert_eq!(cond.status, "True");
         assert!(cond.message.contains("locks-acl"), "{}", cond.message);

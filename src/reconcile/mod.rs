@@ -30,10 +30,11 @@ use kube::runtime::reflector::ObjectRef;
 
 pub use persist::status_patch;
 
+use crate::conditions::{self, ConditionType};
 use crate::context::Context;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
-use crate::{events, status};
+use crate::events;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).
@@ -163,24 +164,17 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let find = |list: &[Condition], t: &str| list.iter().find(|c| c.type_ == t).cloned();
-    for (type_, bad_status, bad_reason, good_reason) in [
-        (status::SPEC_ACCEPTED, "False", "SpecRejected", "SpecAccepted"),
+    let find = |list: &[Condition], t: ConditionType| list.iter().find(|c| c.type_ == t.as_str()).cloned();
+    for (type_, bad_reason, good_reason) in [
+        (ConditionType::SpecAccepted, "SpecRejected", "SpecAccepted"),
+        (ConditionType::TtlPolicy, "TTLPolicyViolated", "TTLPolicyRestored"),
         (
-            status::TTL_POLICY,
-            "False",
-            "TTLPolicyViolated",
-            "TTLPolicyRestored",
-        ),
-        (
-            status::OWNERSHIP_CONFLICT,
-            "True",
+            ConditionType::OwnershipConflict,
             "OwnershipConflict",
             "OwnershipConflictResolved",
         ),
         (
-            status::CHILDREN_APPLIED,
-            "False",
+            ConditionType::ChildrenApplied,
             "ChildApplyFailed",
             "ChildrenApplied",
         ),
@@ -188,13 +182,14 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         let Some(new) = find(&desired.conditions, type_) else {
             continue;
         };
+        let bad_status = conditions::status_str(type_.true_is_bad());
         let before = find(old, type_);
         let was_bad = before.as_ref().map(|c| c.status == bad_status);
         let is_bad = new.status == bad_status;
         let (reason, warning) = match (was_bad, is_bad) {
             // A changed message of a rejected spec or a conflict is a new problem: tell again.
             (Some(true), true)
-                if type_ != status::TTL_POLICY
+                if type_ != ConditionType::TtlPolicy
                     && before.as_ref().map(|c| &c.message) != Some(&new.message) =>
             {
                 (bad_reason, true)

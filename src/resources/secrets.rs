@@ -428,6 +428,8 @@ impl CredentialsProblem {
 /// password Secrets, so a hash there means processes may run that accept only that password.
 /// The client password has two copies (`<name>-client` for clients, `<name>-admin` for the
 /// operator), so deleting either Secret alone loses nothing.
+// Kept whole: each password is checked against the evidence the ones before it add (admin,
+// then probe and rotation, then client), and that order is the safety argument.
 pub fn recover_credentials(
     cluster_name: &str,
     admin: Option<&Secret>,

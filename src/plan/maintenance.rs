@@ -26,38 +26,59 @@ pub(super) fn maintenance(
     mut step: Step,
     obs: &SlotObservation,
 ) -> Step {
-    let Some(mut next) = step.member.take() else {
+    let Some(next) = step.member.take() else {
         return step;
     };
-    let Some(reason) = input.maintenance.get(&slot) else {
-        next.maintenance = None;
-        if prev.is_some_and(|p| p.maintenance.is_some()) {
-            // Its release is due from now at the earliest (`redlock_member_release_overdue_seconds`).
-            next.since = Some(MicroTime(floor_micros(input.now)));
-            let when = match &next.held_until {
-                _ if step.release.is_some() => "now".to_owned(),
-                Some(until) if next.state.is_holding() && until.0 > input.now => {
-                    format!("once its hold ends at {}", until.0)
-                }
-                _ if next.state.is_holding() => {
-                    "once the operator releases it (its hold has ended)".to_owned()
-                }
-                _ => "as before (it was never fenced)".to_owned(),
-            };
-            step.tell(
-                slot,
-                MemberReason::Unfenced,
-                format!("{}: unfenced; serves lock clients again {when}", next.name),
-                false,
-            );
-        }
-        step.member = Some(next);
-        return step;
+    let next = match input.maintenance.get(&slot) {
+        None => unmarked(input, slot, prev, next, &mut step),
+        Some(_) if matches!(obs.pod, PodState::Foreign { .. }) => next,
+        Some(reason) => marked(input, slot, reason, next, obs, &mut step),
     };
-    if matches!(obs.pod, PodState::Foreign { .. }) {
-        step.member = Some(next);
-        return step;
+    step.member = Some(next);
+    step
+}
+
+/// A slot not fenced on purpose: no mark, and a member just unfenced says when it serves
+/// lock clients again.
+fn unmarked(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    mut next: MemberStatus,
+    step: &mut Step,
+) -> MemberStatus {
+    next.maintenance = None;
+    if prev.is_some_and(|p| p.maintenance.is_some()) {
+        // Its release is due from now at the earliest (`redlock_member_release_overdue_seconds`).
+        next.since = Some(MicroTime(floor_micros(input.now)));
+        let when = match &next.held_until {
+            _ if step.release.is_some() => "now".to_owned(),
+            Some(until) if next.state.is_holding() && until.0 > input.now => {
+                format!("once its hold ends at {}", until.0)
+            }
+            _ if next.state.is_holding() => "once the operator releases it (its hold has ended)".to_owned(),
+            _ => "as before (it was never fenced)".to_owned(),
+        };
+        step.tell(
+            slot,
+            MemberReason::Unfenced,
+            format!("{}: unfenced; serves lock clients again {when}", next.name),
+            false,
+        );
     }
+    next
+}
+
+/// A slot fenced on purpose (its pod ours): marked with `reason`; a `Ready` member is fenced
+/// and held in full from now if it answers, else says why it is not fenced yet.
+fn marked(
+    input: &PlanInput<'_>,
+    slot: i32,
+    reason: &str,
+    mut next: MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
     if next.state == MemberState::Ready {
         let why = format!("fenced for maintenance ({reason})");
         match running_process(obs)
@@ -77,7 +98,7 @@ pub(super) fn maintenance(
                     true,
                 );
                 let unstopped = next.unstopped.clone();
-                next = start_hold(input, slot, obs, why, &mut step);
+                next = start_hold(input, slot, obs, why, step);
                 // A process of the slot that outlived its pod is still looked for (§9.5).
                 next.unstopped = unstopped;
             }
@@ -88,7 +109,6 @@ pub(super) fn maintenance(
             }
         }
     }
-    next.maintenance = Some(reason.clone());
-    step.member = Some(next);
-    step
+    next.maintenance = Some(reason.to_owned());
+    next
 }

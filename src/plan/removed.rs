@@ -50,35 +50,45 @@ pub(super) fn retire_member(
         step.member = Some(prev.clone());
         return step;
     }
+    step.member = retired_record(input, slot, prev, obs, &mut step);
+    step
+}
+
+/// A removed slot whose pod is gone, no longer on the list clients are told: a slot that
+/// ever served keeps a `Lost` record until its hold has run out; none after that.
+fn retired_record(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> Option<MemberStatus> {
     // A process that outlived its pod is still looked for while the record lasts: clients
     // that kept the longer list may reach it.
-    let prev = match removed_unstopped(input, prev, obs, &mut step) {
+    let prev = match removed_unstopped(input, prev, obs, step) {
         LookedFor::PlanFrom(prev) => prev,
-        LookedFor::Refenced(restarted) => {
-            step.member = Some(restarted);
-            return step;
-        }
+        LookedFor::Refenced(restarted) => return Some(restarted),
     };
     let prev = &prev;
     let (until, started) = match prev.state {
-        MemberState::Starting => return step,
+        MemberState::Starting => return None,
         MemberState::Ready => (held_until(input.now, input.hold), floor_micros(input.now)),
         MemberState::Held | MemberState::Lost => hold_end(input, prev),
     };
-    if until > input.now {
-        let mut m = fresh_record(input, slot, MemberState::Lost);
-        m.held_until = Some(MicroTime(until));
-        m.hold_started_at = Some(MicroTime(started));
-        m.message = Some(format!(
-            "removed by scale-down; the slot can be reused without a hold after {until}"
-        ));
-        if prev.state == MemberState::Lost {
-            m.since = prev.since.clone();
-        }
-        m.unstopped = prev.unstopped.clone().filter(|u| !u.fenced);
-        step.member = Some(m);
+    if until <= input.now {
+        return None;
     }
-    step
+    let mut m = fresh_record(input, slot, MemberState::Lost);
+    m.held_until = Some(MicroTime(until));
+    m.hold_started_at = Some(MicroTime(started));
+    m.message = Some(format!(
+        "removed by scale-down; the slot can be reused without a hold after {until}"
+    ));
+    if prev.state == MemberState::Lost {
+        m.since = prev.since.clone();
+    }
+    m.unstopped = prev.unstopped.clone().filter(|u| !u.fenced);
+    Some(m)
 }
 
 /// A removed slot that clients are still told about (a scale-down whose shorter list is not
@@ -94,14 +104,6 @@ fn fence_removed(
     obs: &SlotObservation,
 ) -> Step {
     let mut step = Step::default();
-    let removing = format!(
-        "removed by scale-down: fenced and held; the list of {} is published once its hold has ended, then its pod is deleted",
-        input.instances
-    );
-    let unproven = format!(
-        "removed by scale-down: being fenced; its hold starts once it is seen fenced or gone, then the list of {} is published",
-        input.instances
-    );
     // A process of the slot that outlived its pod (docs/design.md §9.5): clients on the list
     // that still names this slot reach it where it runs. Found letting them in, it is fenced
     // there and the hold restarts; found fenced, it grants nothing.
@@ -114,9 +116,37 @@ fn fence_removed(
         None => None,
     };
     let prev = prev.as_ref();
+    let next = fenced_removed_record(input, slot, prev, obs, &mut step);
+    step.member = Some(match prev {
+        Some(prev) if prev.state == next.state => MemberStatus {
+            since: prev.since.clone(),
+            ..next
+        },
+        _ => next,
+    });
+    step
+}
+
+/// The record of a removed slot still on the list, by what its process was seen doing:
+/// letting clients in, fenced, not answering, or gone.
+fn fenced_removed_record(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let removing = format!(
+        "removed by scale-down: fenced and held; the list of {} is published once its hold has ended, then its pod is deleted",
+        input.instances
+    );
+    let unproven = format!(
+        "removed by scale-down: being fenced; its hold starts once it is seen fenced or gone, then the list of {} is published",
+        input.instances
+    );
     let p = running_process(obs);
     let answer = p.as_ref().and_then(|p| Some((p, p.run_id?, p.client_enabled?)));
-    let next = match (answer, &p) {
+    match (answer, &p) {
         // Lets clients in: fence it; no hold yet.
         (Some((p, run_id, true)), _) => {
             step.fence = Some(run_id.to_owned());
@@ -128,36 +158,39 @@ fn fence_removed(
             }
         }
         // Seen fenced: the hold runs (from now, unless it already ran for this process).
-        (Some((p, _, false)), _) => removed_seen_fenced(input, slot, prev, p, obs, &removing, &mut step),
+        (Some((p, _, false)), _) => removed_seen_fenced(input, slot, prev, p, obs, &removing, step),
         // Running but not answering: nothing is proven; a hold already running stays.
-        (None, Some(_)) => match prev {
-            Some(prev) if hold_recorded(prev) => prev.clone(),
-            Some(prev) if prev.state == MemberState::Starting => prev.clone(),
-            // Which process it was stays on record: if its pod vanishes before it answers,
-            // that process is looked for where it ran.
-            Some(prev) => MemberStatus {
-                state: MemberState::Held,
-                held_until: None,
-                hold_started_at: None,
-                message: Some(unproven),
-                ..prev.clone()
-            },
-            None => MemberStatus {
-                message: Some(unproven),
-                ..fresh_record(input, slot, MemberState::Held)
-            },
-        },
+        (None, Some(_)) => removed_unanswering(input, slot, prev, unproven),
         // No process (pod gone, not running, finished): it grants nothing from now on.
-        (None, None) => removed_gone(input, slot, prev, obs, &removing, &mut step),
-    };
-    step.member = Some(match prev {
-        Some(prev) if prev.state == next.state => MemberStatus {
-            since: prev.since.clone(),
-            ..next
+        (None, None) => removed_gone(input, slot, prev, obs, &removing, step),
+    }
+}
+
+/// A removed member whose process runs but does not answer: nothing is proven, so a hold
+/// already running stays and none starts.
+fn removed_unanswering(
+    input: &PlanInput<'_>,
+    slot: i32,
+    prev: Option<&MemberStatus>,
+    unproven: String,
+) -> MemberStatus {
+    match prev {
+        Some(prev) if hold_recorded(prev) => prev.clone(),
+        Some(prev) if prev.state == MemberState::Starting => prev.clone(),
+        // Which process it was stays on record: if its pod vanishes before it answers,
+        // that process is looked for where it ran.
+        Some(prev) => MemberStatus {
+            state: MemberState::Held,
+            held_until: None,
+            hold_started_at: None,
+            message: Some(unproven),
+            ..prev.clone()
         },
-        _ => next,
-    });
-    step
+        None => MemberStatus {
+            message: Some(unproven),
+            ..fresh_record(input, slot, MemberState::Held)
+        },
+    }
 }
 
 /// Whether `m` records a hold with an end (one that has been running).

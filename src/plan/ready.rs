@@ -23,7 +23,6 @@ pub(super) fn ready(
     if let Some(next) = unstopped_after_release(input, prev, obs, step) {
         return next;
     }
-    let slot = prev.slot;
     let process = running_process(obs);
     if let Some(Verdict::JumpedForward { by }) = obs.clock
         && let Some(p) = &process
@@ -35,32 +34,7 @@ pub(super) fn ready(
     report_clock(prev, obs, step);
     let lost = lost_why(prev, obs, process.as_ref());
     if let Some(why) = lost {
-        step.tell(
-            slot,
-            MemberReason::InstanceLost,
-            format!("{}: {why}; its keys are gone", prev.name),
-            true,
-        );
-        step.create_pod = obs.pod == PodState::Missing;
-        let mut held = start_hold(input, slot, obs, why, step);
-        if (obs.pod == PodState::Missing || obs.stop_unconfirmed)
-            && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
-        {
-            // The pod object is gone (or marked failed by the control plane), but nothing
-            // showed its process stop: a node cut off from the API server keeps serving
-            // clients that reach it.
-            held.unstopped = Some(UnstoppedProcess {
-                run_id: run_id.clone(),
-                pod_ip: ip.clone(),
-                fenced: false,
-            });
-            held.message = Some(format!(
-                "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
-                held.message.unwrap_or_default()
-            ));
-        }
-        carry_earlier_unstopped(prev, &mut held, step);
-        return fence_if_serving(held, process.as_ref(), step);
+        return lost_process(input, prev, obs, process.as_ref(), why, step);
     }
     let mut next = prev.clone();
     let Some(p) = &process else {
@@ -77,6 +51,45 @@ pub(super) fn ready(
     }
     next.message = serving_message(obs);
     next
+}
+
+/// A released member whose process counts as lost (`why`, from [`lost_why`]): its keys are
+/// gone, so it is held in full from now; a process its vanished pod left behind is looked for.
+fn lost_process(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    process: Option<&Process<'_>>,
+    why: String,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    step.tell(
+        slot,
+        MemberReason::InstanceLost,
+        format!("{}: {why}; its keys are gone", prev.name),
+        true,
+    );
+    step.create_pod = obs.pod == PodState::Missing;
+    let mut held = start_hold(input, slot, obs, why, step);
+    if (obs.pod == PodState::Missing || obs.stop_unconfirmed)
+        && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
+    {
+        // The pod object is gone (or marked failed by the control plane), but nothing
+        // showed its process stop: a node cut off from the API server keeps serving
+        // clients that reach it.
+        held.unstopped = Some(UnstoppedProcess {
+            run_id: run_id.clone(),
+            pod_ip: ip.clone(),
+            fenced: false,
+        });
+        held.message = Some(format!(
+            "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
+            held.message.unwrap_or_default()
+        ));
+    }
+    carry_earlier_unstopped(prev, &mut held, step);
+    fence_if_serving(held, process, step)
 }
 
 /// Why a released member's process counts as lost (its keys gone), if it does.

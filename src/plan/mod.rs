@@ -17,7 +17,8 @@
 //! cluster does not control, [`removed`] for slots at or above N, and [`maintenance`] for a
 //! slot fenced on purpose. Beneath them: [`identity`] (which process runs), [`holds`] (starting
 //! and timing holds), [`unstopped`] (processes that outlived their pods) and [`clock`] (what a
-//! member's clock did). [`plan`] and [`step_member`] dispatch each slot to its state.
+//! member's clock did); [`input`] and [`step`] hold what planning is given and what it
+//! decides. [`plan`] and [`step_member`] dispatch each slot to its state.
 
 mod clock;
 mod held;

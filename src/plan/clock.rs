@@ -1,0 +1,71 @@
+//! A member's clock as the probes saw it (`crate::member_clock`): a jump forward fences and
+//! holds a serving member; a step back or a drift is reported.
+
+use std::time::Duration;
+
+use super::holds::start_hold;
+use super::input::PlanInput;
+use super::step::Step;
+use crate::crd::MemberStatus;
+use crate::member_clock::Verdict;
+use crate::observe::SlotObservation;
+use crate::reasons::MemberReason;
+
+/// A member clock that stepped back or drifts: reported (locks on it expire late, or a fast
+/// drift is on its way to a jump), not fenced.
+pub(super) fn report_clock(prev: &MemberStatus, obs: &SlotObservation, step: &mut Step) {
+    let slot = prev.slot;
+    match obs.clock {
+        // Locks on it expire late: safe, but the user should know its clock is not kept.
+        Some(Verdict::SteppedBack { by }) => step.tell(
+            slot,
+            MemberReason::ClockStepBack,
+            format!(
+                "{}: its clock stepped {:.3} s back since the last probe (locks on it expire late, which is safe; check its host's time sync)",
+                prev.name,
+                by.as_secs_f64()
+            ),
+            true,
+        ),
+        Some(Verdict::Drifting { ratio_ppm, over }) => step.tell(
+            slot,
+            MemberReason::ClockDrift,
+            format!(
+                "{}: its clock ran {} by {:.3}% over the last {:.0} s, more than clockDriftFactor allows (locks on it expire {}); check its host's time sync",
+                prev.name,
+                if ratio_ppm > 0 { "fast" } else { "slow" },
+                ratio_ppm.abs() as f64 / 10_000.0,
+                over.as_secs_f64(),
+                if ratio_ppm > 0 { "early: a faster drift becomes a clock jump" } else { "late, which is safe" }
+            ),
+            true,
+        ),
+        _ => {}
+    }
+}
+
+/// A serving member whose clock jumped forward: every lock on it may have expired early, as
+/// if it had lost its keys. Fenced at once and held in full (docs/design.md §9.3).
+pub(super) fn clock_jumped(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    run_id: &str,
+    by: Duration,
+    step: &mut Step,
+) -> MemberStatus {
+    let why = format!(
+        "its clock jumped {:.3} s forward since the last probe: locks on it may have expired early, as if it had lost its keys",
+        by.as_secs_f64()
+    );
+    step.fence = Some(run_id.to_owned());
+    step.tell(
+        prev.slot,
+        MemberReason::ClockJump,
+        format!("{}: {why}; fenced and held in full", prev.name),
+        true,
+    );
+    // `start_hold` records the running process (the one fenced) and tells HoldStarted; the
+    // ClockJump warning says what happened.
+    start_hold(input, prev.slot, obs, why, step)
+}

@@ -1,0 +1,184 @@
+//! A `Held` or `Lost` member: its hold runs until `heldUntil`, and it is released once the
+//! hold has run (and nothing else keeps it fenced).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+
+use super::holds::{extend_hold, fence_if_serving, refence, timed_hold};
+use super::identity::{Process, fill_identity, fresh_record, is_other_process, record_of, running_process};
+use super::input::PlanInput;
+use super::step::Step;
+use super::unstopped::refence_unstopped;
+use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::hold::floor_micros;
+use crate::observe::{PodState, SlotObservation};
+use crate::reasons::MemberReason;
+
+/// `Ready` for process `run_id`, with a release unless it already serves clients.
+fn ready_and_release(
+    input: &PlanInput<'_>,
+    slot: i32,
+    p: &Process<'_>,
+    run_id: &str,
+    step: &mut Step,
+) -> MemberStatus {
+    if p.client_enabled != Some(true) {
+        step.release = Some(run_id.to_owned());
+    }
+    record_of(input, slot, MemberState::Ready, p)
+}
+
+/// `Held` or `Lost`, with a process of the slot that was never seen to stop: it is looked
+/// for at its last address first (docs/design.md §9.5). Found serving: fenced, and the hold
+/// restarts. Found fenced: it grants nothing. Not found: the release (once the hold has run)
+/// relies on it being dead, and says so.
+pub(super) fn holding(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let Some(u) = &prev.unstopped else {
+        return hold_runs(input, prev, obs, step);
+    };
+    let found = match &obs.unstopped {
+        Some(Ok(info)) if info.run_id == u.run_id => Some(info.client_enabled),
+        _ => None,
+    };
+    if found == Some(true) {
+        let why = format!(
+            "process {} at {} outlived its pod and still lets lock clients in (its node is cut off or was deleted while it ran); fenced, and the hold restarts",
+            u.run_id, u.pod_ip
+        );
+        return refence_unstopped(input, prev, u, why, step);
+    }
+    let mut next = hold_runs(input, prev, obs, step);
+    let fenced = u.fenced || found == Some(false);
+    if next.state == MemberState::Ready {
+        if step.release.is_some() && !fenced {
+            let seen = match &obs.unstopped {
+                Some(Ok(other)) => format!("{} now answers there as process {}", u.pod_ip, other.run_id),
+                Some(Err(e)) => format!("nothing answered at {} ({e})", u.pod_ip),
+                None => format!("{} was not probed", u.pod_ip),
+            };
+            step.tell(
+                prev.slot,
+                MemberReason::ReleaseAssumesProcessGone,
+                format!(
+                    "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts; it is still looked for at {}, and fenced (with this slot held again) if it answers",
+                    prev.name, u.run_id, u.pod_ip
+                ),
+                true,
+            );
+            // Still looked for: found letting clients in later, it is fenced (see `ready`).
+            next.unstopped = Some(u.clone());
+            next.message = Some(format!(
+                "released relying on process {} (its pod vanished while it ran) being dead; still looked for at {}",
+                u.run_id, u.pod_ip
+            ));
+        }
+    } else {
+        next.unstopped = Some(UnstoppedProcess { fenced, ..u.clone() });
+    }
+    next
+}
+
+/// `Held` or `Lost`: a hold runs until `heldUntil`.
+fn hold_runs(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    let (next, until) = timed_hold(input, prev, step);
+    match running_process(obs) {
+        Some(p) if is_other_process(prev, &p) => {
+            let held = extend_hold(
+                input,
+                record_of(input, slot, MemberState::Held, &p),
+                until,
+                "restarted again during its hold",
+                "restarted during its hold",
+                step,
+            );
+            fence_if_serving(held, Some(&p), step)
+        }
+        Some(p) => same_process_held(input, next, &p, until, step),
+        None => {
+            step.create_pod = obs.pod == PodState::Missing;
+            if prev.state == MemberState::Held {
+                // The fenced replacement died too: count the hold again from now.
+                let lost = "replacement lost during its hold";
+                extend_hold(
+                    input,
+                    fresh_record(input, slot, MemberState::Lost),
+                    until,
+                    lost,
+                    lost,
+                    step,
+                )
+            } else {
+                next
+            }
+        }
+    }
+}
+
+/// The held slot's own process runs: fenced again if it serves too early, released once the
+/// hold has run (unless it is fenced for maintenance, the operator's clock blocks releases,
+/// or it is a scale-up's new member whose list clients do not use yet). `next` is the
+/// record with its hold timed (`timed_hold`).
+fn same_process_held(
+    input: &PlanInput<'_>,
+    mut next: MemberStatus,
+    p: &Process<'_>,
+    until: Timestamp,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = next.slot;
+    if next.state == MemberState::Lost {
+        next.state = MemberState::Held;
+        next.since = Some(MicroTime(floor_micros(input.now)));
+    }
+    fill_identity(&mut next, p);
+    match (p.run_id, p.client_enabled) {
+        // Serving during its hold, or after it while it must not serve yet (a scale-up's
+        // new member before the new list is confirmed, a member fenced for maintenance).
+        (Some(run_id), Some(true))
+            if until > input.now || slot >= input.confirmed || input.maintenance.contains_key(&slot) =>
+        {
+            refence(input, next, until, run_id, step)
+        }
+        (Some(_), _) if until <= input.now && input.maintenance.contains_key(&slot) => MemberStatus {
+            message: Some(format!(
+                "hold ended; stays fenced for maintenance ({}) until unfenced (kubectl redlock unfence)",
+                input.maintenance[&slot]
+            )),
+            ..next
+        },
+        (Some(_), _)
+            if until <= input.now && slot < input.confirmed && input.timing.release_blocked.is_some() =>
+        {
+            MemberStatus {
+                message: Some(format!(
+                    "hold ended; release waits: {}",
+                    input.timing.release_blocked.unwrap_or_default()
+                )),
+                ..next
+            }
+        }
+        (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
+            ready_and_release(input, slot, p, run_id, step)
+        }
+        (Some(_), _) if until <= input.now => MemberStatus {
+            message: Some(format!(
+                "hold ended; a new member of a scale-up serves once every client uses the list of {} (annotation {})",
+                input.instances,
+                crate::resize::CLIENTS_USE_INSTANCES
+            )),
+            ..next
+        },
+        _ => next,
+    }
+}

@@ -1,0 +1,57 @@
+//! What the planner is given besides the observations: the recorded members, the cluster's
+//! size and lists, the clock, and this operator process's own timing of holds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::MemberStatus;
+use crate::hold_timers::ClusterTimers;
+
+/// The planner's inputs besides the observations.
+pub struct PlanInput<'a> {
+    pub cluster: &'a str,
+    pub instances: i32,
+    /// Member states as persisted in status.
+    pub members: &'a [MemberStatus],
+    pub now: Timestamp,
+    /// The hold in force (`status.hold.duration`): running holds are lengthened to it.
+    pub hold: Duration,
+    /// Servers in the list clients are told (`status.publishedInstances`): a removed slot
+    /// still on it is fenced and held, never deleted.
+    pub published: i32,
+    /// Slots below this may be released (`status.confirmedInstances`).
+    pub confirmed: i32,
+    /// This process's own timing of running holds, and what may stop releases.
+    pub timing: Timing<'a>,
+    /// Slots fenced on purpose, with the reason given ([`crate::maintenance`]).
+    pub maintenance: &'a BTreeMap<i32, String>,
+}
+
+/// No slot fenced on purpose.
+pub static NO_MAINTENANCE: BTreeMap<i32, String> = BTreeMap::new();
+
+/// What this operator process adds to the recorded deadlines (docs/design.md §9.1).
+#[derive(Clone, Copy)]
+pub struct Timing<'a> {
+    /// Holds this process has timed itself: no hold ends before it has seen the hold run in
+    /// full on its own clock.
+    pub timers: &'a ClusterTimers,
+    /// Forward steps of this process's wall clock so far.
+    pub skipped: Duration,
+    /// Why no process may be released now (the operator's clock cannot be trusted), if so.
+    pub release_blocked: Option<&'a str>,
+}
+
+static NO_TIMERS: ClusterTimers = ClusterTimers::new();
+
+impl Default for Timing<'_> {
+    fn default() -> Self {
+        Self {
+            timers: &NO_TIMERS,
+            skipped: Duration::ZERO,
+            release_blocked: None,
+        }
+    }
+}

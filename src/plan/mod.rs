@@ -1,0 +1,158 @@
+//! Planning: from the persisted member states, what was observed, and the clock, decide each
+//! slot's next state and the actions that follow. Pure; every transition is tested (`tests`).
+//!
+//! Safety rests on ordering, which `reconcile` keeps: the new member states are written to
+//! status first; only then are pods created, processes fenced and processes released. So a
+//! hold is always on record before anything could end it, and a release is always on record
+//! before it happens (an operator crash in between leaves a `Ready` member whose process is
+//! still fenced, which the next reconcile releases again, or sees as lost).
+//!
+//! Unknown means unsafe: a process is released without a full hold never. Even a slot's very
+//! first process is held, because nothing the operator can read proves that no earlier
+//! process of the same name (an earlier incarnation of the cluster, a status lost or restored)
+//! granted locks that are still valid.
+//!
+//! One file per recorded state: [`unrecorded`] (no record), [`starting`], [`ready`], [`held`]
+//! (`Held` or `Lost`), plus [`name_taken`] for a slot whose pod name is taken by a pod this
+//! cluster does not control, [`removed`] for slots at or above N, and [`maintenance`] for a
+//! slot fenced on purpose. Beneath them: [`identity`] (which process runs), [`holds`] (starting
+//! and timing holds), [`unstopped`] (processes that outlived their pods) and [`clock`] (what a
+//! member's clock did); [`input`] and [`step`] hold what planning is given and what it
+//! decides. [`plan`] and [`step_member`] dispatch each slot to its state.
+
+mod clock;
+mod held;
+mod holds;
+mod identity;
+mod input;
+mod maintenance;
+mod name_taken;
+mod ready;
+mod removed;
+mod starting;
+mod step;
+mod unrecorded;
+mod unstopped;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+pub use holds::{hold_start, hold_timer_keys};
+pub use input::{NO_MAINTENANCE, PlanInput, Timing};
+pub use step::{MemberEvent, Plan};
+
+use crate::crd::{MemberState, MemberStatus};
+use crate::hold::remaining;
+use crate::observe::{PodState, SlotObservation};
+use held::holding;
+use maintenance::maintenance;
+use name_taken::name_taken;
+use ready::ready;
+use removed::retire_member;
+use starting::starting;
+use step::Step;
+use unrecorded::unrecorded;
+
+pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) -> Plan {
+    let previous: BTreeMap<i32, &MemberStatus> = input.members.iter().map(|m| (m.slot, m)).collect();
+    let slots: BTreeSet<i32> = (0..input.instances)
+        .chain(previous.keys().copied())
+        .chain(observed.keys().copied())
+        .collect();
+    let mut plan = Plan::default();
+    let missing = SlotObservation::default();
+    for slot in slots {
+        let obs = observed.get(&slot).unwrap_or(&missing);
+        let prev = previous.get(&slot).copied();
+        let step = if slot < input.instances {
+            maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
+        } else {
+            let mut step = retire_member(input, slot, prev, obs);
+            // A removed slot is not a member to fence or unfence: it only waits out its hold.
+            if let Some(m) = step.member.as_mut() {
+                m.maintenance = None;
+            }
+            step
+        };
+        if let Some(m) = &step.member
+            && slot < input.confirmed
+            && step.release.is_none()
+            && waits_for_process(m, input.now)
+            && obs.redis.is_none()
+            // Fenced on purpose: nothing is released, so nothing waits for it to answer.
+            && !input.maintenance.contains_key(&slot)
+            && !matches!(obs.pod, PodState::Foreign { .. })
+        {
+            plan.awaiting_process = true;
+        }
+        if let Some(m) = step.member {
+            if m.state.is_holding()
+                && let Some(until) = &m.held_until
+                && until.0 > input.now
+            {
+                let left = remaining(input.now, until.0);
+                plan.next_hold_end = Some(plan.next_hold_end.map_or(left, |d: Duration| d.min(left)));
+            }
+            plan.members.push(m);
+        }
+        if step.create_pod {
+            plan.create_pods.push(slot);
+        }
+        if step.delete_pod {
+            plan.delete_pods.push(slot);
+        }
+        for run_id in step.fence_unstopped.into_iter().chain(step.fence) {
+            plan.fences.push((slot, run_id));
+        }
+        if let Some(run_id) = step.release {
+            plan.releases.push((slot, run_id));
+        }
+        plan.events.extend(step.events);
+    }
+    plan
+}
+
+/// Whether the next step for `m` waits on its process answering the operator: a first
+/// process whose hold should start, or a hold that has ended.
+fn waits_for_process(m: &MemberStatus, now: Timestamp) -> bool {
+    match m.state {
+        MemberState::Starting => true,
+        MemberState::Held | MemberState::Lost => m.held_until.as_ref().is_some_and(|u| u.0 <= now),
+        MemberState::Ready => false,
+    }
+}
+
+/// One slot that should exist (slot < N).
+fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, obs: &SlotObservation) -> Step {
+    let mut step = Step {
+        // A finished pod (Failed, e.g. evicted) never runs again and blocks its name: remove it
+        // so the slot can be replaced. Its process is gone, so deleting it ends nothing that
+        // serves.
+        delete_pod: matches!(obs.pod, PodState::Finished { .. }),
+        ..Step::default()
+    };
+    let next = match (prev, &obs.pod) {
+        (_, PodState::Foreign { owner }) => name_taken(input, slot, prev, owner, &mut step),
+        (None, _) => unrecorded(input, slot, obs, &mut step),
+        (Some(prev), _) => match prev.state {
+            MemberState::Starting => starting(input, prev, obs, &mut step),
+            MemberState::Ready => ready(input, prev, obs, &mut step),
+            MemberState::Held | MemberState::Lost => holding(input, prev, obs, &mut step),
+        },
+    };
+    step.member = Some(match prev {
+        // A state that did not change keeps its `since`, so an unchanged cluster recomputes an
+        // identical status (no writes in steady state).
+        Some(prev) if prev.state == next.state => MemberStatus {
+            since: prev.since.clone(),
+            ..next
+        },
+        _ => next,
+    });
+    step
+}

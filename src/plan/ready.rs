@@ -1,0 +1,185 @@
+//! A `Ready` member: released and serving, until its process is seen gone or replaced, its
+//! clock jumps, or a process its vanished pod left behind turns up serving.
+
+use super::clock::{clock_jumped, report_clock};
+use super::holds::{fence_if_serving, start_hold};
+use super::identity::{Process, fill_identity, is_other_process, running_process};
+use super::input::PlanInput;
+use super::step::Step;
+use super::unstopped::carry_earlier_unstopped;
+use crate::crd::{MemberStatus, UnstoppedProcess};
+use crate::member_clock::Verdict;
+use crate::observe::{PodState, SlotObservation};
+use crate::reasons::MemberReason;
+
+/// `Ready`: released; it serves until its process is seen gone or replaced, or its clock is
+/// seen to jump forward.
+pub(super) fn ready(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    if let Some(next) = unstopped_after_release(input, prev, obs, step) {
+        return next;
+    }
+    let process = running_process(obs);
+    if let Some(Verdict::JumpedForward { by }) = obs.clock
+        && let Some(p) = &process
+        && let Some(run_id) = p.run_id
+        && !is_other_process(prev, p)
+    {
+        return clock_jumped(input, prev, obs, run_id, by, step);
+    }
+    report_clock(prev, obs, step);
+    let lost = lost_why(prev, obs, process.as_ref());
+    if let Some(why) = lost {
+        return lost_process(input, prev, obs, process.as_ref(), why, step);
+    }
+    let mut next = prev.clone();
+    let Some(p) = &process else {
+        return next;
+    };
+    // Same process. Fill in what was unknown; release again if a crash between the status
+    // write and the release left it fenced.
+    fill_identity(&mut next, p);
+    if p.client_enabled == Some(false)
+        && let Some(run_id) = p.run_id
+        && input.timing.release_blocked.is_none()
+    {
+        step.release = Some(run_id.to_owned());
+    }
+    next.message = serving_message(obs);
+    next
+}
+
+/// A released member whose process counts as lost (`why`, from [`lost_why`]): its keys are
+/// gone, so it is held in full from now; a process its vanished pod left behind is looked for.
+fn lost_process(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    process: Option<&Process<'_>>,
+    why: String,
+    step: &mut Step,
+) -> MemberStatus {
+    let slot = prev.slot;
+    step.tell(
+        slot,
+        MemberReason::InstanceLost,
+        format!("{}: {why}; its keys are gone", prev.name),
+        true,
+    );
+    step.create_pod = obs.pod == PodState::Missing;
+    let mut held = start_hold(input, slot, obs, why, step);
+    if (obs.pod == PodState::Missing || obs.stop_unconfirmed)
+        && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
+    {
+        // The pod object is gone (or marked failed by the control plane), but nothing
+        // showed its process stop: a node cut off from the API server keeps serving
+        // clients that reach it.
+        held.unstopped = Some(UnstoppedProcess {
+            run_id: run_id.clone(),
+            pod_ip: ip.clone(),
+            listener: prev.listener.clone(),
+            fenced: false,
+        });
+        held.message = Some(format!(
+            "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
+            held.message.unwrap_or_default()
+        ));
+    }
+    carry_earlier_unstopped(prev, &mut held, step);
+    fence_if_serving(held, process, step)
+}
+
+/// Why a released member's process counts as lost (its keys gone), if it does.
+fn lost_why(prev: &MemberStatus, obs: &SlotObservation, process: Option<&Process<'_>>) -> Option<String> {
+    match (&obs.pod, process) {
+        (PodState::Missing, _) => Some("pod deleted".to_owned()),
+        (PodState::Finished { reason }, _) => Some(format!("pod {reason}")),
+        (PodState::NotRunning { reason }, _) => Some(format!("container not running ({reason})")),
+        (_, Some(p)) if is_other_process(prev, p) => Some("new process (restarted)".to_owned()),
+        // A fenced process the record cannot vouch for (no run id on record: an edited or
+        // restored status). Releasing it could unfence a new, empty process: count it lost.
+        (_, Some(p)) if prev.run_id.is_none() && p.client_enabled == Some(false) => {
+            Some("fenced process the record has no run id for (status edited or restored)".to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// What a released member that keeps its process says: why it is not answering, or why a
+/// terminating pod's slot waits.
+fn serving_message(obs: &SlotObservation) -> Option<String> {
+    match (&obs.pod, &obs.redis) {
+        // A terminating pod (also one evicted from a node that stopped reporting) may still
+        // run a process that serves old clients: the hold cannot start and no replacement can
+        // be made until the pod is gone.
+        (
+            PodState::Running {
+                terminating: true, ..
+            },
+            _,
+        ) => Some(format!(
+            "pod terminating{}; its process may still serve, so the hold starts once it is known to be gone (container stopped or pod removed)",
+            match &obs.redis {
+                None => format!(
+                    " and not answering the operator ({})",
+                    obs.redis_error.as_deref().unwrap_or("unreachable")
+                ),
+                Some(_) => String::new(),
+            }
+        )),
+        (_, None) => Some(format!(
+            "not answering the operator ({}); keys presumed intact while the container runs",
+            obs.redis_error.as_deref().unwrap_or("unreachable")
+        )),
+        _ => None,
+    }
+}
+
+/// `Ready` after a release that relied on a vanished pod's process being dead (§9.5): that
+/// process is still looked for at its last address. Found letting lock clients in (the
+/// partition healed, a paused process resumed), the slot has two processes that grant locks,
+/// and locks the old one granted may still be valid: it is fenced there, and the replacement
+/// is fenced and held in full from now. Found fenced, it grants nothing and is no longer
+/// looked for. Not found, it is looked for again next time.
+fn unstopped_after_release(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> Option<MemberStatus> {
+    let u = prev.unstopped.as_ref().filter(|u| !u.fenced)?;
+    let info = obs.unstopped.as_ref()?.as_ref().ok()?;
+    if info.run_id != u.run_id {
+        return None;
+    }
+    if !info.client_enabled {
+        let mut seen_fenced = prev.clone();
+        seen_fenced.unstopped = None;
+        return Some(ready(input, &seen_fenced, obs, step));
+    }
+    step.fence_unstopped = Some(u.run_id.clone());
+    let why = format!(
+        "process {} at {} outlived its pod and lets lock clients in again after this slot's replacement was released (the release relied on it being dead); both are fenced, and the replacement is held in full",
+        u.run_id, u.pod_ip
+    );
+    step.tell(
+        prev.slot,
+        MemberReason::UnstoppedProcessFenced,
+        format!("{}: {why}", prev.name),
+        true,
+    );
+    let process = running_process(obs);
+    if let Some(p) = &process
+        && p.client_enabled != Some(false)
+        && let Some(run_id) = p.run_id
+    {
+        step.fence = Some(run_id.to_owned());
+    }
+    let mut held = start_hold(input, prev.slot, obs, why, step);
+    held.unstopped = Some(u.clone());
+    Some(held)
+}

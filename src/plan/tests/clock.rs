@@ -1,0 +1,143 @@
+//! Clocks: this operator process's own timing of holds (docs/design.md §9.1), and a member's
+//! clock that jumps or steps back.
+
+use super::*;
+
+// --- This process's own timing (docs/design.md §9.1) ---
+
+/// A hold recorded by another leader (whose clock ran 20 s behind, so its record ends 20 s
+/// early in real time) is timed again in full by this process: not released at its
+/// recorded end, but one full hold after this process first saw it.
+#[test]
+fn an_inherited_hold_is_timed_again_in_full() {
+    let until = at(NOW - 5);
+    let members = [held(0, "A", "c1", until)];
+    let obs = observed([(0, running("A", false, "c1"))]);
+    let fresh = ClusterTimers::default();
+    let new_leader = PlanInput {
+        timing: Timing {
+            timers: &fresh,
+            ..Timing::default()
+        },
+        ..input(1, &members, at(NOW))
+    };
+    let p = plan(&new_leader, &obs);
+    assert!(p.releases.is_empty(), "{:?}", p.releases);
+    let m = &p.members[0];
+    assert_eq!(m.state, MemberState::Held);
+    assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+    // The hold keeps its identity (its start), so the next reconcile finds its timer.
+    assert_eq!(m.hold_started_at, started_for(until));
+    assert!(
+        m.message.as_deref().unwrap().contains("did not see it start"),
+        "{m:?}"
+    );
+    assert_eq!(p.events.len(), 1);
+    assert_eq!(p.events[0].reason, MemberReason::HoldExtended);
+
+    // Timers kept as `reconcile` keeps them: released exactly one hold after first sight.
+    let timers = fresh.next(hold_timer_keys(&p.members, HOLD), Reading::at(at(NOW)));
+    let later = |now: Timestamp| PlanInput {
+        timing: Timing {
+            timers: &timers,
+            ..Timing::default()
+        },
+        ..input(1, &p.members, now)
+    };
+    let before = plan(&later(at(NOW + 31)), &obs);
+    assert!(before.releases.is_empty());
+    assert!(before.events.is_empty(), "{:?}", before.events);
+    let after = plan(&later(hold_from_now()), &obs);
+    assert_eq!(after.releases, vec![(0, "A".to_owned())]);
+}
+
+/// The wall clock stepped 20 s forward after this process started the hold: the hold
+/// ends 20 s later on the wall clock, i.e. after a full hold of real time.
+#[test]
+fn a_forward_step_of_the_wall_clock_lengthens_running_holds() {
+    let until = hold_from_now();
+    let members = [held(0, "A", "c1", until)];
+    let obs = observed([(0, running("A", false, "c1"))]);
+    let base = input(1, &members, at(NOW + 25));
+    let stepped = PlanInput {
+        timing: Timing {
+            skipped: secs(20),
+            ..base.timing
+        },
+        ..input(1, &members, at(NOW + 25))
+    };
+    // Without the step the hold would end at `until` (< now + 25 s + step).
+    let p = plan(&stepped, &obs);
+    assert!(p.releases.is_empty());
+    let want = until.checked_add(SignedDuration::from_secs(20)).unwrap();
+    assert_eq!(p.members[0].held_until.as_ref().unwrap().0, want);
+    assert!(p.members[0].message.as_deref().unwrap().contains("forward step"));
+    assert_eq!(p.events[0].reason, MemberReason::HoldExtended);
+    let end = PlanInput { now: want, ..stepped };
+    assert_eq!(plan(&end, &obs).releases.len(), 1);
+}
+
+/// While the operator's clock may be too far off the API server's, a hold that has ended
+/// stays held and says why; the re-release of a `Ready` member left fenced waits too.
+#[test]
+fn releases_wait_while_the_clock_is_not_trusted() {
+    let members = [held(0, "A", "c1", at(NOW - 1)), ready(1, "B", "c2")];
+    let obs = observed([(0, running("A", false, "c1")), (1, running("B", false, "c2"))]);
+    let base = input(2, &members, at(NOW));
+    let blocked = PlanInput {
+        timing: Timing {
+            release_blocked: Some("clock off by 20 s"),
+            ..base.timing
+        },
+        ..input(2, &members, at(NOW))
+    };
+    let p = plan(&blocked, &obs);
+    assert!(p.releases.is_empty(), "{:?}", p.releases);
+    assert_eq!(p.members[0].state, MemberState::Held);
+    assert_eq!(
+        p.members[0].message.as_deref(),
+        Some("hold ended; release waits: clock off by 20 s")
+    );
+    assert_eq!(p.members[1].state, MemberState::Ready);
+    let p = plan(&base, &obs);
+    assert_eq!(p.releases, vec![(0, "A".to_owned()), (1, "B".to_owned())]);
+}
+
+/// A serving member whose clock jumped forward is fenced and held in full, with a
+/// ClockJump warning; a backward step is reported and changes nothing.
+#[test]
+fn a_member_clock_jump_fences_and_holds_a_serving_member() {
+    let members = [ready(0, "A", "c1")];
+    let jumped = SlotObservation {
+        clock: Some(Verdict::JumpedForward { by: secs(60) }),
+        ..running("A", true, "c1")
+    };
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, jumped)]));
+    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert!(p.releases.is_empty());
+    let m = &p.members[0];
+    assert_eq!(m.state, MemberState::Held);
+    assert_eq!(m.run_id.as_deref(), Some("A"));
+    assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
+    assert!(
+        m.message
+            .as_deref()
+            .unwrap()
+            .contains("clock jumped 60.000 s forward"),
+        "{m:?}"
+    );
+    let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
+    assert!(
+        reasons.contains(&MemberReason::ClockJump) && p.events.iter().any(|e| e.warning),
+        "{reasons:?}"
+    );
+
+    let back = SlotObservation {
+        clock: Some(Verdict::SteppedBack { by: secs(60) }),
+        ..running("A", true, "c1")
+    };
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, back)]));
+    assert!(p.fences.is_empty());
+    assert_eq!(p.members[0].state, MemberState::Ready);
+    assert_eq!(p.events[0].reason, MemberReason::ClockStepBack);
+}

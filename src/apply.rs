@@ -132,7 +132,22 @@ fn carries_labels_of<K: Resource>(live: &K, desired: &K) -> bool {
 /// another owner controls, and adopts one that is [`Ownership::Adoptable`]: the cache holds
 /// only objects labelled as the operator's, so an object missing there is looked up by name
 /// before it is created. Returns whether it wrote.
-pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, mut desired: K) -> Result<bool> {
+pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<bool> {
+    apply_if_changed_at(api, cache, desired, None).await
+}
+
+/// [`apply_if_changed`], written only if the object is still at `read_at` (its
+/// `resourceVersion` when the decision to write was made): the API server refuses the write
+/// with a conflict once anyone else wrote it since. For a write that is one step of a sequence
+/// recorded in the object itself (a password rotation's phase), so that a writer deciding
+/// from an older read (a replica that lost its lease and has not noticed yet) cannot undo a
+/// newer step.
+pub async fn apply_if_changed_at<K: Child>(
+    api: &Api<K>,
+    cache: &Store<K>,
+    mut desired: K,
+    read_at: Option<&str>,
+) -> Result<bool> {
     let hash = desired_hash(&desired);
     let name = desired.name_any();
     let live = match cache.get(&ObjectRef::from_obj(&desired)) {
@@ -156,6 +171,10 @@ pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, mut desi
     let mut value = serde_json::to_value(&desired)?;
     value["apiVersion"] = K::api_version(&()).into();
     value["kind"] = K::kind(&()).into();
+    // Server-side apply treats a resourceVersion in the applied object as a precondition.
+    if let Some(version) = read_at {
+        value["metadata"]["resourceVersion"] = version.into();
+    }
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -238,3 +238,58 @@ async fn a_rotation_asked_for_without_auth_is_refused_with_a_reason() {
     wait_rotation(&env, "AuthDisabled").await;
     assert!(!env.has_event("ClientPasswordRotationStarted").await);
 }
+
+/// A rotation step is written over the `<name>-admin` it was decided from, or not at all
+/// (`apply::apply_if_changed_at`, against the real API server): a writer that read the Secret
+/// before someone else wrote it (a replica that lost its lease and has not noticed yet, acting
+/// on the step before the one now recorded) is refused, and the newer content stays.
+#[tokio::test]
+async fn a_step_decided_from_an_older_read_is_refused() {
+    use k8s_openapi::ByteString;
+    use kube::api::PostParams;
+    use redlock_operator::apply::apply_if_changed_at;
+    use redlock_operator::resources::names::{LABEL_INSTANCE, LABEL_MANAGED_BY};
+    let env = Env::start(1).await;
+    let api: Api<Secret> = Api::namespaced(env.cp.client(), &env.ns);
+    let (cache, _writer) = kube::runtime::reflector::store::<Secret>();
+    let secret = |phase: &str| -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "locks-admin", "labels": {
+                LABEL_INSTANCE: "locks", LABEL_MANAGED_BY: "redlock-operator"}},
+            "stringData": {"phase": phase},
+        }))
+        .unwrap()
+    };
+    let phase = async || {
+        let s = api.get("locks-admin").await.unwrap();
+        s.data.unwrap()["phase"].clone()
+    };
+    let read = api
+        .create(&PostParams::default(), &secret("adding"))
+        .await
+        .unwrap();
+    let read_at = read.metadata.resource_version.unwrap();
+    // Another writer records the next step.
+    let mut newer = api.get("locks-admin").await.unwrap();
+    newer.data = Some([("phase".to_owned(), ByteString(b"published".to_vec()))].into());
+    let newer = api
+        .replace("locks-admin", &PostParams::default(), &newer)
+        .await
+        .unwrap();
+
+    // The stale writer's step, decided from the first read: refused, nothing changes.
+    let stale = apply_if_changed_at(&api, &cache, secret("adding-again"), Some(&read_at)).await;
+    assert!(
+        matches!(&stale, Err(redlock_operator::error::Error::Kube(kube::Error::Api(s))) if s.code == 409),
+        "{stale:?}"
+    );
+    assert_eq!(phase().await, ByteString(b"published".to_vec()));
+    // Decided from the current version: written.
+    let current = newer.metadata.resource_version.unwrap();
+    assert!(
+        apply_if_changed_at(&api, &cache, secret("revoking"), Some(&current))
+            .await
+            .unwrap()
+    );
+    assert_eq!(phase().await, ByteString(b"revoking".to_vec()));
+}

@@ -61,7 +61,7 @@ pub async fn apply(
     }
     ctx.leadership.check()?;
     let published = published(cluster);
-    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, &mut report).await?;
+    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, None, &mut report).await?;
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     config_ready &= report.record(
         apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config::config_map(cluster)).await,
@@ -100,22 +100,27 @@ fn published(cluster: &RedlockCluster) -> i32 {
 
 /// The three Secrets of `credentials`, in the order that keeps every password on record
 /// before anything uses it: `<name>-admin` (the operator's copy of both), `<name>-client`,
-/// then the ACL file. Whether all three are this cluster's and current.
+/// then the ACL file. Whether all three are this cluster's and current. With `admin_read_at`,
+/// `<name>-admin` is written only if it is still at that resourceVersion, and nothing after
+/// it is written when it was not.
 pub async fn apply_secrets(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     credentials: &secrets::Credentials,
+    admin_read_at: Option<&str>,
     report: &mut ChildrenReport,
 ) -> Result<bool> {
     let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let mut ready = true;
-    for desired in [
-        secrets::admin_secret(cluster, credentials),
-        secrets::client_secret(cluster, credentials, published(cluster)),
-    ] {
-        ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, desired).await)?;
+    let cache = &ctx.caches.secrets;
+    let admin = secrets::admin_secret(cluster, credentials);
+    let mut ready =
+        report.record(apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await)?;
+    if !ready && admin_read_at.is_some() {
+        return Ok(false);
     }
+    let client = secrets::client_secret(cluster, credentials, published(cluster));
+    ready &= report.record(apply::apply_if_changed(&secrets_api, cache, client).await)?;
     // The ACL file holds the hashes of those passwords: written only once both Secrets are
     // this cluster's, or a password that no Secret keeps would be written, anew each time.
     if ready {

@@ -163,14 +163,17 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         let acl = read(acl_secret_name(&name))
             .await?
             .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
-        secrets::recover_credentials(
+        let mut credentials = secrets::recover_credentials(
             &name,
             admin.as_ref(),
             client.as_ref(),
             acl.as_ref(),
             generate_password,
-        )
-        .map_err(Error::from)
+        )?;
+        if fresh {
+            credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version);
+        }
+        Ok(credentials)
     };
     let cached = recover(false).await?;
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,

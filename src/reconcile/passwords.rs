@@ -52,7 +52,10 @@ pub async fn rotate(
         // A replica that lost the lease must not write a step (another may be writing its own).
         ctx.leadership.check()?;
         let mut report = ChildrenReport::default();
-        if !children::apply_secrets(ctx, cluster, ns, &next, &mut report).await? {
+        // Conditional on the `<name>-admin` the step was decided from: the steps are recorded
+        // there, and a write decided from an older read must not take one back.
+        let read_at = inputs.credentials.admin_read_at.as_deref();
+        if !children::apply_secrets(ctx, cluster, ns, &next, read_at, &mut report).await? {
             tracing::warn!(problems = ?report.problems, conflicts = ?report.conflicts, "client password rotation waits: its Secrets were not written");
             return Ok(condition(&creds));
         }

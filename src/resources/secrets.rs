@@ -102,6 +102,10 @@ pub struct Credentials {
     /// The token of the last rotation completed: its request may stay on the cluster without
     /// starting another.
     pub rotated_token: Option<String>,
+    /// The resourceVersion of the `<name>-admin` these were read from, when read fresh from
+    /// the API server (while a rotation runs or is asked for): a rotation step is written only
+    /// over that very version.
+    pub admin_read_at: Option<String>,
 }
 
 impl Credentials {
@@ -112,6 +116,7 @@ impl Credentials {
             probe_password,
             rotation: None,
             rotated_token: None,
+            admin_read_at: None,
         }
     }
 
@@ -496,6 +501,7 @@ pub fn recover_credentials(
         probe_password,
         rotation,
         rotated_token: stored(admin, ROTATED_TOKEN_KEY),
+        admin_read_at: None,
     })
 }
 

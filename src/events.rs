@@ -6,6 +6,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use crate::crd::RedlockCluster;
+use crate::reasons::{ClusterReason, MemberReason};
 use crate::resources::names::slot_name;
 
 /// Publishes an event about one slot. The slot's Pod is the event's `related` object: the
@@ -15,7 +16,7 @@ pub async fn publish_for_slot(
     recorder: &Recorder,
     cluster: &RedlockCluster,
     slot: i32,
-    reason: &str,
+    reason: MemberReason,
     note: String,
     warning: bool,
 ) {
@@ -29,24 +30,25 @@ pub async fn publish_for_slot(
         namespace: cluster.metadata.namespace.clone(),
         ..Default::default()
     };
-    publish(recorder, cluster, reason, note, warning, Some(pod)).await;
+    publish(recorder, cluster, reason.as_str(), note, warning, Some(pod)).await;
 }
 
-/// Publishes an event about the cluster as a whole (spec, TTL policy).
+/// Publishes an event about the cluster as a whole (spec, TTL policy, credentials, rotation).
 pub async fn publish_for_cluster(
     recorder: &Recorder,
     cluster: &RedlockCluster,
-    reason: &str,
+    reason: ClusterReason,
     note: String,
     warning: bool,
 ) {
-    publish(recorder, cluster, reason, note, warning, None).await;
+    publish(recorder, cluster, reason.as_str(), note, warning, None).await;
 }
 
+/// Private, so that only a reason of the vocabulary (`crate::reasons`) is ever published.
 async fn publish(
     recorder: &Recorder,
     cluster: &RedlockCluster,
-    reason: &str,
+    reason: &'static str,
     note: String,
     warning: bool,
     related: Option<ObjectReference>,

@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{HoldPolicy, RedlockClusterSpec};
 use crate::hold::{held_until, hold_duration};
+use crate::reasons::ClusterReason;
 
 /// Why the policy changed, for an event on the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +33,11 @@ pub enum Change {
 }
 
 impl Change {
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> ClusterReason {
         match self {
-            Change::Raised => "MaxLockTTLRaised",
-            Change::Lowering => "MaxLockTTLLowering",
-            Change::Lowered => "MaxLockTTLLowered",
+            Change::Raised => ClusterReason::MaxLockTtlRaised,
+            Change::Lowering => ClusterReason::MaxLockTtlLowering,
+            Change::Lowered => ClusterReason::MaxLockTtlLowered,
         }
     }
 }

@@ -22,6 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::RedlockCluster;
+use crate::reasons::ClusterReason;
 use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
 
 /// Annotation on the RedlockCluster that asks for a rotation; its value is the token.
@@ -86,7 +87,7 @@ pub fn active(creds: &Credentials, request: Request<'_>) -> bool {
 /// A change of phase, for its event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {
-    pub reason: &'static str,
+    pub reason: ClusterReason,
     pub message: String,
 }
 
@@ -112,7 +113,7 @@ pub fn start(
         ..creds.clone()
     };
     let t = Transition {
-        reason: "ClientPasswordRotationStarted",
+        reason: ClusterReason::ClientPasswordRotationStarted,
         message: format!(
             "rotation {token}: a new client password is added to every instance next to the current one; clients are told it once every instance accepts both"
         ),
@@ -174,7 +175,7 @@ pub fn advance(
                 ..creds.clone()
             },
             Transition {
-                reason: "ClientPasswordPublished",
+                reason: ClusterReason::ClientPasswordPublished,
                 message: format!(
                     "rotation {token}: every instance accepts both passwords, and <name>-client now holds the new one; once no client uses the old one, confirm with the annotation {CONFIRM_ANNOTATION}={token}"
                 ),
@@ -197,7 +198,7 @@ pub fn advance(
                     ..creds.clone()
                 },
                 Transition {
-                    reason: "ClientPasswordConfirmed",
+                    reason: ClusterReason::ClientPasswordConfirmed,
                     message: format!(
                         "rotation {token}: confirmed; the old client password is removed from every instance (connections logged in with it stay until they close)"
                     ),
@@ -211,7 +212,7 @@ pub fn advance(
                 ..creds.clone()
             },
             Transition {
-                reason: "ClientPasswordRotated",
+                reason: ClusterReason::ClientPasswordRotated,
                 message: format!(
                     "rotation {token}: done; every instance accepts only the new client password"
                 ),
@@ -380,7 +381,7 @@ mod tests {
     #[test]
     fn a_rotation_runs_through_its_phases_with_both_passwords_accepted_until_confirmed() {
         let (c, t) = start(&creds(), on(Some("t1"), None), || "new".into());
-        assert_eq!(t.unwrap().reason, "ClientPasswordRotationStarted");
+        assert_eq!(t.unwrap().reason, ClusterReason::ClientPasswordRotationStarted);
         assert_eq!(c.accepted_client_passwords(), vec!["old", "new"]);
         assert_eq!(c.told_client_password(), "old");
 
@@ -395,7 +396,7 @@ mod tests {
         let found = [process(0, &["new", "old"]), process(1, &["old", "new"])];
         assert!(syncs(&c, &found).is_empty());
         let (c, t) = advance(&c, on(Some("t1"), None), &found, &all_answer(), at(0));
-        assert_eq!(t.unwrap().reason, "ClientPasswordPublished");
+        assert_eq!(t.unwrap().reason, ClusterReason::ClientPasswordPublished);
         assert_eq!(c.told_client_password(), "new");
         assert_eq!(c.accepted_client_passwords(), vec!["old", "new"]);
 
@@ -414,7 +415,7 @@ mod tests {
                 .is_none()
         );
         let (c, t) = advance(&c, on(Some("t1"), Some("t1")), &found, &all_answer(), at(120));
-        assert_eq!(t.unwrap().reason, "ClientPasswordConfirmed");
+        assert_eq!(t.unwrap().reason, ClusterReason::ClientPasswordConfirmed);
         assert_eq!(c.client_password, "new");
         assert_eq!(c.accepted_client_passwords(), vec!["new"]);
         assert_eq!(
@@ -425,7 +426,7 @@ mod tests {
         // Done once every process accepts the new one only; the request may stay.
         let found = [process(0, &["new"]), process(1, &["new"])];
         let (c, t) = advance(&c, on(Some("t1"), Some("t1")), &found, &all_answer(), at(121));
-        assert_eq!(t.unwrap().reason, "ClientPasswordRotated");
+        assert_eq!(t.unwrap().reason, ClusterReason::ClientPasswordRotated);
         assert_eq!(c.rotation, None);
         assert_eq!(c.rotated_token.as_deref(), Some("t1"));
         let (again, t) = start(&c, on(Some("t1"), Some("t1")), || unreachable!());

@@ -1,5 +1,6 @@
-//! The reasons of the events the operator publishes about members: one vocabulary, so that
-//! what counts as a loss (a metric) or what tests look for cannot drift from what is published.
+//! The reasons of the events the operator publishes, about members (`MemberReason`) and about
+//! the cluster as a whole (`ClusterReason`): one vocabulary, so that what counts as a loss (a
+//! metric) or what tests look for cannot drift from what is published.
 
 /// Why an event about one member was published (`kubectl describe rlc` shows `as_str`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,6 +77,90 @@ impl std::fmt::Display for MemberReason {
     }
 }
 
+/// Why an event about the cluster as a whole was published (`kubectl describe rlc` shows
+/// `as_str`): spec, TTL policy, children, endpoints, credentials, hold policy, client password
+/// rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClusterReason {
+    // Condition changes the user must act on (`reconcile::publish_condition_changes`).
+    SpecRejected,
+    SpecAccepted,
+    TtlPolicyViolated,
+    TtlPolicyRestored,
+    OwnershipConflict,
+    OwnershipConflictResolved,
+    ChildApplyFailed,
+    ChildrenApplied,
+    // Inputs and writes the reconcile cannot do without.
+    EndpointsNotPublished,
+    TlsSecretInvalid,
+    CredentialsMissing,
+    CredentialsMismatch,
+    // Hold policy changes (`hold_policy::Change`).
+    MaxLockTtlRaised,
+    MaxLockTtlLowering,
+    MaxLockTtlLowered,
+    // Client password rotation steps (`password_rotation::Transition`).
+    ClientPasswordRotationStarted,
+    ClientPasswordPublished,
+    ClientPasswordConfirmed,
+    ClientPasswordRotated,
+}
+
+impl ClusterReason {
+    pub const ALL: [ClusterReason; 19] = [
+        Self::SpecRejected,
+        Self::SpecAccepted,
+        Self::TtlPolicyViolated,
+        Self::TtlPolicyRestored,
+        Self::OwnershipConflict,
+        Self::OwnershipConflictResolved,
+        Self::ChildApplyFailed,
+        Self::ChildrenApplied,
+        Self::EndpointsNotPublished,
+        Self::TlsSecretInvalid,
+        Self::CredentialsMissing,
+        Self::CredentialsMismatch,
+        Self::MaxLockTtlRaised,
+        Self::MaxLockTtlLowering,
+        Self::MaxLockTtlLowered,
+        Self::ClientPasswordRotationStarted,
+        Self::ClientPasswordPublished,
+        Self::ClientPasswordConfirmed,
+        Self::ClientPasswordRotated,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SpecRejected => "SpecRejected",
+            Self::SpecAccepted => "SpecAccepted",
+            Self::TtlPolicyViolated => "TTLPolicyViolated",
+            Self::TtlPolicyRestored => "TTLPolicyRestored",
+            Self::OwnershipConflict => "OwnershipConflict",
+            Self::OwnershipConflictResolved => "OwnershipConflictResolved",
+            Self::ChildApplyFailed => "ChildApplyFailed",
+            Self::ChildrenApplied => "ChildrenApplied",
+            Self::EndpointsNotPublished => "EndpointsNotPublished",
+            Self::TlsSecretInvalid => "TLSSecretInvalid",
+            Self::CredentialsMissing => "CredentialsMissing",
+            Self::CredentialsMismatch => "CredentialsMismatch",
+            Self::MaxLockTtlRaised => "MaxLockTTLRaised",
+            Self::MaxLockTtlLowering => "MaxLockTTLLowering",
+            Self::MaxLockTtlLowered => "MaxLockTTLLowered",
+            Self::ClientPasswordRotationStarted => "ClientPasswordRotationStarted",
+            Self::ClientPasswordPublished => "ClientPasswordPublished",
+            Self::ClientPasswordConfirmed => "ClientPasswordConfirmed",
+            Self::ClientPasswordRotated => "ClientPasswordRotated",
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Asserts that `names` (a vocabulary's `as_str`s) are distinct CamelCase words, as the API
 /// wants a reason.
 #[cfg(test)]
@@ -100,5 +185,37 @@ mod tests {
         assert_distinct_camel_case(MemberReason::ALL.map(MemberReason::as_str));
         assert!(MemberReason::InstanceLost.is_loss() && MemberReason::ClockJump.is_loss());
         assert!(!MemberReason::HoldStarted.is_loss());
+    }
+
+    /// The strings are what the API, the integration tests and users' alerts see: pinned.
+    #[test]
+    fn cluster_reasons_are_pinned_distinct_camel_case_words() {
+        assert_distinct_camel_case(ClusterReason::ALL.map(ClusterReason::as_str));
+        let pinned = [
+            "SpecRejected",
+            "SpecAccepted",
+            "TTLPolicyViolated",
+            "TTLPolicyRestored",
+            "OwnershipConflict",
+            "OwnershipConflictResolved",
+            "ChildApplyFailed",
+            "ChildrenApplied",
+            "EndpointsNotPublished",
+            "TLSSecretInvalid",
+            "CredentialsMissing",
+            "CredentialsMismatch",
+            "MaxLockTTLRaised",
+            "MaxLockTTLLowering",
+            "MaxLockTTLLowered",
+            "ClientPasswordRotationStarted",
+            "ClientPasswordPublished",
+            "ClientPasswordConfirmed",
+            "ClientPasswordRotated",
+        ];
+        assert_eq!(ClusterReason::ALL.map(ClusterReason::as_str), pinned);
+        // Member and cluster events share the object's event stream: no reason means both.
+        let members: std::collections::BTreeSet<_> = MemberReason::ALL.map(MemberReason::as_str).into();
+        assert!(pinned.iter().all(|r| !members.contains(r)));
+        assert_eq!(ClusterReason::TlsSecretInvalid.to_string(), "TLSSecretInvalid");
     }
 }

@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::events;
 use crate::metrics::EndedHold;
 use crate::observe::SlotObservation;
-use crate::reasons::MemberReason;
+use crate::reasons::{ClusterReason, MemberReason};
 use crate::redis_admin::AdminAccess;
 use crate::resources::names::slot_name;
 use crate::resources::{endpoints, pod};
@@ -32,8 +32,6 @@ pub struct Acted {
     pub retry: Option<Duration>,
 }
 
-/// Event reason of an endpoints ConfigMap that could not be written.
-pub const ENDPOINTS_NOT_PUBLISHED: &str = "EndpointsNotPublished";
 /// How soon a refused endpoints ConfigMap is written again.
 const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 
@@ -127,7 +125,7 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
     }
     super::publish_condition_changes(ctx, cluster, &d.status).await;
     for (change, message) in &d.cluster_events {
-        tracing::info!(reason = change.reason(), "{message}");
+        tracing::info!(reason = change.reason().as_str(), "{message}");
         events::publish_for_cluster(&ctx.recorder, cluster, change.reason(), message.clone(), false).await;
     }
     for e in &d.plan.events {
@@ -142,7 +140,7 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
             &ctx.recorder,
             cluster,
             e.slot,
-            e.reason.as_str(),
+            e.reason,
             e.message.clone(),
             e.warning,
         )
@@ -175,7 +173,14 @@ async fn publish_endpoints(
         ENDPOINTS_RETRY.as_secs()
     );
     tracing::warn!("{msg}");
-    events::publish_for_cluster(&ctx.recorder, cluster, ENDPOINTS_NOT_PUBLISHED, msg, true).await;
+    events::publish_for_cluster(
+        &ctx.recorder,
+        cluster,
+        ClusterReason::EndpointsNotPublished,
+        msg,
+        true,
+    )
+    .await;
     Some(ENDPOINTS_RETRY)
 }
 
@@ -222,7 +227,7 @@ async fn release(
                     &ctx.recorder,
                     cluster,
                     *slot,
-                    MemberReason::InstanceReleased.as_str(),
+                    MemberReason::InstanceReleased,
                     msg,
                     false,
                 )
@@ -309,7 +314,7 @@ async fn change_pods_of_kind(
                 &ctx.recorder,
                 cluster,
                 slot,
-                MemberReason::PodChangeFailed.as_str(),
+                MemberReason::PodChangeFailed,
                 msg,
                 true,
             )

@@ -13,6 +13,7 @@ use crate::context::Context;
 use crate::crd::{RedlockCluster, UnstoppedProcess};
 use crate::error::{Error, Result};
 use crate::events;
+use crate::reasons::ClusterReason;
 use crate::redis_admin::AdminAccess;
 use crate::resources::config;
 use crate::resources::names::{
@@ -49,7 +50,14 @@ pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<I
         // here; say why where the user looks (`kubectl describe`), not only in our log.
         Err(e @ Error::TlsSecret(_)) => {
             let note = format!("{e}; no instance is probed, released or replaced until it is fixed");
-            events::publish_for_cluster(&ctx.recorder, cluster, "TLSSecretInvalid", note, true).await;
+            events::publish_for_cluster(
+                &ctx.recorder,
+                cluster,
+                ClusterReason::TlsSecretInvalid,
+                note,
+                true,
+            )
+            .await;
             return Err(e);
         }
         other => other?,

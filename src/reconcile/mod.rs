@@ -35,6 +35,7 @@ use crate::context::Context;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::events;
+use crate::reasons::ClusterReason;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).
@@ -166,17 +167,25 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         .unwrap_or_default();
     let find = |list: &[Condition], t: ConditionType| list.iter().find(|c| c.type_ == t.as_str()).cloned();
     for (type_, bad_reason, good_reason) in [
-        (ConditionType::SpecAccepted, "SpecRejected", "SpecAccepted"),
-        (ConditionType::TtlPolicy, "TTLPolicyViolated", "TTLPolicyRestored"),
+        (
+            ConditionType::SpecAccepted,
+            ClusterReason::SpecRejected,
+            ClusterReason::SpecAccepted,
+        ),
+        (
+            ConditionType::TtlPolicy,
+            ClusterReason::TtlPolicyViolated,
+            ClusterReason::TtlPolicyRestored,
+        ),
         (
             ConditionType::OwnershipConflict,
-            "OwnershipConflict",
-            "OwnershipConflictResolved",
+            ClusterReason::OwnershipConflict,
+            ClusterReason::OwnershipConflictResolved,
         ),
         (
             ConditionType::ChildrenApplied,
-            "ChildApplyFailed",
-            "ChildrenApplied",
+            ClusterReason::ChildApplyFailed,
+            ClusterReason::ChildrenApplied,
         ),
     ] {
         let Some(new) = find(&desired.conditions, type_) else {
@@ -199,7 +208,7 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
             (Some(true), false) => (good_reason, false),
             _ => continue,
         };
-        tracing::info!(reason, "{}", new.message);
+        tracing::info!(reason = reason.as_str(), "{}", new.message);
         events::publish_for_cluster(&ctx.recorder, cluster, reason, new.message.clone(), warning).await;
     }
 }

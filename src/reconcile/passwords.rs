@@ -61,7 +61,7 @@ pub async fn rotate(
         }
         creds = next;
         for t in [start, advanced].into_iter().flatten() {
-            tracing::info!(reason = t.reason, "{}", t.message);
+            tracing::info!(reason = t.reason.as_str(), "{}", t.message);
             events::publish_for_cluster(&ctx.recorder, cluster, t.reason, t.message, false).await;
         }
     }

@@ -14,6 +14,7 @@ use super::names::{
     ADMIN_USER, CLIENT_USER, acl_secret_name, admin_secret_name, client_secret_name, cluster_labels,
 };
 use crate::crd::RedlockCluster;
+use crate::reasons::ClusterReason;
 
 /// Key of the ACL file in the `<name>-acl` Secret for the spec as it is now. Pods built before
 /// the per-mode files existed name it in redis.conf; newer pods name their own mode's file.
@@ -420,10 +421,10 @@ pub enum CredentialsProblem {
 
 impl CredentialsProblem {
     /// The event reason this problem is reported under.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> ClusterReason {
         match self {
-            CredentialsProblem::Missing { .. } => "CredentialsMissing",
-            CredentialsProblem::Mismatch { .. } => "CredentialsMismatch",
+            CredentialsProblem::Missing { .. } => ClusterReason::CredentialsMissing,
+            CredentialsProblem::Mismatch { .. } => ClusterReason::CredentialsMismatch,
         }
     }
 }
@@ -701,7 +702,7 @@ mod tests {
         let acl = acl_of(true, &creds());
         let admin = stored_secret(&[("password", "rotated"), (CLIENT_PASSWORD_KEY, "clientpw")]);
         let err = recover(Some(&admin), None, Some(&acl)).unwrap_err();
-        assert_eq!(err.reason(), "CredentialsMismatch");
+        assert_eq!(err.reason(), ClusterReason::CredentialsMismatch);
         assert!(err.to_string().contains("locks-admin"), "{err}");
         let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "rotated")]);
         assert_eq!(
@@ -744,7 +745,7 @@ mod tests {
         let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "edited")]);
         assert_eq!(
             recover(Some(&admin), None, Some(&acl)).unwrap_err().reason(),
-            "CredentialsMismatch"
+            ClusterReason::CredentialsMismatch
         );
     }
 
@@ -869,7 +870,7 @@ mod tests {
         let admin = admin_secret(&cluster, &creds());
         assert_eq!(
             recover(Some(&admin), None, Some(&acl)).unwrap_err().reason(),
-            "CredentialsMismatch"
+            ClusterReason::CredentialsMismatch
         );
     }
 }

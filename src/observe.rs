@@ -54,13 +54,59 @@ pub struct RedisInfo {
     pub client_password_hashes: Option<Vec<String>>,
 }
 
+/// What this reconcile's admin probe of a slot's process found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Probe {
+    /// Not probed: the pod is not running or has no address yet.
+    #[default]
+    NotProbed,
+    /// The slot's own process answered.
+    Answered(RedisInfo),
+    /// A process answered at the pod's address, but it is another pod's (the address was
+    /// reused, see [`foreign_process`]): why, as a sentence. Counts as no answer.
+    ForeignProcess(String),
+    /// Nothing answered, or the probe failed: why, as a sentence.
+    Failed(String),
+}
+
+impl Probe {
+    /// What the slot's own process said, if it answered.
+    pub fn answered(&self) -> Option<&RedisInfo> {
+        match self {
+            Probe::Answered(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// Mutable access to the answer, if the slot's own process answered.
+    pub fn answered_mut(&mut self) -> Option<&mut RedisInfo> {
+        match self {
+            Probe::Answered(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    pub fn is_answered(&self) -> bool {
+        matches!(self, Probe::Answered(_))
+    }
+
+    /// Why the probe got no answer from the slot's own process, when it was probed and got
+    /// none (a failure or a foreign process); `None` when it answered or was not probed.
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            Probe::ForeignProcess(why) | Probe::Failed(why) => Some(why),
+            Probe::NotProbed | Probe::Answered(_) => None,
+        }
+    }
+}
+
 /// Everything known about one slot now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotObservation {
     pub pod: PodState,
     pub pod_ip: Option<IpAddr>,
-    pub redis: Option<RedisInfo>,
-    pub redis_error: Option<String>,
+    /// What the admin probe of the slot's process found.
+    pub probe: Probe,
     /// The spec hash the pod was built from (`redlock.dev/spec-hash`); `None` for pods from
     /// before the annotation existed.
     pub spec_hash: Option<String>,
@@ -177,8 +223,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
     SlotObservation {
         pod: state,
         pod_ip: status.pod_ip.as_deref().and_then(|ip| ip.parse().ok()),
-        redis: None,
-        redis_error: None,
+        probe: Probe::NotProbed,
         spec_hash: pod.annotations().get(SPEC_HASH).cloned(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         pod_uid: pod.uid(),

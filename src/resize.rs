@@ -99,7 +99,7 @@ pub fn after_plan(
         // that does not answer proves nothing.
         let gone = obs.is_none_or(|o| !matches!(o.pod, PodState::Running { .. } | PodState::Foreign { .. }));
         let fenced = obs
-            .and_then(|o| o.redis.as_ref())
+            .and_then(|o| o.probe.answered())
             .is_some_and(|r| !r.client_enabled);
         let Some(m) = members.iter().find(|m| m.slot == slot) else {
             // No record: never created, or gone after its hold.
@@ -148,7 +148,7 @@ pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(Condi
 mod tests {
     use super::*;
     use crate::crd::{MemberState, RedlockClusterStatus};
-    use crate::observe::RedisInfo;
+    use crate::observe::{Probe, RedisInfo};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn cluster(
@@ -278,7 +278,7 @@ mod tests {
                 ready: false,
                 terminating: false,
             },
-            redis: Some(RedisInfo {
+            probe: Probe::Answered(RedisInfo {
                 run_id: "r".into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
@@ -330,7 +330,7 @@ mod tests {
             (
                 4,
                 SlotObservation {
-                    redis: None,
+                    probe: Probe::NotProbed,
                     ..fenced(false)
                 },
             ),

@@ -31,11 +31,11 @@ pub(super) struct Process<'a> {
 pub(super) fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
     match &obs.pod {
         PodState::Running { container_id, .. } => Some(Process {
-            run_id: obs.redis.as_ref().map(|r| r.run_id.as_str()),
+            run_id: obs.probe.answered().map(|r| r.run_id.as_str()),
             container_id: container_id.as_deref(),
-            client_enabled: obs.redis.as_ref().map(|r| r.client_enabled),
-            pod_ip: obs.redis.as_ref().and(obs.pod_ip).map(|ip| ip.to_string()),
-            listener: obs.redis.as_ref().and(obs.pod_ip).map(|_| Listener {
+            client_enabled: obs.probe.answered().map(|r| r.client_enabled),
+            pod_ip: obs.probe.answered().and(obs.pod_ip).map(|ip| ip.to_string()),
+            listener: obs.probe.answered().and(obs.pod_ip).map(|_| Listener {
                 tls_secret: obs.tls_secret.clone(),
             }),
         }),

@@ -83,7 +83,7 @@ fn marked(
         let why = format!("fenced for maintenance ({reason})");
         match running_process(obs)
             .and_then(|p| p.run_id)
-            .filter(|_| obs.redis.is_some())
+            .filter(|_| obs.probe.is_answered())
         {
             Some(run_id) => {
                 step.release = None;

@@ -83,7 +83,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
             && slot < input.confirmed
             && step.release.is_none()
             && waits_for_process(m, input.now)
-            && obs.redis.is_none()
+            && !obs.probe.is_answered()
             // Fenced on purpose: nothing is released, so nothing waits for it to answer.
             && !input.maintenance.contains_key(&slot)
             && !matches!(obs.pod, PodState::Foreign { .. })

@@ -286,7 +286,7 @@ mod tests {
     use super::*;
     use crate::conditions::ConditionType;
     use crate::crd::{FailureDomains, MemberState};
-    use crate::observe::{RedisInfo, SlotObservation};
+    use crate::observe::{Probe, RedisInfo, SlotObservation};
 
     #[test]
     fn publishing_the_shorter_list_over_an_unfound_process_says_so() {
@@ -345,7 +345,7 @@ mod tests {
                 ready: enabled,
                 terminating: false,
             },
-            redis: Some(RedisInfo {
+            probe: Probe::Answered(RedisInfo {
                 run_id: run.into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,

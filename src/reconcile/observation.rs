@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
-use crate::observe::{self, PodState, SlotObservation};
+use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
@@ -146,7 +146,7 @@ async fn find_tls_cas(
 /// A connection to a TLS member failed: the CA it trusted may have been rotated, so the next
 /// reconcile reads each Secret involved again (`tls_cas`, at most once per period).
 pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<i32, SlotObservation>) {
-    for o in slots.values().filter(|o| o.redis_error.is_some()) {
+    for o in slots.values().filter(|o| o.probe.failure().is_some()) {
         if let Some(secret) = &o.tls_secret {
             ctx.memory.tls_cas.distrust(ns, secret);
         }
@@ -229,7 +229,7 @@ async fn probe_all(
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
             Ok((info, _)) if let Some(why) = observe::foreign_process(o, &info) => {
-                o.redis_error = Some(why);
+                o.probe = Probe::ForeignProcess(why);
             }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
@@ -242,9 +242,9 @@ async fn probe_all(
                 );
                 tracks.push((key, track));
                 o.clock = Some(verdict);
-                o.redis = Some(info);
+                o.probe = Probe::Answered(info);
             }
-            Err(e) => o.redis_error = Some(e),
+            Err(e) => o.probe = Probe::Failed(e),
         }
     }
     tracks
@@ -319,7 +319,7 @@ async fn audit_ttls(
     let serving: Vec<(i32, String, std::net::IpAddr)> = observed
         .iter()
         .filter_map(|(slot, o)| {
-            let info = o.redis.as_ref().filter(|i| i.client_enabled)?;
+            let info = o.probe.answered().filter(|i| i.client_enabled)?;
             Some((*slot, info.run_id.clone(), o.pod_ip?))
         })
         .filter(|(slot, _, _)| *slot < cluster.spec.instances)

@@ -72,7 +72,7 @@ fn processes(observed: &BTreeMap<i32, SlotObservation>) -> Vec<ProcessPasswords>
     observed
         .iter()
         .filter_map(|(slot, o)| {
-            let redis = o.redis.as_ref()?;
+            let redis = o.probe.answered()?;
             Some(ProcessPasswords {
                 slot: *slot,
                 run_id: redis.run_id.clone(),
@@ -93,7 +93,7 @@ fn coverage(cluster: &RedlockCluster, observed: &BTreeMap<i32, SlotObservation>)
         if !running || o.client_user.as_deref().unwrap_or(spec_user) != CLIENT_USER {
             continue;
         }
-        if o.redis.is_none() {
+        if !o.probe.is_answered() {
             c.unanswered.push(*slot);
         }
         if o.probe_password_key.as_deref() != Some(PROBE_PASSWORD_KEY) {

@@ -20,7 +20,7 @@ use crate::crd::{Listener, UnstoppedProcess};
 use crate::hold::held_until;
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
-use crate::observe::RedisInfo;
+use crate::observe::{Probe, RedisInfo};
 use crate::reasons::MemberReason;
 
 /// 30 s TTL, 1 % drift, 1 s margin.
@@ -112,7 +112,7 @@ fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
             terminating: false,
         },
         pod_ip: None,
-        redis: Some(RedisInfo {
+        probe: Probe::Answered(RedisInfo {
             run_id: run.into(),
             version: "7.0.15".into(),
             client_enabled: enabled,
@@ -131,7 +131,7 @@ fn unreachable(container: &str) -> SlotObservation {
             ready: false,
             terminating: false,
         },
-        redis_error: Some("connection refused".into()),
+        probe: Probe::Failed("connection refused".into()),
         ..Default::default()
     }
 }
@@ -139,7 +139,7 @@ fn unreachable(container: &str) -> SlotObservation {
 /// A node that stopped reporting: the kubelet's last word was "running", nothing answers.
 fn node_lost(container: &str) -> SlotObservation {
     SlotObservation {
-        redis_error: Some("timed out".into()),
+        probe: Probe::Failed("timed out".into()),
         ..unreachable(container)
     }
 }
@@ -382,7 +382,7 @@ fn check(c: &Case) {
     let mut obs = obs;
     if !p.fences.is_empty() {
         for o in obs.values_mut() {
-            if let Some(r) = &mut o.redis {
+            if let Some(r) = o.probe.answered_mut() {
                 r.client_enabled = false;
             }
         }

@@ -393,7 +393,7 @@ fn the_listener_is_recorded_with_the_address_and_kept_for_an_unstopped_process()
     assert_eq!(p_plain.members[0].listener, Some(Listener::default()));
     // Without an answer at an address, nothing is recorded about how it listens.
     let silent = SlotObservation {
-        redis: None,
+        probe: Probe::NotProbed,
         ..tls(Some("old-tls"))
     };
     let p_silent = plan(&input(1, &members, at(NOW)), &observed([(0, silent)]));

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use kube::ResourceExt;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
+use crate::model::Slot;
 use crate::resources::hash::SPEC_HASH;
 use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, slot_name};
 
@@ -145,14 +146,14 @@ pub struct SlotObservation {
 pub fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
-) -> BTreeMap<i32, SlotObservation> {
+) -> BTreeMap<Slot, SlotObservation> {
     let ns = cluster.namespace();
     let name = cluster.name_any();
     pods.iter()
         .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
         .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
-            let slot: i32 = p.labels().get(LABEL_SLOT)?.parse().ok()?;
+            let slot: Slot = p.labels().get(LABEL_SLOT)?.parse().ok()?;
             // The slot label alone could be edited to name another slot: a pod is a slot's
             // only under that slot's name (one under another name is looked up by name).
             (p.name_any() == slot_name(&name, slot)).then(|| (slot, slot_observation(p)))
@@ -325,12 +326,12 @@ fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<Strin
 /// Slots whose member is released and whose pod is Ready: what clients can lock right now.
 pub fn serving_slots(
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     instances: i32,
-) -> Vec<i32> {
+) -> Vec<Slot> {
     members
         .iter()
-        .filter(|m| m.slot < instances && m.state == MemberState::Ready)
+        .filter(|m| m.slot.within(instances) && m.state == MemberState::Ready)
         .filter(|m| {
             matches!(
                 observed.get(&m.slot).map(|o| &o.pod),
@@ -393,14 +394,14 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let built = crate::resources::pod::pod(&cluster, 0);
+        let built = crate::resources::pod::pod(&cluster, Slot::new(0));
         assert_eq!(
             slot_observation(&built).client_user.as_deref(),
             Some(crate::resources::names::CLIENT_USER)
         );
         let mut off = cluster.clone();
         off.spec.auth.enabled = false;
-        let built = crate::resources::pod::pod(&off, 0);
+        let built = crate::resources::pod::pod(&off, Slot::new(0));
         assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
         // A pod without the variable (not built by this operator): unknown.
         assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
@@ -408,7 +409,7 @@ mod tests {
         assert_eq!(slot_observation(&built).tls_secret, None);
         let mut tls = cluster.clone();
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
-        let built = crate::resources::pod::pod(&tls, 0);
+        let built = crate::resources::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
     }
 
@@ -420,7 +421,7 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let mut relabelled = crate::resources::pod::pod(&cluster, 0);
+        let mut relabelled = crate::resources::pod::pod(&cluster, Slot::new(0));
         relabelled
             .metadata
             .labels
@@ -428,12 +429,12 @@ mod tests {
             .unwrap()
             .insert(LABEL_SLOT.into(), "1".into());
         relabelled.metadata.uid = Some("uid-0".into());
-        let mut one = crate::resources::pod::pod(&cluster, 1);
+        let mut one = crate::resources::pod::pod(&cluster, Slot::new(1));
         one.metadata.uid = Some("uid-1".into());
         let pods = [std::sync::Arc::new(one), std::sync::Arc::new(relabelled)];
         let slots = pods_by_slot(&cluster, &pods);
         assert_eq!(slots.keys().copied().collect::<Vec<_>>(), [1]);
-        assert_eq!(slots[&1].pod_uid.as_deref(), Some("uid-1"));
+        assert_eq!(slots[&Slot::new(1)].pod_uid.as_deref(), Some("uid-1"));
     }
 
     #[test]

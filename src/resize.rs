@@ -14,6 +14,7 @@
 
 use crate::conditions::ConditionReason;
 use crate::crd::{MemberStatus, RedlockCluster};
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use std::collections::BTreeMap;
 
@@ -87,13 +88,13 @@ pub fn after_plan(
     limits: Limits,
     instances: i32,
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     now: Timestamp,
 ) -> Limits {
     if limits.published <= instances {
         return limits;
     }
-    let done = (instances..limits.published).all(|slot| {
+    let done = Slot::span(instances, limits.published).all(|slot| {
         let obs = observed.get(&slot);
         // Proof that it grants no lock now: no process, or a process seen fenced. A process
         // that does not answer proves nothing.
@@ -293,7 +294,7 @@ mod tests {
     fn the_shorter_list_is_published_only_after_one_hold_of_fenced_removed_members() {
         let now = Timestamp::from_second(100).unwrap();
         let l = limits(5, 3);
-        let obs = |a, b| BTreeMap::from([(3, fenced(a)), (4, fenced(b))]);
+        let obs = |a, b| BTreeMap::from([(Slot::new(3), fenced(a)), (Slot::new(4), fenced(b))]);
         let held = |u3, u4| {
             vec![
                 member(3, MemberState::Held, Some(u3)),
@@ -326,9 +327,9 @@ mod tests {
         );
         // Not answering proves nothing, even with the hold over.
         let silent = BTreeMap::from([
-            (3, fenced(false)),
+            (Slot::new(3), fenced(false)),
             (
-                4,
+                Slot::new(4),
                 SlotObservation {
                     probe: Probe::NotProbed,
                     ..fenced(false)

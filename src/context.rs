@@ -19,6 +19,7 @@ use crate::hold_timers::HoldTimers;
 use crate::leader::Leadership;
 use crate::member_clock::ClockTrack;
 use crate::metrics::Metrics;
+use crate::model::Slot;
 use crate::ttl_audit::ClusterAudit;
 
 pub struct Context {
@@ -89,7 +90,7 @@ pub struct Memory {
     pub timers: HoldTimers,
     /// Each member process's clock as last probed, by (cluster UID, slot); after a restart the
     /// first probe is a new baseline.
-    pub member_clocks: Mutex<HashMap<(String, i32), ClockTrack>>,
+    pub member_clocks: Mutex<HashMap<(String, Slot), ClockTrack>>,
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).

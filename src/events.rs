@@ -6,6 +6,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use crate::crd::RedlockCluster;
+use crate::model::Slot;
 use crate::reasons::{ClusterReason, MemberReason};
 use crate::resources::names::slot_name;
 
@@ -15,7 +16,7 @@ use crate::resources::names::slot_name;
 pub async fn publish_for_slot(
     recorder: &Recorder,
     cluster: &RedlockCluster,
-    slot: i32,
+    slot: Slot,
     reason: MemberReason,
     note: String,
     warning: bool,

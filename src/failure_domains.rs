@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::{FailureDomains, Spread};
-use crate::model::quorum;
+use crate::model::{Slot, quorum};
 
 /// Node label naming a node's zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -13,13 +13,13 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Members per node and per zone, from each placed member's node.
 pub fn compute(
     instances: i32,
-    member_nodes: &BTreeMap<i32, String>,
+    member_nodes: &BTreeMap<Slot, String>,
     node_zones: &BTreeMap<String, String>,
 ) -> FailureDomains {
     let mut nodes = BTreeMap::new();
     let mut zones = BTreeMap::new();
     for (slot, node) in member_nodes {
-        if *slot >= instances {
+        if !slot.within(instances) {
             continue;
         }
         *nodes.entry(node.clone()).or_insert(0) += 1;
@@ -105,8 +105,11 @@ pub fn condition(instances: i32, spread: Spread, domains: &FailureDomains) -> De
 mod tests {
     use super::*;
 
-    fn placement(pairs: &[(i32, &str)]) -> BTreeMap<i32, String> {
-        pairs.iter().map(|(s, n)| (*s, n.to_string())).collect()
+    fn placement(pairs: &[(i32, &str)]) -> BTreeMap<Slot, String> {
+        pairs
+            .iter()
+            .map(|(s, n)| (Slot::new(*s), n.to_string()))
+            .collect()
     }
 
     fn zones() -> BTreeMap<String, String> {

@@ -22,13 +22,14 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::Reading;
 use crate::hold::held_until;
+use crate::model::Slot;
 
 /// What a timer times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TimerKey {
     /// The hold of a slot that started at this time (`holdStartedAt`): a restarted hold is a
     /// new timer.
-    Hold { slot: i32, started: Timestamp },
+    Hold { slot: Slot, started: Timestamp },
     /// The pending lowering of the maxLockTTL in force (`status.hold.lowersAt`).
     Lowering,
 }
@@ -156,7 +157,10 @@ mod tests {
     }
     const HOLD: Duration = Duration::from_secs(31);
     fn key(slot: i32) -> TimerKey {
-        TimerKey::Hold { slot, started: t(0) }
+        TimerKey::Hold {
+            slot: Slot::new(slot),
+            started: t(0),
+        }
     }
 
     #[test]

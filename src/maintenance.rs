@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::{MemberStatus, RedlockCluster};
+use crate::model::Slot;
 
 /// The annotation that lists the members fenced on purpose: a JSON object from slot number to
 /// the reason given, e.g. `{"1": "kernel upgrade on node-b"}`.
@@ -18,7 +19,7 @@ pub const FENCED_MEMBERS: &str = "redlock.dev/fenced-members";
 /// The slots to keep fenced, and what was wrong with the request if it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Request {
-    pub slots: BTreeMap<i32, String>,
+    pub slots: BTreeMap<Slot, String>,
     pub error: Option<String>,
 }
 
@@ -49,21 +50,21 @@ pub fn request(cluster: &RedlockCluster, members: &[MemberStatus]) -> Request {
 }
 
 /// Parses the annotation's value. An empty value or object fences nothing.
-pub fn parse(raw: &str) -> Result<BTreeMap<i32, String>, String> {
+pub fn parse(raw: &str) -> Result<BTreeMap<Slot, String>, String> {
     if raw.trim().is_empty() {
         return Ok(BTreeMap::new());
     }
     let map: BTreeMap<String, String> = serde_json::from_str(raw).map_err(|e| e.to_string())?;
     map.into_iter()
         .map(|(k, reason)| match k.trim().parse::<i32>() {
-            Ok(slot) if slot >= 0 => Ok((slot, reason)),
+            Ok(slot) if slot >= 0 => Ok((Slot::new(slot), reason)),
             _ => Err(format!("{k:?} is not a slot number")),
         })
         .collect()
 }
 
 /// The annotation's value for `slots` (what `kubectl redlock fence` writes).
-pub fn render(slots: &BTreeMap<i32, String>) -> String {
+pub fn render(slots: &BTreeMap<Slot, String>) -> String {
     let map: BTreeMap<String, &String> = slots.iter().map(|(s, r)| (s.to_string(), r)).collect();
     serde_json::to_string(&map).expect("a map of strings serializes")
 }
@@ -120,7 +121,11 @@ mod tests {
         assert_eq!(parse("{}"), Ok(BTreeMap::new()));
         assert_eq!(
             parse(r#"{"1": "kernel upgrade", "2": ""}"#),
-            Ok([(1, "kernel upgrade".to_owned()), (2, String::new())].into())
+            Ok([
+                (Slot::new(1), "kernel upgrade".to_owned()),
+                (Slot::new(2), String::new())
+            ]
+            .into())
         );
         for bad in [
             r#"{"a": "x"}"#,
@@ -132,7 +137,11 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
-        let slots: BTreeMap<i32, String> = [(0, "a \"b\"".to_owned()), (10, "c".to_owned())].into();
+        let slots: BTreeMap<Slot, String> = [
+            (Slot::new(0), "a \"b\"".to_owned()),
+            (Slot::new(10), "c".to_owned()),
+        ]
+        .into();
         assert_eq!(parse(&render(&slots)), Ok(slots));
     }
 
@@ -147,10 +156,10 @@ mod tests {
         ];
         assert_eq!(request(&cluster(None), &members), Request::default());
         let ok = request(&cluster(Some(r#"{"1": "x"}"#)), &members);
-        assert_eq!(ok.slots, [(1, "x".to_owned())].into());
+        assert_eq!(ok.slots, [(Slot::new(1), "x".to_owned())].into());
         assert_eq!(ok.error, None);
         let bad = request(&cluster(Some(r#"{"1": "x""#)), &members);
-        assert_eq!(bad.slots, [(0, "disk".to_owned())].into());
+        assert_eq!(bad.slots, [(Slot::new(0), "disk".to_owned())].into());
         assert!(bad.error.as_deref().unwrap().contains(FENCED_MEMBERS));
         let c = condition(&bad, &members);
         assert_eq!((c.status, c.reason), (true, ConditionReason::FenceRequestInvalid));

@@ -287,7 +287,7 @@ impl Metrics {
         for (state, label) in STATES {
             let n = members
                 .iter()
-                .filter(|m| m.slot < instances && m.state == state)
+                .filter(|m| m.slot.within(instances) && m.state == state)
                 .count();
             c.members
                 .get_or_create(&StateLabels {
@@ -322,7 +322,7 @@ impl Metrics {
             // A member unfenced after its hold ended is due from the unfencing (its `since`).
             let due = until.map(|u| m.since.as_ref().map_or(u, |s| u.max(s.0)));
             let overdue = due
-                .filter(|_| m.maintenance.is_none() && m.slot < instances)
+                .filter(|_| m.maintenance.is_none() && m.slot.within(instances))
                 .map_or(0.0, |u| now.duration_since(u).as_secs_f64().max(0.0));
             c.hold_remaining
                 .get_or_create(&member_labels(ns, cluster, &m.name))

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use kube::ResourceExt;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
+use crate::model::Slot;
 use crate::resources::hash::SPEC_HASH;
 use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, slot_name};
 
@@ -54,13 +55,59 @@ pub struct RedisInfo {
     pub client_password_hashes: Option<Vec<String>>,
 }
 
+/// What this reconcile's admin probe of a slot's process found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Probe {
+    /// Not probed: the pod is not running or has no address yet.
+    #[default]
+    NotProbed,
+    /// The slot's own process answered.
+    Answered(RedisInfo),
+    /// A process answered at the pod's address, but it is another pod's (the address was
+    /// reused, see [`foreign_process`]): why, as a sentence. Counts as no answer.
+    ForeignProcess(String),
+    /// Nothing answered, or the probe failed: why, as a sentence.
+    Failed(String),
+}
+
+impl Probe {
+    /// What the slot's own process said, if it answered.
+    pub fn answered(&self) -> Option<&RedisInfo> {
+        match self {
+            Probe::Answered(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// Mutable access to the answer, if the slot's own process answered.
+    pub fn answered_mut(&mut self) -> Option<&mut RedisInfo> {
+        match self {
+            Probe::Answered(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    pub fn is_answered(&self) -> bool {
+        matches!(self, Probe::Answered(_))
+    }
+
+    /// Why the probe got no answer from the slot's own process, when it was probed and got
+    /// none (a failure or a foreign process); `None` when it answered or was not probed.
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            Probe::ForeignProcess(why) | Probe::Failed(why) => Some(why),
+            Probe::NotProbed | Probe::Answered(_) => None,
+        }
+    }
+}
+
 /// Everything known about one slot now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotObservation {
     pub pod: PodState,
     pub pod_ip: Option<IpAddr>,
-    pub redis: Option<RedisInfo>,
-    pub redis_error: Option<String>,
+    /// What the admin probe of the slot's process found.
+    pub probe: Probe,
     /// The spec hash the pod was built from (`redlock.dev/spec-hash`); `None` for pods from
     /// before the annotation existed.
     pub spec_hash: Option<String>,
@@ -99,14 +146,14 @@ pub struct SlotObservation {
 pub fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
-) -> BTreeMap<i32, SlotObservation> {
+) -> BTreeMap<Slot, SlotObservation> {
     let ns = cluster.namespace();
     let name = cluster.name_any();
     pods.iter()
         .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
         .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
-            let slot: i32 = p.labels().get(LABEL_SLOT)?.parse().ok()?;
+            let slot: Slot = p.labels().get(LABEL_SLOT)?.parse().ok()?;
             // The slot label alone could be edited to name another slot: a pod is a slot's
             // only under that slot's name (one under another name is looked up by name).
             (p.name_any() == slot_name(&name, slot)).then(|| (slot, slot_observation(p)))
@@ -177,8 +224,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
     SlotObservation {
         pod: state,
         pod_ip: status.pod_ip.as_deref().and_then(|ip| ip.parse().ok()),
-        redis: None,
-        redis_error: None,
+        probe: Probe::NotProbed,
         spec_hash: pod.annotations().get(SPEC_HASH).cloned(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         pod_uid: pod.uid(),
@@ -280,12 +326,12 @@ fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<Strin
 /// Slots whose member is released and whose pod is Ready: what clients can lock right now.
 pub fn serving_slots(
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     instances: i32,
-) -> Vec<i32> {
+) -> Vec<Slot> {
     members
         .iter()
-        .filter(|m| m.slot < instances && m.state == MemberState::Ready)
+        .filter(|m| m.slot.within(instances) && m.state == MemberState::Ready)
         .filter(|m| {
             matches!(
                 observed.get(&m.slot).map(|o| &o.pod),
@@ -348,14 +394,14 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let built = crate::resources::pod::pod(&cluster, 0);
+        let built = crate::resources::pod::pod(&cluster, Slot::new(0));
         assert_eq!(
             slot_observation(&built).client_user.as_deref(),
             Some(crate::resources::names::CLIENT_USER)
         );
         let mut off = cluster.clone();
         off.spec.auth.enabled = false;
-        let built = crate::resources::pod::pod(&off, 0);
+        let built = crate::resources::pod::pod(&off, Slot::new(0));
         assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
         // A pod without the variable (not built by this operator): unknown.
         assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
@@ -363,7 +409,7 @@ mod tests {
         assert_eq!(slot_observation(&built).tls_secret, None);
         let mut tls = cluster.clone();
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
-        let built = crate::resources::pod::pod(&tls, 0);
+        let built = crate::resources::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
     }
 
@@ -375,7 +421,7 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let mut relabelled = crate::resources::pod::pod(&cluster, 0);
+        let mut relabelled = crate::resources::pod::pod(&cluster, Slot::new(0));
         relabelled
             .metadata
             .labels
@@ -383,12 +429,12 @@ mod tests {
             .unwrap()
             .insert(LABEL_SLOT.into(), "1".into());
         relabelled.metadata.uid = Some("uid-0".into());
-        let mut one = crate::resources::pod::pod(&cluster, 1);
+        let mut one = crate::resources::pod::pod(&cluster, Slot::new(1));
         one.metadata.uid = Some("uid-1".into());
         let pods = [std::sync::Arc::new(one), std::sync::Arc::new(relabelled)];
         let slots = pods_by_slot(&cluster, &pods);
         assert_eq!(slots.keys().copied().collect::<Vec<_>>(), [1]);
-        assert_eq!(slots[&1].pod_uid.as_deref(), Some("uid-1"));
+        assert_eq!(slots[&Slot::new(1)].pod_uid.as_deref(), Some("uid-1"));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::conditions::{ConditionReason, ConditionType, Desired};
 use crate::crd::RedlockCluster;
+use crate::model::Slot;
 use crate::reasons::ClusterReason;
 use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
 
@@ -37,7 +38,7 @@ pub const CONDITION: &str = ConditionType::ClientPasswordRotation.as_str();
 /// accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessPasswords {
-    pub slot: i32,
+    pub slot: Slot,
     pub run_id: String,
     pub hashes: Vec<String>,
 }
@@ -126,8 +127,8 @@ pub fn start(
 /// built before the probe had its own, `PROBE_PASSWORD_KEY`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Coverage {
-    pub unanswered: Vec<i32>,
-    pub old_probes: Vec<i32>,
+    pub unanswered: Vec<Slot>,
+    pub old_probes: Vec<Slot>,
 }
 
 /// The times a step depends on: now, and how long clients get from the publication of the
@@ -231,7 +232,7 @@ fn revocable_at(at: Timestamp, grace: Duration) -> Timestamp {
 /// The processes whose client user accepts other passwords than `creds` says (a new one not
 /// added yet, an old one not removed yet, one restarted from an older ACL file, one edited by
 /// hand): each is set to exactly the accepted ones.
-pub fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(i32, String)> {
+pub fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
     let want = creds.accepted_client_hashes();
     found
         .iter()
@@ -355,7 +356,7 @@ mod tests {
     /// A process whose client user accepts `passwords` and the probe's.
     fn process(slot: i32, passwords: &[&str]) -> ProcessPasswords {
         ProcessPasswords {
-            slot,
+            slot: Slot::new(slot),
             run_id: format!("run{slot}"),
             hashes: passwords
                 .iter()
@@ -387,7 +388,7 @@ mod tests {
 
         // Processes not yet given the new one: synced, and the phase waits.
         let found = [process(0, &["old"]), process(1, &["old", "new"])];
-        assert_eq!(syncs(&c, &found), vec![(0, "run0".to_owned())]);
+        assert_eq!(syncs(&c, &found), vec![(Slot::new(0), "run0".to_owned())]);
         let (same, t) = advance(&c, on(Some("t1"), None), &found, &all_answer(), at(0));
         assert!(t.is_none());
         assert_eq!(same, c);
@@ -420,7 +421,10 @@ mod tests {
         assert_eq!(c.accepted_client_passwords(), vec!["new"]);
         assert_eq!(
             syncs(&c, &found),
-            vec![(0, "run0".to_owned()), (1, "run1".to_owned())]
+            vec![
+                (Slot::new(0), "run0".to_owned()),
+                (Slot::new(1), "run1".to_owned())
+            ]
         );
 
         // Done once every process accepts the new one only; the request may stay.
@@ -445,7 +449,7 @@ mod tests {
         let found = [process(0, &["old", "new"])];
         // Member 1 runs but did not answer: clients may reach it; not published.
         let silent = Coverage {
-            unanswered: vec![1],
+            unanswered: vec![Slot::new(1)],
             old_probes: vec![],
         };
         assert!(
@@ -459,7 +463,7 @@ mod tests {
         // A pod whose readiness probe logs in with the old client password: not revoked.
         let old_probe = Coverage {
             unanswered: vec![],
-            old_probes: vec![2],
+            old_probes: vec![Slot::new(2)],
         };
         let confirmed = on(Some("t1"), Some("t1"));
         assert!(advance(&c, confirmed, &found, &old_probe, at(500)).1.is_none());
@@ -517,7 +521,7 @@ mod tests {
     fn outside_a_rotation_processes_are_brought_back_to_the_recorded_passwords() {
         // An extra password added by hand, a process without the probe's, one with none.
         let without_probe = ProcessPasswords {
-            slot: 3,
+            slot: Slot::new(3),
             run_id: "run3".into(),
             hashes: vec![password_hash("old")],
         };
@@ -530,9 +534,9 @@ mod tests {
         assert_eq!(
             syncs(&creds(), &found),
             vec![
-                (0, "run0".to_owned()),
-                (2, "run2".to_owned()),
-                (3, "run3".to_owned())
+                (Slot::new(0), "run0".to_owned()),
+                (Slot::new(2), "run2".to_owned()),
+                (Slot::new(3), "run3".to_owned())
             ]
         );
         assert!(

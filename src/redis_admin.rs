@@ -149,7 +149,7 @@ impl AdminAccess {
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
     /// timed on this process's monotonic clock), on a fresh connection.
-    /// The error is a sentence: it becomes `SlotObservation::redis_error` and from there a
+    /// The error is a sentence: it becomes a `Probe::Failed` of `SlotObservation::probe` and from there a
     /// member's status message; nothing branches on its kind outside this file (the timeout that
     /// `probe_kept` must tell apart is read from the typed `ProbeError` before it is rendered).
     pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {

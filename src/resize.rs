@@ -14,6 +14,7 @@
 
 use crate::conditions::ConditionReason;
 use crate::crd::{MemberStatus, RedlockCluster};
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use std::collections::BTreeMap;
 
@@ -87,19 +88,19 @@ pub fn after_plan(
     limits: Limits,
     instances: i32,
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     now: Timestamp,
 ) -> Limits {
     if limits.published <= instances {
         return limits;
     }
-    let done = (instances..limits.published).all(|slot| {
+    let done = Slot::span(instances, limits.published).all(|slot| {
         let obs = observed.get(&slot);
         // Proof that it grants no lock now: no process, or a process seen fenced. A process
         // that does not answer proves nothing.
         let gone = obs.is_none_or(|o| !matches!(o.pod, PodState::Running { .. } | PodState::Foreign { .. }));
         let fenced = obs
-            .and_then(|o| o.redis.as_ref())
+            .and_then(|o| o.probe.answered())
             .is_some_and(|r| !r.client_enabled);
         let Some(m) = members.iter().find(|m| m.slot == slot) else {
             // No record: never created, or gone after its hold.
@@ -148,7 +149,7 @@ pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(Condi
 mod tests {
     use super::*;
     use crate::crd::{MemberState, RedlockClusterStatus};
-    use crate::observe::RedisInfo;
+    use crate::observe::{Probe, RedisInfo};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn cluster(
@@ -278,7 +279,7 @@ mod tests {
                 ready: false,
                 terminating: false,
             },
-            redis: Some(RedisInfo {
+            probe: Probe::Answered(RedisInfo {
                 run_id: "r".into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
@@ -293,7 +294,7 @@ mod tests {
     fn the_shorter_list_is_published_only_after_one_hold_of_fenced_removed_members() {
         let now = Timestamp::from_second(100).unwrap();
         let l = limits(5, 3);
-        let obs = |a, b| BTreeMap::from([(3, fenced(a)), (4, fenced(b))]);
+        let obs = |a, b| BTreeMap::from([(Slot::new(3), fenced(a)), (Slot::new(4), fenced(b))]);
         let held = |u3, u4| {
             vec![
                 member(3, MemberState::Held, Some(u3)),
@@ -326,11 +327,11 @@ mod tests {
         );
         // Not answering proves nothing, even with the hold over.
         let silent = BTreeMap::from([
-            (3, fenced(false)),
+            (Slot::new(3), fenced(false)),
             (
-                4,
+                Slot::new(4),
                 SlotObservation {
-                    redis: None,
+                    probe: Probe::NotProbed,
                     ..fenced(false)
                 },
             ),

@@ -11,16 +11,16 @@
 use std::collections::BTreeMap;
 
 use crate::crd::{MemberState, MemberStatus};
-use crate::model::quorum;
+use crate::model::{Slot, quorum};
 use crate::observe::{PodState, SlotObservation, serving_slots};
 
 /// What the rollout does in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Rollout {
     /// Slots (< N) whose running pod was built from another spec, in slot order.
-    pub outdated: Vec<i32>,
+    pub outdated: Vec<Slot>,
     /// The slot to replace now (its pod is deleted).
-    pub replace: Option<i32>,
+    pub replace: Option<Slot>,
     /// Why no replacement starts now although some slot is outdated.
     pub waiting: Option<String>,
 }
@@ -29,12 +29,14 @@ pub struct Rollout {
 pub fn decide(
     instances: i32,
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     desired_hash: &str,
 ) -> Rollout {
-    let outdated: Vec<i32> = observed
+    let outdated: Vec<Slot> = observed
         .iter()
-        .filter(|(slot, o)| **slot < instances && o.spec_hash.as_deref().is_some_and(|h| h != desired_hash))
+        .filter(|(slot, o)| {
+            slot.within(instances) && o.spec_hash.as_deref().is_some_and(|h| h != desired_hash)
+        })
         .filter(|(_, o)| {
             !matches!(
                 o.pod,
@@ -50,7 +52,7 @@ pub fn decide(
         return Rollout::default();
     };
     let serving = serving_slots(members, observed, instances);
-    let not_serving: Vec<&str> = (0..instances)
+    let not_serving: Vec<&str> = Slot::all(instances)
         .filter(|slot| !serving.contains(slot))
         .map(|slot| {
             members
@@ -90,19 +92,19 @@ pub fn pace_scaling(
     instances: i32,
     previous: &[MemberStatus],
     members: &[MemberStatus],
-    observed: &BTreeMap<i32, SlotObservation>,
-    create_pods: &mut Vec<i32>,
-    delete_pods: &mut Vec<i32>,
+    observed: &BTreeMap<Slot, SlotObservation>,
+    create_pods: &mut Vec<Slot>,
+    delete_pods: &mut Vec<Slot>,
 ) {
     if !previous.iter().any(|m| m.state == MemberState::Ready) {
         return;
     }
-    let is_new = |slot: i32| {
+    let is_new = |slot: Slot| {
         members
             .iter()
             .any(|m| m.slot == slot && m.state == MemberState::Starting)
     };
-    let new_slot_coming_up = observed.keys().any(|s| *s < instances && is_new(*s));
+    let new_slot_coming_up = observed.keys().any(|s| s.within(instances) && is_new(*s));
     let allowed = create_pods
         .iter()
         .copied()
@@ -111,8 +113,8 @@ pub fn pace_scaling(
         .filter(|_| !new_slot_coming_up);
     create_pods.retain(|slot| !is_new(*slot) || Some(*slot) == allowed);
 
-    let highest_removed = observed.keys().copied().filter(|s| *s >= instances).max();
-    delete_pods.retain(|slot| *slot < instances || Some(*slot) == highest_removed);
+    let highest_removed = observed.keys().copied().filter(|s| !s.within(instances)).max();
+    delete_pods.retain(|slot| slot.within(instances) || Some(*slot) == highest_removed);
 }
 
 #[cfg(test)]
@@ -121,6 +123,10 @@ mod tests {
     use crate::crd::MemberStatus;
 
     const HASH: &str = "new";
+
+    fn slots(indices: &[i32]) -> Vec<Slot> {
+        indices.iter().copied().map(Slot::new).collect()
+    }
 
     fn ready_pod(hash: &str) -> SlotObservation {
         SlotObservation {
@@ -144,10 +150,21 @@ mod tests {
 
     #[test]
     fn replaces_the_lowest_outdated_slot_when_all_serve() {
-        let observed = BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod("old")), (2, ready_pod("old"))]);
+        let observed = BTreeMap::from([
+            (Slot::new(0), ready_pod(HASH)),
+            (Slot::new(1), ready_pod("old")),
+            (Slot::new(2), ready_pod("old")),
+        ]);
         let r = decide(3, &members(&[MemberState::Ready; 3]), &observed, HASH);
-        assert_eq!((r.outdated, r.replace, r.waiting), (vec![1, 2], Some(1), None));
-        let current = BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod(HASH)), (2, ready_pod(HASH))]);
+        assert_eq!(
+            (r.outdated, r.replace, r.waiting),
+            (slots(&[1, 2]), Some(Slot::new(1)), None)
+        );
+        let current = BTreeMap::from([
+            (Slot::new(0), ready_pod(HASH)),
+            (Slot::new(1), ready_pod(HASH)),
+            (Slot::new(2), ready_pod(HASH)),
+        ]);
         assert_eq!(
             decide(3, &members(&[MemberState::Ready; 3]), &current, HASH),
             Rollout::default()
@@ -156,9 +173,12 @@ mod tests {
 
     #[test]
     fn waits_while_a_replacement_is_held() {
-        let mut observed =
-            BTreeMap::from([(0, ready_pod(HASH)), (1, ready_pod("old")), (2, ready_pod("old"))]);
-        observed.get_mut(&0).unwrap().pod = PodState::Running {
+        let mut observed = BTreeMap::from([
+            (Slot::new(0), ready_pod(HASH)),
+            (Slot::new(1), ready_pod("old")),
+            (Slot::new(2), ready_pod("old")),
+        ]);
+        observed.get_mut(&Slot::new(0)).unwrap().pod = PodState::Running {
             container_id: None,
             ready: false,
             terminating: false,
@@ -170,20 +190,20 @@ mod tests {
             HASH,
         );
         assert_eq!(r.replace, None);
-        assert_eq!(r.outdated, vec![1, 2]);
+        assert_eq!(r.outdated, slots(&[1, 2]));
         assert!(r.waiting.unwrap().contains("locks-0"));
     }
 
     #[test]
     fn never_drops_below_quorum() {
         // N=2: quorum 2, so no member can be replaced without losing the lock service.
-        let observed = BTreeMap::from([(0, ready_pod("old")), (1, ready_pod("old"))]);
+        let observed = BTreeMap::from([(Slot::new(0), ready_pod("old")), (Slot::new(1), ready_pod("old"))]);
         let r = decide(2, &members(&[MemberState::Ready; 2]), &observed, HASH);
         assert_eq!(r.replace, None);
         assert!(r.waiting.unwrap().contains("below the quorum of 2"));
         // Pods from before spec hashes existed are left alone.
         let unknown = BTreeMap::from([(
-            0,
+            Slot::new(0),
             SlotObservation {
                 spec_hash: None,
                 ..ready_pod("")
@@ -208,17 +228,18 @@ mod tests {
                     m
                 }),
         );
-        let mut observed: BTreeMap<i32, SlotObservation> = (0..3).map(|i| (i, ready_pod(HASH))).collect();
-        let (mut create, mut delete) = (vec![3, 4], vec![]);
+        let mut observed: BTreeMap<Slot, SlotObservation> =
+            Slot::all(3).map(|i| (i, ready_pod(HASH))).collect();
+        let (mut create, mut delete) = (slots(&[3, 4]), vec![]);
         pace_scaling(5, &previous, &planned, &observed, &mut create, &mut delete);
-        assert_eq!(create, vec![3]);
+        assert_eq!(create, slots(&[3]));
         // Slot 3's pod exists but is not up yet: slot 4 waits.
-        observed.insert(3, SlotObservation::default());
-        let mut create = vec![4];
+        observed.insert(Slot::new(3), SlotObservation::default());
+        let mut create = slots(&[4]);
         pace_scaling(5, &previous, &planned, &observed, &mut create, &mut delete);
-        assert_eq!(create, Vec::<i32>::new());
+        assert_eq!(create, Vec::<Slot>::new());
         // A cluster being created gets every pod at once.
-        let mut create = vec![0, 1, 2];
+        let mut create = slots(&[0, 1, 2]);
         pace_scaling(
             3,
             &[],
@@ -227,19 +248,19 @@ mod tests {
             &mut create,
             &mut delete,
         );
-        assert_eq!(create, vec![0, 1, 2]);
+        assert_eq!(create, slots(&[0, 1, 2]));
     }
 
     #[test]
     fn scale_down_removes_the_highest_slot_first() {
         let previous = members(&[MemberState::Ready; 5]);
-        let observed: BTreeMap<i32, SlotObservation> = (0..5).map(|i| (i, ready_pod(HASH))).collect();
-        let (mut create, mut delete) = (vec![], vec![3, 4]);
+        let observed: BTreeMap<Slot, SlotObservation> = Slot::all(5).map(|i| (i, ready_pod(HASH))).collect();
+        let (mut create, mut delete) = (vec![], slots(&[3, 4]));
         pace_scaling(3, &previous, &previous, &observed, &mut create, &mut delete);
-        assert_eq!(delete, vec![4]);
-        let gone: BTreeMap<i32, SlotObservation> = (0..4).map(|i| (i, ready_pod(HASH))).collect();
-        let mut delete = vec![3];
+        assert_eq!(delete, slots(&[4]));
+        let gone: BTreeMap<Slot, SlotObservation> = Slot::all(4).map(|i| (i, ready_pod(HASH))).collect();
+        let mut delete = slots(&[3]);
         pace_scaling(3, &previous, &previous, &gone, &mut create, &mut delete);
-        assert_eq!(delete, vec![3]);
+        assert_eq!(delete, slots(&[3]));
     }
 }

@@ -10,7 +10,7 @@ use crate::crd::{
     FailureDomains, HoldPolicy, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus,
 };
 use crate::failure_domains;
-use crate::model::quorum;
+use crate::model::{Slot, quorum};
 use crate::observe::{SlotObservation, serving_slots};
 use crate::resources::endpoints::server_address;
 use crate::rollout::Rollout;
@@ -48,7 +48,7 @@ pub struct Findings {
 pub fn compute(
     cluster: &RedlockCluster,
     mut members: Vec<MemberStatus>,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     findings: &Findings,
     now: Timestamp,
 ) -> RedlockClusterStatus {
@@ -58,13 +58,16 @@ pub fn compute(
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
     for m in &mut members {
-        m.endpoint = (m.slot < instances).then(|| server_address(&name, &ns, m.slot));
+        m.endpoint = m
+            .slot
+            .within(instances)
+            .then(|| server_address(&name, &ns, m.slot));
     }
     let serving = serving_slots(&members, observed, instances);
     let ready = serving.len() as i32;
     let held = members
         .iter()
-        .filter(|m| m.slot < instances)
+        .filter(|m| m.slot.within(instances))
         .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
         .count() as i32;
     let desired = desired_conditions(cluster, &members, &serving, held, findings, now);
@@ -90,7 +93,7 @@ pub fn compute(
 fn desired_conditions(
     cluster: &RedlockCluster,
     members: &[MemberStatus],
-    serving: &[i32],
+    serving: &[Slot],
     held: i32,
     findings: &Findings,
     now: Timestamp,
@@ -99,7 +102,7 @@ fn desired_conditions(
     let quorum = quorum(instances);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ready = serving.len() as i32;
-    let active = members.iter().filter(|m| m.slot < instances);
+    let active = members.iter().filter(|m| m.slot.within(instances));
     let mut desired = vec![
         available(ready, instances, quorum),
         progressing(&findings.rollout, &name, instances, ready, held, active, now),
@@ -219,9 +222,9 @@ fn resizing(limits: &crate::resize::Limits, instances: i32, name: &str) -> Desir
 
 /// `Degraded`: some slot does not serve. The message says which and how many more failures
 /// the cluster survives; it changes only when a member's state does (no ticking values).
-fn degraded(members: &[MemberStatus], serving: &[i32], instances: i32, quorum: i32) -> Desired {
+fn degraded(members: &[MemberStatus], serving: &[Slot], instances: i32, quorum: i32) -> Desired {
     let ready = serving.len() as i32;
-    let down: Vec<String> = (0..instances)
+    let down: Vec<String> = Slot::all(instances)
         .filter(|slot| !serving.contains(slot))
         .map(|slot| match members.iter().find(|m| m.slot == slot) {
             Some(m) => match (m.state, &m.held_until) {
@@ -429,7 +432,11 @@ mod tests {
             member(1, MemberState::Ready, None),
             member(2, MemberState::Held, Some(200)),
         ];
-        let observed = BTreeMap::from([(0, running(true)), (1, running(false)), (2, running(false))]);
+        let observed = BTreeMap::from([
+            (Slot::new(0), running(true)),
+            (Slot::new(1), running(false)),
+            (Slot::new(2), running(false)),
+        ]);
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
         assert_eq!((s.ready_instances, s.held_instances), (Some(1), Some(1)));
         assert_eq!(condition(&s, ConditionType::Available).status, "False");
@@ -441,7 +448,7 @@ mod tests {
     #[test]
     fn all_ready_is_available_and_done() {
         let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
-        let observed = (0..3).map(|i| (i, running(true))).collect();
+        let observed = (0..3).map(|i| (Slot::new(i), running(true))).collect();
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
         assert_eq!(condition(&s, ConditionType::Available).status, "True");
         assert_eq!(condition(&s, ConditionType::Progressing).status, "False");
@@ -456,7 +463,7 @@ mod tests {
         let s = compute(
             &cluster(1, 1),
             members,
-            &BTreeMap::from([(0, running(true))]),
+            &BTreeMap::from([(Slot::new(0), running(true))]),
             &Findings::default(),
             at(100),
         );
@@ -479,7 +486,7 @@ mod tests {
 
     #[test]
     fn degraded_says_which_members_are_down_and_what_is_left() {
-        let observed: BTreeMap<_, _> = (0..5).map(|i| (i, running(i != 4))).collect();
+        let observed: BTreeMap<_, _> = (0..5).map(|i| (Slot::new(i), running(i != 4))).collect();
         let members = vec![
             member(0, MemberState::Ready, None),
             member(1, MemberState::Ready, None),
@@ -611,7 +618,7 @@ mod tests {
     fn steady_state_recomputes_the_identical_status() {
         let mut c = cluster(3, 4);
         let members: Vec<_> = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
-        let observed: BTreeMap<_, _> = (0..3).map(|i| (i, running(true))).collect();
+        let observed: BTreeMap<_, _> = (0..3).map(|i| (Slot::new(i), running(true))).collect();
         let first = compute(&c, members.clone(), &observed, &Findings::default(), at(100));
         c.status = Some(first.clone());
         assert_eq!(

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::model::Slot;
+
 /// A sampled key and its `PTTL` reply in milliseconds (-1: no expiry, -2: gone).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SampledKey {
@@ -101,7 +103,7 @@ impl MemberAudit {
 /// Audit state of one cluster: each member's sweep, and when the next period starts.
 #[derive(Debug, Clone)]
 pub struct ClusterAudit {
-    pub members: BTreeMap<i32, MemberAudit>,
+    pub members: BTreeMap<Slot, MemberAudit>,
     pub next_due: Instant,
 }
 
@@ -124,7 +126,7 @@ impl ClusterAudit {
 
     /// Keeps exactly the given (slot, run id) members; a new process starts a new sweep.
     /// Returns each member's cursor to continue from.
-    pub fn retain(&mut self, serving: &[(i32, String)]) -> Vec<(i32, u64)> {
+    pub fn retain(&mut self, serving: &[(Slot, String)]) -> Vec<(Slot, u64)> {
         self.members
             .retain(|slot, m| serving.iter().any(|(s, id)| s == slot && *id == m.run_id));
         serving
@@ -150,7 +152,7 @@ pub struct Report {
 }
 
 /// The report over the members' last completed sweeps; `None` until one has completed.
-pub fn report(members: &BTreeMap<i32, MemberAudit>) -> Option<Report> {
+pub fn report(members: &BTreeMap<Slot, MemberAudit>) -> Option<Report> {
     let done: Vec<&Sweep> = members.values().filter_map(|m| m.last.as_ref()).collect();
     if done.is_empty() {
         return None;
@@ -214,25 +216,25 @@ mod tests {
         assert!(c.take_due(t0 + Duration::from_secs(10), Duration::from_secs(10)));
 
         assert_eq!(
-            c.retain(&[(0, "a".into()), (1, "b".into())]),
-            vec![(0, 0), (1, 0)]
+            c.retain(&[(Slot::new(0), "a".into()), (Slot::new(1), "b".into())]),
+            vec![(Slot::new(0), 0), (Slot::new(1), 0)]
         );
         c.members
-            .get_mut(&0)
+            .get_mut(&Slot::new(0))
             .unwrap()
             .absorb("locks-0", &[key("k", -1)], 42, 1000);
         c.members
-            .get_mut(&1)
+            .get_mut(&Slot::new(1))
             .unwrap()
             .absorb("locks-1", &[key("k", -1)], 7, 1000);
         // Slot 0 continues its sweep; slot 1 restarted (new run id) and starts over; slot 2 is
         // no longer serving and is forgotten.
         assert_eq!(
-            c.retain(&[(0, "a".into()), (1, "b2".into())]),
-            vec![(0, 42), (1, 0)]
+            c.retain(&[(Slot::new(0), "a".into()), (Slot::new(1), "b2".into())]),
+            vec![(Slot::new(0), 42), (Slot::new(1), 0)]
         );
-        assert_eq!(c.members[&1].run_id, "b2");
-        assert_eq!(c.members[&1].current, Sweep::default());
+        assert_eq!(c.members[&Slot::new(1)].run_id, "b2");
+        assert_eq!(c.members[&Slot::new(1)].current, Sweep::default());
         assert_eq!(c.retain(&[]), vec![]);
         assert!(c.members.is_empty());
     }
@@ -245,7 +247,7 @@ mod tests {
         b.absorb("locks-0", &[key("k9", -1), key("k1", 5)], 0, 1000);
         let mut c = MemberAudit::new("c");
         c.absorb("locks-2", &[key("k0", -1)], 5, 1000); // not complete: not reported yet
-        let members = BTreeMap::from([(1, a), (0, b), (2, c)]);
+        let members = BTreeMap::from([(Slot::new(1), a), (Slot::new(0), b), (Slot::new(2), c)]);
         let r = report(&members).unwrap();
         assert_eq!((r.checked, r.violations, r.members_with_violations), (3, 2, 2));
         let e = r.example.unwrap();

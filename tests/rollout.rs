@@ -58,7 +58,7 @@ impl Monitor {
                         s.available_false += 1;
                     }
                     for m in st.members {
-                        let seen = s.states.entry(m.slot).or_default();
+                        let seen = s.states.entry(m.slot.index()).or_default();
                         let entry = (m.state, m.run_id.clone());
                         if seen.last() != Some(&entry) {
                             seen.push(entry);

@@ -5,6 +5,8 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::model::Slot;
+
 /// Observed state of a RedlockCluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -141,7 +143,7 @@ pub struct MemberStatus {
     pub name: String,
 
     /// Slot index, 0 to N-1 (higher while a removed slot's hold runs out).
-    pub slot: i32,
+    pub slot: Slot,
 
     /// Stable address clients use for this slot, `host:port`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,10 +232,10 @@ pub struct Listener {
 
 impl MemberStatus {
     /// A record of `name` (slot `slot`) in `state`, with nothing else known yet.
-    pub fn new(name: String, slot: i32, state: MemberState) -> Self {
+    pub fn new(name: String, slot: impl Into<Slot>, state: MemberState) -> Self {
         Self {
             name,
-            slot,
+            slot: slot.into(),
             endpoint: None,
             state,
             run_id: None,

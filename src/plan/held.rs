@@ -11,13 +11,14 @@ use super::step::Step;
 use super::unstopped::refence_unstopped;
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::floor_micros;
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use crate::reasons::MemberReason;
 
 /// `Ready` for process `run_id`, with a release unless it already serves clients.
 fn ready_and_release(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     p: &Process<'_>,
     run_id: &str,
     step: &mut Step,
@@ -146,7 +147,9 @@ fn same_process_held(
         // Serving during its hold, or after it while it must not serve yet (a scale-up's
         // new member before the new list is confirmed, a member fenced for maintenance).
         (Some(run_id), Some(true))
-            if until > input.now || slot >= input.confirmed || input.maintenance.contains_key(&slot) =>
+            if until > input.now
+                || !slot.within(input.confirmed)
+                || input.maintenance.contains_key(&slot) =>
         {
             refence(input, next, until, run_id, step)
         }
@@ -158,7 +161,9 @@ fn same_process_held(
             ..next
         },
         (Some(_), _)
-            if until <= input.now && slot < input.confirmed && input.timing.release_blocked.is_some() =>
+            if until <= input.now
+                && slot.within(input.confirmed)
+                && input.timing.release_blocked.is_some() =>
         {
             MemberStatus {
                 message: Some(format!(
@@ -168,7 +173,7 @@ fn same_process_held(
                 ..next
             }
         }
-        (Some(run_id), _) if until <= input.now && slot < input.confirmed => {
+        (Some(run_id), _) if until <= input.now && slot.within(input.confirmed) => {
             ready_and_release(input, slot, p, run_id, step)
         }
         (Some(_), _) if until <= input.now => MemberStatus {

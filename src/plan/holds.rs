@@ -14,6 +14,7 @@ use crate::clock::Reading;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::{floor_micros, held_until};
 use crate::hold_timers::TimerKey;
+use crate::model::Slot;
 use crate::observe::SlotObservation;
 use crate::reasons::MemberReason;
 
@@ -55,7 +56,7 @@ pub(super) fn extend_hold(
 /// A hold starting now: `Held` about the running process, or `Lost` when none runs.
 pub(super) fn start_hold(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     obs: &SlotObservation,
     why: String,
     step: &mut Step,
@@ -155,7 +156,7 @@ pub(super) fn hold_end(input: &PlanInput<'_>, m: &MemberStatus) -> (Timestamp, T
 }
 
 /// Why this process timed a hold again: it had not seen it start, or its clock stepped.
-fn retimed_why(input: &PlanInput<'_>, slot: i32, started: Timestamp) -> &'static str {
+fn retimed_why(input: &PlanInput<'_>, slot: Slot, started: Timestamp) -> &'static str {
     if input.timing.timers.knows(TimerKey::Hold { slot, started }) {
         "hold lengthened by a forward step of the operator's wall clock"
     } else {

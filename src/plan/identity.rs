@@ -6,11 +6,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use super::input::PlanInput;
 use crate::crd::{Listener, MemberState, MemberStatus};
 use crate::hold::floor_micros;
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use crate::resources::names::slot_name;
 
 /// A fresh record of `slot` in `state`, entered now.
-pub(super) fn fresh_record(input: &PlanInput<'_>, slot: i32, state: MemberState) -> MemberStatus {
+pub(super) fn fresh_record(input: &PlanInput<'_>, slot: Slot, state: MemberState) -> MemberStatus {
     MemberStatus {
         since: Some(MicroTime(floor_micros(input.now))),
         ..MemberStatus::new(slot_name(input.cluster, slot), slot, state)
@@ -31,11 +32,11 @@ pub(super) struct Process<'a> {
 pub(super) fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
     match &obs.pod {
         PodState::Running { container_id, .. } => Some(Process {
-            run_id: obs.redis.as_ref().map(|r| r.run_id.as_str()),
+            run_id: obs.probe.answered().map(|r| r.run_id.as_str()),
             container_id: container_id.as_deref(),
-            client_enabled: obs.redis.as_ref().map(|r| r.client_enabled),
-            pod_ip: obs.redis.as_ref().and(obs.pod_ip).map(|ip| ip.to_string()),
-            listener: obs.redis.as_ref().and(obs.pod_ip).map(|_| Listener {
+            client_enabled: obs.probe.answered().map(|r| r.client_enabled),
+            pod_ip: obs.probe.answered().and(obs.pod_ip).map(|ip| ip.to_string()),
+            listener: obs.probe.answered().and(obs.pod_ip).map(|_| Listener {
                 tls_secret: obs.tls_secret.clone(),
             }),
         }),
@@ -58,7 +59,7 @@ pub(super) fn is_other_process(prev: &MemberStatus, now: &Process<'_>) -> bool {
 /// A fresh record in `state` about the process `p`.
 pub(super) fn record_of(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     state: MemberState,
     p: &Process<'_>,
 ) -> MemberStatus {

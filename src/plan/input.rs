@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::MemberStatus;
 use crate::hold_timers::ClusterTimers;
+use crate::model::Slot;
 
 /// The planner's inputs besides the observations.
 pub struct PlanInput<'a> {
@@ -26,11 +27,11 @@ pub struct PlanInput<'a> {
     /// This process's own timing of running holds, and what may stop releases.
     pub timing: Timing<'a>,
     /// Slots fenced on purpose, with the reason given ([`crate::maintenance`]).
-    pub maintenance: &'a BTreeMap<i32, String>,
+    pub maintenance: &'a BTreeMap<Slot, String>,
 }
 
 /// No slot fenced on purpose.
-pub static NO_MAINTENANCE: BTreeMap<i32, String> = BTreeMap::new();
+pub static NO_MAINTENANCE: BTreeMap<Slot, String> = BTreeMap::new();
 
 /// What this operator process adds to the recorded deadlines (docs/design.md §9.1).
 #[derive(Clone, Copy)]

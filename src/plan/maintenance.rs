@@ -9,6 +9,7 @@ use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::floor_micros;
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use crate::reasons::MemberReason;
 
@@ -21,7 +22,7 @@ use crate::reasons::MemberReason;
 /// `hold_runs`). Unfencing only lets the hold end as it would have.
 pub(super) fn maintenance(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     mut step: Step,
     obs: &SlotObservation,
@@ -42,7 +43,7 @@ pub(super) fn maintenance(
 /// lock clients again.
 fn unmarked(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     mut next: MemberStatus,
     step: &mut Step,
@@ -73,7 +74,7 @@ fn unmarked(
 /// and held in full from now if it answers, else says why it is not fenced yet.
 fn marked(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     reason: &str,
     mut next: MemberStatus,
     obs: &SlotObservation,
@@ -83,7 +84,7 @@ fn marked(
         let why = format!("fenced for maintenance ({reason})");
         match running_process(obs)
             .and_then(|p| p.run_id)
-            .filter(|_| obs.redis.is_some())
+            .filter(|_| obs.probe.is_answered())
         {
             Some(run_id) => {
                 step.release = None;

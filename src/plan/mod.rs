@@ -48,6 +48,7 @@ pub use step::{MemberEvent, Plan};
 
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::remaining;
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use held::holding;
 use maintenance::maintenance;
@@ -58,9 +59,9 @@ use starting::starting;
 use step::Step;
 use unrecorded::unrecorded;
 
-pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) -> Plan {
-    let previous: BTreeMap<i32, &MemberStatus> = input.members.iter().map(|m| (m.slot, m)).collect();
-    let slots: BTreeSet<i32> = (0..input.instances)
+pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -> Plan {
+    let previous: BTreeMap<Slot, &MemberStatus> = input.members.iter().map(|m| (m.slot, m)).collect();
+    let slots: BTreeSet<Slot> = Slot::all(input.instances)
         .chain(previous.keys().copied())
         .chain(observed.keys().copied())
         .collect();
@@ -69,7 +70,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
     for slot in slots {
         let obs = observed.get(&slot).unwrap_or(&missing);
         let prev = previous.get(&slot).copied();
-        let step = if slot < input.instances {
+        let step = if slot.within(input.instances) {
             maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
         } else {
             let mut step = retire_member(input, slot, prev, obs);
@@ -80,10 +81,10 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<i32, SlotObservation>) ->
             step
         };
         if let Some(m) = &step.member
-            && slot < input.confirmed
+            && slot.within(input.confirmed)
             && step.release.is_none()
             && waits_for_process(m, input.now)
-            && obs.redis.is_none()
+            && !obs.probe.is_answered()
             // Fenced on purpose: nothing is released, so nothing waits for it to answer.
             && !input.maintenance.contains_key(&slot)
             && !matches!(obs.pod, PodState::Foreign { .. })
@@ -128,7 +129,12 @@ fn waits_for_process(m: &MemberStatus, now: Timestamp) -> bool {
 }
 
 /// One slot that should exist (slot < N).
-fn step_member(input: &PlanInput<'_>, slot: i32, prev: Option<&MemberStatus>, obs: &SlotObservation) -> Step {
+fn step_member(
+    input: &PlanInput<'_>,
+    slot: Slot,
+    prev: Option<&MemberStatus>,
+    obs: &SlotObservation,
+) -> Step {
     let mut step = Step {
         // A finished pod (Failed, e.g. evicted) never runs again and blocks its name: remove it
         // so the slot can be replaced. Its process is gone, so deleting it ends nothing that

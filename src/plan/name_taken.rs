@@ -7,6 +7,7 @@ use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::floor_micros;
+use crate::model::Slot;
 use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
 
@@ -20,7 +21,7 @@ const NAME_TAKEN: &str = "pod name taken";
 /// ours records it `Lost` with no end, so its full hold starts once the name is free.
 pub(super) fn name_taken(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     owner: &str,
     step: &mut Step,

@@ -112,7 +112,7 @@ fn lost_why(prev: &MemberStatus, obs: &SlotObservation, process: Option<&Process
 /// What a released member that keeps its process says: why it is not answering, or why a
 /// terminating pod's slot waits.
 fn serving_message(obs: &SlotObservation) -> Option<String> {
-    match (&obs.pod, &obs.redis) {
+    match (&obs.pod, obs.probe.answered()) {
         // A terminating pod (also one evicted from a node that stopped reporting) may still
         // run a process that serves old clients: the hold cannot start and no replacement can
         // be made until the pod is gone.
@@ -123,17 +123,18 @@ fn serving_message(obs: &SlotObservation) -> Option<String> {
             _,
         ) => Some(format!(
             "pod terminating{}; its process may still serve, so the hold starts once it is known to be gone (container stopped or pod removed)",
-            match &obs.redis {
-                None => format!(
+            if obs.probe.is_answered() {
+                String::new()
+            } else {
+                format!(
                     " and not answering the operator ({})",
-                    obs.redis_error.as_deref().unwrap_or("unreachable")
-                ),
-                Some(_) => String::new(),
+                    obs.probe.failure().unwrap_or("unreachable")
+                )
             }
         )),
         (_, None) => Some(format!(
             "not answering the operator ({}); keys presumed intact while the container runs",
-            obs.redis_error.as_deref().unwrap_or("unreachable")
+            obs.probe.failure().unwrap_or("unreachable")
         )),
         _ => None,
     }

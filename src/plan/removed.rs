@@ -11,6 +11,7 @@ use super::step::Step;
 use super::unstopped::{LookedFor, removed_unstopped, vanished_unfenced};
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::{floor_micros, held_until};
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 
 /// A slot at or above N. While clients are still told a list that contains it, it is fenced
@@ -19,7 +20,7 @@ use crate::observe::{PodState, SlotObservation};
 /// back up within the hold cannot reuse it unheld.
 pub(super) fn retire_member(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     obs: &SlotObservation,
 ) -> Step {
@@ -29,7 +30,7 @@ pub(super) fn retire_member(
         step.member = Some(name_taken(input, slot, prev, owner, &mut step));
         return step;
     }
-    if slot < input.published {
+    if slot.within(input.published) {
         return fence_removed(input, slot, prev, obs);
     }
     let mut step = Step {
@@ -58,7 +59,7 @@ pub(super) fn retire_member(
 /// ever served keeps a `Lost` record until its hold has run out; none after that.
 fn retired_record(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: &MemberStatus,
     obs: &SlotObservation,
     step: &mut Step,
@@ -99,7 +100,7 @@ fn retired_record(
 /// shorter list is out.
 fn fence_removed(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     obs: &SlotObservation,
 ) -> Step {
@@ -131,7 +132,7 @@ fn fence_removed(
 /// letting clients in, fenced, not answering, or gone.
 fn fenced_removed_record(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     obs: &SlotObservation,
     step: &mut Step,
@@ -170,7 +171,7 @@ fn fenced_removed_record(
 /// already running stays and none starts.
 fn removed_unanswering(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     unproven: String,
 ) -> MemberStatus {
@@ -202,7 +203,7 @@ fn hold_recorded(m: &MemberStatus) -> bool {
 /// very process.
 fn removed_seen_fenced(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     p: &Process<'_>,
     obs: &SlotObservation,
@@ -234,7 +235,7 @@ fn removed_seen_fenced(
 /// looked for where it ran).
 fn removed_gone(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     prev: Option<&MemberStatus>,
     obs: &SlotObservation,
     removing: &str,

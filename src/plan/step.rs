@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use crate::crd::MemberStatus;
+use crate::model::Slot;
 use crate::reasons::MemberReason;
 
 /// Something worth telling the user about (becomes an event and a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberEvent {
-    pub slot: i32,
+    pub slot: Slot,
     pub reason: MemberReason,
     pub message: String,
     pub warning: bool,
@@ -21,15 +22,15 @@ pub struct Plan {
     /// Next member states, in slot order; written to status before any action.
     pub members: Vec<MemberStatus>,
     /// Slots whose pod must be created (every process starts fenced, so this is always safe).
-    pub create_pods: Vec<i32>,
+    pub create_pods: Vec<Slot>,
     /// Slots whose pod must go (scale-down).
-    pub delete_pods: Vec<i32>,
+    pub delete_pods: Vec<Slot>,
     /// (slot, run id) to fence again with `ACL SETUSER <client> off` and `CLIENT KILL USER
     /// <client>`, after the status write: a process found serving clients while its record
     /// says it must be held.
-    pub fences: Vec<(i32, String)>,
+    pub fences: Vec<(Slot, String)>,
     /// (slot, run id) to release with `ACL SETUSER <client> on`, after the status write.
-    pub releases: Vec<(i32, String)>,
+    pub releases: Vec<(Slot, String)>,
     pub events: Vec<MemberEvent>,
     /// When the earliest running hold ends: reconcile again exactly then.
     pub next_hold_end: Option<Duration>,
@@ -53,7 +54,7 @@ pub(super) struct Step {
 }
 
 impl Step {
-    pub(super) fn tell(&mut self, slot: i32, reason: MemberReason, message: String, warning: bool) {
+    pub(super) fn tell(&mut self, slot: Slot, reason: MemberReason, message: String, warning: bool) {
         self.events.push(MemberEvent {
             slot,
             reason,

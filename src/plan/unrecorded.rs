@@ -5,6 +5,7 @@ use super::identity::{fresh_record, record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::{MemberState, MemberStatus};
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use crate::reasons::MemberReason;
 use crate::resources::names::slot_name;
@@ -12,7 +13,7 @@ use crate::resources::names::slot_name;
 /// No record of this slot (a new slot, or a status lost or restored without it).
 pub(super) fn unrecorded(
     input: &PlanInput<'_>,
-    slot: i32,
+    slot: Slot,
     obs: &SlotObservation,
     step: &mut Step,
 ) -> MemberStatus {

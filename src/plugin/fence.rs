@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::crd::{MemberState, RedlockCluster};
 use crate::maintenance::{self, FENCED_MEMBERS};
-use crate::model::quorum;
+use crate::model::{Slot, quorum};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -28,7 +28,7 @@ pub enum Refusal {
 }
 
 /// The fenced slots now on record in the annotation.
-pub fn current(cluster: &RedlockCluster) -> Result<BTreeMap<i32, String>, Refusal> {
+pub fn current(cluster: &RedlockCluster) -> Result<BTreeMap<Slot, String>, Refusal> {
     let raw = cluster
         .metadata
         .annotations
@@ -49,7 +49,7 @@ pub fn fence(
     slot: i32,
     reason: &str,
     force: bool,
-) -> Result<BTreeMap<i32, String>, Refusal> {
+) -> Result<BTreeMap<Slot, String>, Refusal> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let instances = cluster.spec.instances;
     if !(0..instances).contains(&slot) {
@@ -72,8 +72,8 @@ pub fn fence(
         .iter()
         .filter(|m| {
             m.state == MemberState::Ready
-                && m.slot < published
-                && m.slot != slot
+                && m.slot.within(published)
+                && m.slot != Slot::new(slot)
                 && !slots.contains_key(&m.slot)
         })
         .count() as i32;
@@ -85,14 +85,14 @@ pub fn fence(
             quorum: q,
         });
     }
-    slots.insert(slot, reason.trim().to_owned());
+    slots.insert(Slot::new(slot), reason.trim().to_owned());
     Ok(slots)
 }
 
 /// The annotation's slots without `slot`.
-pub fn unfence(cluster: &RedlockCluster, slot: i32) -> Result<BTreeMap<i32, String>, Refusal> {
+pub fn unfence(cluster: &RedlockCluster, slot: i32) -> Result<BTreeMap<Slot, String>, Refusal> {
     let mut slots = current(cluster)?;
-    slots.remove(&slot);
+    slots.remove(&Slot::new(slot));
     Ok(slots)
 }
 
@@ -107,7 +107,7 @@ mod tests {
             members: states
                 .iter()
                 .enumerate()
-                .map(|(i, s)| MemberStatus::new(format!("locks-{i}"), i as i32, *s))
+                .map(|(i, s)| MemberStatus::new(format!("locks-{i}"), Slot::new(i as i32), *s))
                 .collect(),
             ..Default::default()
         });
@@ -124,7 +124,7 @@ mod tests {
         let c = cluster(&[Ready, Ready, Ready], None);
         assert_eq!(
             fence(&c, 1, " kernel ", false),
-            Ok([(1, "kernel".to_owned())].into())
+            Ok([(Slot::new(1), "kernel".to_owned())].into())
         );
         // A second one would leave 1 of 3.
         let c = cluster(&[Ready, Ready, Ready], Some(r#"{"1":"kernel"}"#));
@@ -143,7 +143,11 @@ mod tests {
         assert!(e.to_string().contains("--force"), "{e}");
         assert_eq!(
             fence(&c, 2, "disk", true),
-            Ok([(1, "kernel".to_owned()), (2, "disk".to_owned())].into())
+            Ok([
+                (Slot::new(1), "kernel".to_owned()),
+                (Slot::new(2), "disk".to_owned())
+            ]
+            .into())
         );
         // A held member does not count as serving.
         let c = cluster(&[Ready, Held, Ready], None);
@@ -171,7 +175,7 @@ mod tests {
         let c = cluster(&[Ready, Ready, Ready], Some(r#"{"1":"kernel"}"#));
         assert_eq!(
             fence(&c, 1, "firmware", false),
-            Ok([(1, "firmware".to_owned())].into())
+            Ok([(Slot::new(1), "firmware".to_owned())].into())
         );
     }
 
@@ -198,10 +202,10 @@ mod tests {
     #[test]
     fn unfence_removes_only_that_slot() {
         let c = cluster(&[Ready, Ready, Ready], Some(r#"{"1":"a","2":"b"}"#));
-        assert_eq!(unfence(&c, 1), Ok([(2, "b".to_owned())].into()));
+        assert_eq!(unfence(&c, 1), Ok([(Slot::new(2), "b".to_owned())].into()));
         assert_eq!(
             unfence(&c, 0),
-            Ok([(1, "a".to_owned()), (2, "b".to_owned())].into())
+            Ok([(Slot::new(1), "a".to_owned()), (Slot::new(2), "b".to_owned())].into())
         );
     }
 }

@@ -21,6 +21,7 @@ use kube::core::PartialObjectMeta;
 
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::maintenance::{self, FENCED_MEMBERS};
+use crate::model::Slot;
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
 
 #[derive(Parser, Debug)]
@@ -297,7 +298,7 @@ async fn leases(client: &kube::Client, lease: Option<&str>) -> Result<Vec<Lease>
 async fn write_request(
     clusters: &Api<RedlockCluster>,
     cluster: &RedlockCluster,
-    slots: &BTreeMap<i32, String>,
+    slots: &BTreeMap<Slot, String>,
 ) -> Result<()> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let value = (!slots.is_empty()).then(|| maintenance::render(slots));
@@ -341,7 +342,7 @@ async fn wait_recorded(
         let member = c
             .status
             .as_ref()
-            .and_then(|s| s.members.iter().find(|m| m.slot == slot).cloned());
+            .and_then(|s| s.members.iter().find(|m| m.slot.index() == slot).cloned());
         if let Some(serves_again) = member
             .as_ref()
             .and_then(|m| recorded(m, maintenance, Timestamp::now()))

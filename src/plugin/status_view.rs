@@ -164,10 +164,10 @@ fn member_view(m: &MemberStatus, pods: &[Pod], zones: &Zones, published: i32, no
         .filter(|_| m.state.is_holding())
         .map(|u| u.0.duration_since(now).as_secs_f64().max(0.0));
     MemberView {
-        slot: m.slot,
+        slot: m.slot.index(),
         name: m.name.clone(),
         state: format!("{:?}", m.state),
-        serving: m.state == MemberState::Ready && m.slot < published,
+        serving: m.state == MemberState::Ready && m.slot.within(published),
         zone: node.as_ref().and_then(|n| zones.get(n).cloned()),
         node,
         pod_ip: m.pod_ip.clone(),

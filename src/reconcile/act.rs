@@ -18,6 +18,7 @@ use crate::crd::{MemberStatus, RedlockCluster};
 use crate::error::Result;
 use crate::events;
 use crate::metrics::EndedHold;
+use crate::model::Slot;
 use crate::observe::SlotObservation;
 use crate::reasons::{ClusterReason, MemberReason};
 use crate::redis_admin::AdminAccess;
@@ -42,7 +43,7 @@ pub async fn act(
     cluster: &RedlockCluster,
     ns: &str,
     inputs: &Inputs,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     on_record: OnRecord,
     now: Timestamp,
 ) -> Result<Acted> {
@@ -70,7 +71,7 @@ async fn fence(
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
 ) -> Result<()> {
     let d = on_record.decision();
@@ -95,7 +96,7 @@ async fn fence(
                 Ok(access) => access,
                 // The next probe finds it again, and the fence is tried again.
                 Err(e) => {
-                    tracing::warn!(slot, error = %e, "fence not done: its TLS CA could not be read");
+                    tracing::warn!(slot = slot.index(), error = %e, "fence not done: its TLS CA could not be read");
                     continue;
                 }
             },
@@ -106,9 +107,9 @@ async fn fence(
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
         match access.fence(ip, run_id).await {
-            Ok(()) => tracing::warn!(slot, %run_id, user = access.client_user, "fenced again"),
+            Ok(()) => tracing::warn!(slot = slot.index(), %run_id, user = access.client_user, "fenced again"),
             // The next probe sees it still serving and fences again.
-            Err(e) => tracing::warn!(slot, error = %e, "fence not done"),
+            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "fence not done"),
         }
     }
     Ok(())
@@ -135,7 +136,7 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
         if e.reason == MemberReason::ClockJump {
             ctx.metrics.member_clock_jump(ns, &name);
         }
-        tracing::info!(slot = e.slot, reason = e.reason.as_str(), "{}", e.message);
+        tracing::info!(slot = e.slot.index(), reason = e.reason.as_str(), "{}", e.message);
         events::publish_for_slot(
             &ctx.recorder,
             cluster,
@@ -155,7 +156,7 @@ async fn publish_endpoints(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
 ) -> Option<Duration> {
     let d = on_record.decision();
@@ -190,7 +191,7 @@ async fn release(
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
     now: Timestamp,
 ) -> Result<bool> {
@@ -222,7 +223,7 @@ async fn release(
                     "{}: released process {run_id} to lock clients",
                     slot_name(&name, *slot)
                 );
-                tracing::info!(slot, "{msg}");
+                tracing::info!(slot = slot.index(), "{msg}");
                 events::publish_for_slot(
                     &ctx.recorder,
                     cluster,
@@ -235,7 +236,7 @@ async fn release(
             }
             // Not an error of the reconcile: the next observation decides (a lost process
             // becomes a hold; an unreachable one is retried).
-            Err(e) => tracing::warn!(slot, error = %e, "release not done"),
+            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "release not done"),
         }
     }
     Ok(released)
@@ -251,7 +252,7 @@ async fn change_pods(
     cluster: &RedlockCluster,
     ns: &str,
     plan: &crate::plan::Plan,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Duration>> {
     let deletes = change_pods_of_kind(ctx, cluster, ns, &plan.delete_pods, PodChange::Delete, observed);
     let deleted = deletes.await?;
@@ -272,9 +273,9 @@ async fn change_pods_of_kind(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    slots: &[i32],
+    slots: &[Slot],
     kind: PodChange,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Duration>> {
     if slots.is_empty() {
         return Ok(None);
@@ -309,7 +310,7 @@ async fn change_pods_of_kind(
                 slot_name(&name, slot),
                 retry.as_secs()
             );
-            tracing::warn!(slot, "{msg}");
+            tracing::warn!(slot = slot.index(), "{msg}");
             events::publish_for_slot(
                 &ctx.recorder,
                 cluster,
@@ -328,7 +329,7 @@ async fn change_pods_of_kind(
 
 /// The hold a release of `slot` ends: how long it lasted, from its (last) start to now, and
 /// how late the release comes after its recorded end.
-fn ended_hold(previous: &[MemberStatus], slot: i32, now: Timestamp) -> Option<EndedHold> {
+fn ended_hold(previous: &[MemberStatus], slot: Slot, now: Timestamp) -> Option<EndedHold> {
     let m = previous.iter().find(|m| m.slot == slot && m.state.is_holding())?;
     let started = m.hold_started_at.as_ref()?.0;
     let until = m.held_until.as_ref()?.0;

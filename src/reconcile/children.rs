@@ -15,6 +15,7 @@ use crate::apply;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
+use crate::model::Slot;
 use crate::resources::names::LABEL_INSTANCE;
 use crate::resources::{config, network_policy, pdb, secrets, service};
 
@@ -72,7 +73,7 @@ pub async fn apply(
     // A removed slot keeps its Service while clients may still be told about it (it is fenced,
     // so its pod is not Ready and the Service has no endpoints).
     let with_service = cluster.spec.instances.max(published);
-    let desired = (0..with_service)
+    let desired = Slot::all(with_service)
         .map(|slot| service::slot_service(cluster, slot))
         .chain([service::headless_service(cluster)]);
     for svc in desired {
@@ -146,7 +147,7 @@ fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32
                 && apply::ownership(s.as_ref(), &owner) == apply::Ownership::Ours
         })
         .filter(|s| match service::service_slot(s) {
-            Some(slot) => slot >= keep,
+            Some(slot) => !slot.within(keep),
             None => s.name_any() == name,
         })
         .map(|s| s.name_any())

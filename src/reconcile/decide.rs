@@ -263,7 +263,7 @@ fn shorter_list_assumptions(
 ) -> Vec<MemberEvent> {
     members
         .iter()
-        .filter(|m| removed.contains(&m.slot))
+        .filter(|m| removed.contains(&m.slot.index()))
         .filter_map(|m| {
             let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
             Some(MemberEvent {
@@ -286,7 +286,8 @@ mod tests {
     use super::*;
     use crate::conditions::ConditionType;
     use crate::crd::{FailureDomains, MemberState};
-    use crate::observe::{RedisInfo, SlotObservation};
+    use crate::model::Slot;
+    use crate::observe::{Probe, RedisInfo, SlotObservation};
 
     #[test]
     fn publishing_the_shorter_list_over_an_unfound_process_says_so() {
@@ -307,7 +308,7 @@ mod tests {
         ];
         let events = shorter_list_assumptions(&members, 3..5);
         assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0].slot, 3);
+        assert_eq!(events[0].slot, Slot::new(3));
         assert_eq!(events[0].reason, MemberReason::ReleaseAssumesProcessGone);
         assert!(events[0].warning);
         assert!(events[0].message.contains("process R3"), "{}", events[0].message);
@@ -326,7 +327,7 @@ mod tests {
         c
     }
 
-    fn observation(slots: BTreeMap<i32, SlotObservation>, published_ms: Option<u64>) -> Observation {
+    fn observation(slots: BTreeMap<Slot, SlotObservation>, published_ms: Option<u64>) -> Observation {
         Observation {
             slots,
             ttl: None,
@@ -345,7 +346,7 @@ mod tests {
                 ready: enabled,
                 terminating: false,
             },
-            redis: Some(RedisInfo {
+            probe: Probe::Answered(RedisInfo {
                 run_id: run.into(),
                 version: "7.0.15".into(),
                 client_enabled: enabled,
@@ -410,7 +411,9 @@ mod tests {
         );
         assert_eq!(d.plan.create_pods, vec![0, 1, 2]);
         persist(&mut c, &d);
-        let up = (0..3).map(|s| (s, running(&format!("r{s}"), false))).collect();
+        let up = (0..3)
+            .map(|s| (Slot::new(s), running(&format!("r{s}"), false)))
+            .collect();
         let d = decide_at(
             &c,
             &observation(up, Some(30_000)),
@@ -456,7 +459,10 @@ mod tests {
         );
         let d = decide_at(
             &c,
-            &observation(BTreeMap::from([(0, running("a", false))]), Some(30_000)),
+            &observation(
+                BTreeMap::from([(Slot::new(0), running("a", false))]),
+                Some(30_000),
+            ),
             &ready_children(),
             &[],
             at(90),
@@ -464,12 +470,15 @@ mod tests {
         persist(&mut c, &d);
         let d = decide_at(
             &c,
-            &observation(BTreeMap::from([(0, running("a", false))]), Some(30_000)),
+            &observation(
+                BTreeMap::from([(Slot::new(0), running("a", false))]),
+                Some(30_000),
+            ),
             &ready_children(),
             &[],
             at(121),
         );
-        assert_eq!(d.plan.releases, vec![(0, "a".into())]);
+        assert_eq!(d.plan.releases, vec![(Slot::new(0), "a".into())]);
         persist(&mut c, &d);
         c.spec.max_lock_ttl = Duration::from_secs(3).into();
         let rejected = [Rejection {
@@ -478,7 +487,10 @@ mod tests {
         }];
         let d = decide_at(
             &c,
-            &observation(BTreeMap::from([(0, running("b", false))]), Some(30_000)),
+            &observation(
+                BTreeMap::from([(Slot::new(0), running("b", false))]),
+                Some(30_000),
+            ),
             &ready_children(),
             &rejected,
             at(200),
@@ -501,7 +513,12 @@ mod tests {
         let mut c = cluster(
             serde_json::json!({"instances": 1, "maxLockTTL": "10s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
         );
-        let obs = |run: &str| observation(BTreeMap::from([(0, running(run, false))]), Some(10_000));
+        let obs = |run: &str| {
+            observation(
+                BTreeMap::from([(Slot::new(0), running(run, false))]),
+                Some(10_000),
+            )
+        };
         let d = decide_at(&c, &obs("a"), &ready_children(), &[], at(100));
         persist(&mut c, &d);
         assert_eq!(d.status.members[0].held_until.as_ref().unwrap().0, at(110));
@@ -520,7 +537,7 @@ mod tests {
         let mut c = cluster(
             serde_json::json!({"instances": 1, "maxLockTTL": "30s", "holdMargin": "0s", "clockDriftFactor": 0.0}),
         );
-        let obs = |ms| observation(BTreeMap::from([(0, running("a", true))]), Some(ms));
+        let obs = |ms| observation(BTreeMap::from([(Slot::new(0), running("a", true))]), Some(ms));
         let d = decide_at(&c, &obs(30_000), &ready_children(), &[], at(100));
         persist(&mut c, &d);
         c.spec.max_lock_ttl = Duration::from_secs(3).into();

@@ -14,14 +14,15 @@ use crate::context::Context;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
-use crate::observe::{self, PodState, SlotObservation};
+use crate::model::Slot;
+use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit};
 
 pub struct Observation {
-    pub slots: BTreeMap<i32, SlotObservation>,
+    pub slots: BTreeMap<Slot, SlotObservation>,
     /// `None` until the audit has swept a member once.
     pub ttl: Option<ttl_audit::Report>,
     /// When the next TTL audit period starts.
@@ -39,7 +40,7 @@ pub struct Observation {
 }
 
 /// A member clock's key in `Memory::member_clocks`: the cluster's UID and the slot.
-pub type ClockKey = (String, i32);
+pub type ClockKey = (String, Slot);
 
 pub async fn observe(
     ctx: &Context,
@@ -82,7 +83,7 @@ async fn look_up_missing_by_name(
     cluster: &RedlockCluster,
     ns: &str,
     published_servers: Option<i32>,
-    slots: &mut BTreeMap<i32, SlotObservation>,
+    slots: &mut BTreeMap<Slot, SlotObservation>,
 ) -> Result<()> {
     let name = cluster.name_any();
     let recorded = cluster
@@ -97,7 +98,7 @@ async fn look_up_missing_by_name(
         .and_then(|s| s.published_instances)
         .max(published_servers)
         .unwrap_or(0);
-    let unseen: BTreeSet<i32> = (0..cluster.spec.instances.max(told))
+    let unseen: BTreeSet<Slot> = Slot::all(cluster.spec.instances.max(told))
         .chain(recorded)
         .filter(|s| !slots.contains_key(s))
         .collect();
@@ -121,7 +122,7 @@ async fn find_tls_cas(
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
-    slots: &mut BTreeMap<i32, SlotObservation>,
+    slots: &mut BTreeMap<Slot, SlotObservation>,
 ) -> Result<()> {
     let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
     // Once per Secret: a missing one is not kept in `tls_cas`, and would be read per pod.
@@ -145,8 +146,8 @@ async fn find_tls_cas(
 
 /// A connection to a TLS member failed: the CA it trusted may have been rotated, so the next
 /// reconcile reads each Secret involved again (`tls_cas`, at most once per period).
-pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<i32, SlotObservation>) {
-    for o in slots.values().filter(|o| o.redis_error.is_some()) {
+pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<Slot, SlotObservation>) {
+    for o in slots.values().filter(|o| o.probe.failure().is_some()) {
         if let Some(secret) = &o.tls_secret {
             ctx.memory.tls_cas.distrust(ns, secret);
         }
@@ -163,7 +164,7 @@ async fn look_for_unstopped(
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
-) -> Vec<(i32, std::result::Result<observe::RedisInfo, String>)> {
+) -> Vec<(Slot, std::result::Result<observe::RedisInfo, String>)> {
     let members = cluster
         .status
         .as_ref()
@@ -198,7 +199,7 @@ async fn probe_all(
     cluster: &RedlockCluster,
     access: &AdminAccess,
     max_lock_ttl: Duration,
-    observed: &mut BTreeMap<i32, SlotObservation>,
+    observed: &mut BTreeMap<Slot, SlotObservation>,
 ) -> Vec<(ClockKey, ClockTrack)> {
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let kept = &ctx.memory.probe_connections;
@@ -229,7 +230,7 @@ async fn probe_all(
         let o = observed.get_mut(&slot).expect("probed slots were observed");
         match result {
             Ok((info, _)) if let Some(why) = observe::foreign_process(o, &info) => {
-                o.redis_error = Some(why);
+                o.probe = Probe::ForeignProcess(why);
             }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
@@ -242,9 +243,9 @@ async fn probe_all(
                 );
                 tracks.push((key, track));
                 o.clock = Some(verdict);
-                o.redis = Some(info);
+                o.probe = Probe::Answered(info);
             }
-            Err(e) => o.redis_error = Some(e),
+            Err(e) => o.probe = Probe::Failed(e),
         }
     }
     tracks
@@ -280,9 +281,9 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
 fn placement(
     ctx: &Context,
     cluster: &RedlockCluster,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
 ) -> FailureDomains {
-    let member_nodes: BTreeMap<i32, String> = observed
+    let member_nodes: BTreeMap<Slot, String> = observed
         .iter()
         .filter_map(|(slot, o)| Some((*slot, o.node.clone()?)))
         .collect();
@@ -308,7 +309,7 @@ async fn audit_ttls(
     ctx: &Context,
     cluster: &RedlockCluster,
     access: &AdminAccess,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
     max_lock_ttl: Duration,
 ) -> (Option<ttl_audit::Report>, Duration) {
     let key = format!(
@@ -316,13 +317,13 @@ async fn audit_ttls(
         cluster.namespace().unwrap_or_default(),
         cluster.name_any()
     );
-    let serving: Vec<(i32, String, std::net::IpAddr)> = observed
+    let serving: Vec<(Slot, String, std::net::IpAddr)> = observed
         .iter()
         .filter_map(|(slot, o)| {
-            let info = o.redis.as_ref().filter(|i| i.client_enabled)?;
+            let info = o.probe.answered().filter(|i| i.client_enabled)?;
             Some((*slot, info.run_id.clone(), o.pod_ip?))
         })
-        .filter(|(slot, _, _)| *slot < cluster.spec.instances)
+        .filter(|(slot, _, _)| slot.within(cluster.spec.instances))
         .collect();
     let now = std::time::Instant::now();
     let cursors = {
@@ -338,7 +339,7 @@ async fn audit_ttls(
             let next = audit.next_due.saturating_duration_since(now);
             return (ttl_audit::report(&audit.members), next);
         }
-        let ids: Vec<(i32, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
+        let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
         audit.retain(&ids)
     };
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
@@ -367,7 +368,9 @@ async fn audit_ttls(
     for (slot, result) in results {
         match (result, audit.members.get_mut(&slot)) {
             (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
-            (Err(e), _) => tracing::debug!(cluster = %name, slot, error = %e, "TTL audit sample failed"),
+            (Err(e), _) => {
+                tracing::debug!(cluster = %name, slot = slot.index(), error = %e, "TTL audit sample failed")
+            }
             _ => {}
         }
     }

@@ -15,6 +15,7 @@ use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::Result;
 use crate::events;
+use crate::model::Slot;
 use crate::observe::{PodState, SlotObservation};
 use crate::password_rotation::{self, Coverage, ProcessPasswords, Timing};
 use crate::resources::names::CLIENT_USER;
@@ -27,7 +28,7 @@ pub async fn rotate(
     ns: &str,
     inputs: &Inputs,
     children: &ChildrenReport,
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Desired>> {
     let request = password_rotation::request(cluster);
     let name = cluster.name_any();
@@ -71,11 +72,11 @@ pub async fn rotate(
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the
 /// passwords it accepts.
-fn processes(observed: &BTreeMap<i32, SlotObservation>) -> Vec<ProcessPasswords> {
+fn processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords> {
     observed
         .iter()
         .filter_map(|(slot, o)| {
-            let redis = o.redis.as_ref()?;
+            let redis = o.probe.answered()?;
             Some(ProcessPasswords {
                 slot: *slot,
                 run_id: redis.run_id.clone(),
@@ -88,7 +89,7 @@ fn processes(observed: &BTreeMap<i32, SlotObservation>) -> Vec<ProcessPasswords>
 /// Of the running pods whose lock clients log in as the client user: which did not answer
 /// this probe, and which were built with a readiness probe that logs in with a client
 /// password.
-fn coverage(cluster: &RedlockCluster, observed: &BTreeMap<i32, SlotObservation>) -> Coverage {
+fn coverage(cluster: &RedlockCluster, observed: &BTreeMap<Slot, SlotObservation>) -> Coverage {
     let spec_user = client_user(cluster);
     let mut c = Coverage::default();
     for (slot, o) in observed {
@@ -96,7 +97,7 @@ fn coverage(cluster: &RedlockCluster, observed: &BTreeMap<i32, SlotObservation>)
         if !running || o.client_user.as_deref().unwrap_or(spec_user) != CLIENT_USER {
             continue;
         }
-        if o.redis.is_none() {
+        if !o.probe.is_answered() {
             c.unanswered.push(*slot);
         }
         if o.probe_password_key.as_deref() != Some(PROBE_PASSWORD_KEY) {
@@ -114,7 +115,7 @@ async fn sync(
     inputs: &Inputs,
     creds: &Credentials,
     found: &[ProcessPasswords],
-    observed: &BTreeMap<i32, SlotObservation>,
+    observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<()> {
     let hashes = creds.accepted_client_hashes();
     for (slot, run_id) in password_rotation::syncs(creds, found) {
@@ -123,8 +124,10 @@ async fn sync(
         ctx.leadership.check()?;
         let access = inputs.access.for_slot(o);
         match access.set_client_passwords(ip, &run_id, &hashes).await {
-            Ok(()) => tracing::info!(slot, %run_id, passwords = hashes.len(), "client passwords set"),
-            Err(e) => tracing::warn!(slot, error = %e, "client passwords not set"),
+            Ok(()) => {
+                tracing::info!(slot = slot.index(), %run_id, passwords = hashes.len(), "client passwords set")
+            }
+            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "client passwords not set"),
         }
     }
     Ok(())

@@ -12,14 +12,14 @@ use kube::api::ObjectMeta;
 
 use super::names::{REDIS_PORT, cluster_labels, endpoints_config_map_name, slot_name};
 use crate::crd::RedlockCluster;
-use crate::model::quorum;
+use crate::model::{Slot, quorum};
 
 /// Key of the `<name>-endpoints` ConfigMap that tells clients the maxLockTTL in milliseconds.
 pub const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";
 
 /// Stable `host:port` of a slot: its Service's cluster DNS name. `<svc>.<ns>.svc` resolves
 /// from every namespace with the default pod DNS search path, whatever the cluster domain.
-pub fn server_address(cluster: &str, namespace: &str, slot: i32) -> String {
+pub fn server_address(cluster: &str, namespace: &str, slot: Slot) -> String {
     format!("{}.{namespace}.svc:{REDIS_PORT}", slot_name(cluster, slot))
 }
 
@@ -28,7 +28,7 @@ pub fn server_address(cluster: &str, namespace: &str, slot: i32) -> String {
 pub fn servers(cluster: &RedlockCluster, instances: i32) -> Vec<String> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-    (0..instances)
+    Slot::all(instances)
         .map(|slot| server_address(&name, &ns, slot))
         .collect()
 }
@@ -59,12 +59,12 @@ pub fn client_urls(
 /// The `<name>-endpoints` ConfigMap for the published list of `instances` servers; `servers`
 /// and `quorum` always come from that one number, in this one object. `ready_slots` are the
 /// slots serving clients now; it is the only key that changes while the spec does not.
-pub fn endpoints_config_map(cluster: &RedlockCluster, instances: i32, ready_slots: &[i32]) -> ConfigMap {
+pub fn endpoints_config_map(cluster: &RedlockCluster, instances: i32, ready_slots: &[Slot]) -> ConfigMap {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let servers = servers(cluster, instances);
     let ready: Vec<&str> = ready_slots
         .iter()
-        .filter_map(|slot| servers.get(usize::try_from(*slot).ok()?))
+        .filter_map(|slot| servers.get(usize::try_from(slot.index()).ok()?))
         .map(String::as_str)
         .collect();
     ConfigMap {
@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn lists_every_slot_whatever_serves() {
-        let cm = endpoints_config_map(&cluster(5, "30s"), 5, &[0, 3]);
+        let cm = endpoints_config_map(&cluster(5, "30s"), 5, &[Slot::new(0), Slot::new(3)]);
         assert_eq!(cm.metadata.name.as_deref(), Some("locks-endpoints"));
         assert_eq!(
             data(&cm, "servers"),
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(data(&cm, "quorum"), "2");
         assert_eq!(data(&cm, "maxLockTTL"), "90s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "90000");
-        let cm = endpoints_config_map(&cluster(3, "30s"), 3, &[1, 7]);
+        let cm = endpoints_config_map(&cluster(3, "30s"), 3, &[Slot::new(1), Slot::new(7)]);
         assert_eq!(data(&cm, "ready"), "locks-1.team.svc:6379\n");
     }
 

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::Slot;
+
 /// Field manager of every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "redlock-operator";
 
@@ -75,14 +77,16 @@ pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
 }
 
 /// Labels of the objects of one slot: the cluster's plus `redlock.dev/slot`.
-pub fn slot_labels(cluster: &str, slot: i32) -> BTreeMap<String, String> {
+pub fn slot_labels(cluster: &str, slot: Slot) -> BTreeMap<String, String> {
     let mut labels = cluster_labels(cluster);
     labels.insert(LABEL_SLOT.to_owned(), slot.to_string());
     labels
 }
 
-/// Pod (and per-slot Service) name of a slot.
-pub fn slot_name(cluster: &str, slot: i32) -> String {
+/// Pod (and per-slot Service) name of a slot. Takes a bare index too, for the callers that
+/// still speak in numbers.
+pub fn slot_name(cluster: &str, slot: impl Into<Slot>) -> String {
+    let slot = slot.into();
     format!("{cluster}-{slot}")
 }
 
@@ -96,7 +100,7 @@ mod tests {
 
     #[test]
     fn slot_objects_carry_all_design_labels() {
-        let labels = slot_labels("locks", 2);
+        let labels = slot_labels("locks", Slot::new(2));
         assert_eq!(labels[LABEL_NAME], "redis");
         assert_eq!(labels[LABEL_INSTANCE], "locks");
         assert_eq!(labels[LABEL_MANAGED_BY], "redlock-operator");

@@ -22,6 +22,7 @@ use super::names::{
 };
 use super::secrets::{PROBE_PASSWORD_KEY, acl_file_key, client_user};
 use crate::crd::{RedlockCluster, Spread};
+use crate::model::Slot;
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
@@ -52,7 +53,7 @@ pub fn readiness_command(auth_enabled: bool, tls: bool) -> Vec<String> {
     ]
 }
 
-pub fn pod(cluster: &RedlockCluster, slot: i32) -> Pod {
+pub fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let spec = &cluster.spec;
     let template = &spec.pod_template;
@@ -396,7 +397,10 @@ mod tests {
 
     #[test]
     fn slot_pod_is_owned_labelled_and_fenced_by_its_acl_file() {
-        let p = pod(&cluster(json!({"maxLockTTL": "30s", "image": "redis:7.2"})), 3);
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "image": "redis:7.2"})),
+            Slot::new(3),
+        );
         assert_eq!(p.metadata.name.as_deref(), Some("locks-3"));
         let labels = p.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["redlock.dev/slot"], "3");
@@ -476,7 +480,7 @@ mod tests {
 
     #[test]
     fn the_pod_meets_the_restricted_pod_security_standard() {
-        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), Slot::new(0));
         let spec = p.spec.unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         let pod_sc = spec.security_context.unwrap();
@@ -521,7 +525,7 @@ mod tests {
         let p = pod(
             &cluster(json!({"maxLockTTL": "30s", "podTemplate": {"securityContext": {
                 "runAsUser": 1000, "supplementalGroups": [5]}}})),
-            0,
+            Slot::new(0),
         );
         let sc = p.spec.unwrap().security_context.unwrap();
         assert_eq!(sc.run_as_user, Some(1000));
@@ -540,7 +544,7 @@ mod tests {
         let p = pod(
             &cluster(json!({"maxLockTTL": "30s", "resources": {
                 "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}})),
-            0,
+            Slot::new(0),
         );
         let r = p.spec.unwrap().containers[0].resources.clone().unwrap();
         assert_eq!(r.requests.unwrap()["memory"].0, "64Mi");
@@ -551,7 +555,7 @@ mod tests {
     fn tls_mounts_the_secret_and_the_probe_speaks_tls() {
         let p = pod(
             &cluster(json!({"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}})),
-            0,
+            Slot::new(0),
         );
         let spec = p.spec.unwrap();
         let tls = spec.volumes.iter().flatten().find(|v| v.name == "tls").unwrap();
@@ -584,7 +588,7 @@ mod tests {
             probe.starts_with("redis-cli --tls --cacert /etc/redis-tls/ca.crt "),
             "{probe}"
         );
-        let plain = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let plain = pod(&cluster(json!({"maxLockTTL": "30s"})), Slot::new(0));
         assert!(
             !plain
                 .spec
@@ -598,7 +602,7 @@ mod tests {
 
     #[test]
     fn spread_host_forbids_two_instances_per_node() {
-        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), 0);
+        let p = pod(&cluster(json!({"maxLockTTL": "30s"})), Slot::new(0));
         let anti = p.spec.unwrap().affinity.unwrap().pod_anti_affinity.unwrap();
         let term = &anti.required_during_scheduling_ignored_during_execution.unwrap()[0];
         assert_eq!(term.topology_key, "kubernetes.io/hostname");
@@ -608,7 +612,7 @@ mod tests {
     fn spread_zone_and_none() {
         let z = pod(
             &cluster(json!({"maxLockTTL": "30s", "scheduling": {"spread": "zone"}})),
-            0,
+            Slot::new(0),
         );
         let spec = z.spec.unwrap();
         assert_eq!(
@@ -627,7 +631,7 @@ mod tests {
         assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
         let n = pod(
             &cluster(json!({"maxLockTTL": "30s", "scheduling": {"spread": "none"}})),
-            0,
+            Slot::new(0),
         );
         let spec = n.spec.unwrap();
         assert!(spec.affinity.is_none() && spec.topology_spread_constraints.is_none());

@@ -14,12 +14,13 @@ use super::names::{
     LABEL_INSTANCE, LABEL_NAME, LABEL_SLOT, REDIS_PORT, cluster_labels, slot_labels, slot_name,
 };
 use crate::crd::RedlockCluster;
+use crate::model::Slot;
 
 /// Name of the Redis container port the Services target.
 pub const REDIS_PORT_NAME: &str = "redis";
 
 /// The stable address of one slot: `<cluster>-<slot>`, selecting only that slot's pod.
-pub fn slot_service(cluster: &RedlockCluster, slot: i32) -> Service {
+pub fn slot_service(cluster: &RedlockCluster, slot: Slot) -> Service {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let mut selector = selector(&name);
     selector.insert(LABEL_SLOT.into(), slot.to_string());
@@ -52,7 +53,7 @@ pub fn headless_service_name(cluster: &str) -> String {
 }
 
 /// The slot a Service of this operator serves, if it is a per-slot Service.
-pub fn service_slot(service: &Service) -> Option<i32> {
+pub fn service_slot(service: &Service) -> Option<Slot> {
     service.metadata.labels.as_ref()?.get(LABEL_SLOT)?.parse().ok()
 }
 
@@ -107,10 +108,10 @@ mod tests {
 
     #[test]
     fn slot_service_selects_exactly_its_slot_and_only_ready_pods() {
-        let s = slot_service(&cluster(), 3);
+        let s = slot_service(&cluster(), Slot::new(3));
         assert_eq!(s.metadata.name.as_deref(), Some("locks-3"));
         assert_eq!(s.metadata.namespace.as_deref(), Some("team"));
-        assert_eq!(service_slot(&s), Some(3));
+        assert_eq!(service_slot(&s), Some(Slot::new(3)));
         let spec = s.spec.unwrap();
         let sel = spec.selector.unwrap();
         assert_eq!(sel[LABEL_SLOT], "3");

@@ -48,7 +48,7 @@ fn an_inherited_hold_is_timed_again_in_full() {
     assert!(before.releases.is_empty());
     assert!(before.events.is_empty(), "{:?}", before.events);
     let after = plan(&later(hold_from_now()), &obs);
-    assert_eq!(after.releases, vec![(0, "A".to_owned())]);
+    assert_eq!(after.releases, vec![(Slot::new(0), "A".to_owned())]);
 }
 
 /// The wall clock stepped 20 s forward after this process started the hold: the hold
@@ -100,7 +100,10 @@ fn releases_wait_while_the_clock_is_not_trusted() {
     );
     assert_eq!(p.members[1].state, MemberState::Ready);
     let p = plan(&base, &obs);
-    assert_eq!(p.releases, vec![(0, "A".to_owned()), (1, "B".to_owned())]);
+    assert_eq!(
+        p.releases,
+        vec![(Slot::new(0), "A".to_owned()), (Slot::new(1), "B".to_owned())]
+    );
 }
 
 /// A serving member whose clock jumped forward is fenced and held in full, with a
@@ -113,7 +116,7 @@ fn a_member_clock_jump_fences_and_holds_a_serving_member() {
         ..running("A", true, "c1")
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, jumped)]));
-    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
     assert!(p.releases.is_empty());
     let m = &p.members[0];
     assert_eq!(m.state, MemberState::Held);

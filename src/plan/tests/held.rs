@@ -308,7 +308,7 @@ fn operator_restart_mid_hold_keeps_the_hold() {
         p.members, members,
         "identical records: same since, same heldUntil"
     );
-    assert_eq!(p.create_pods, vec![1]);
+    assert_eq!(p.create_pods, vec![Slot::new(1)]);
     assert!(p.delete_pods.is_empty() && p.releases.is_empty() && p.events.is_empty());
     assert_eq!(p.next_hold_end, Some(Duration::from_millis(21_300)));
     assert_eq!(plan(&input(3, &members, now), &obs), p, "idempotent");
@@ -319,7 +319,7 @@ fn operator_restart_mid_hold_keeps_the_hold() {
     // At the recorded end, not before.
     let p = plan(&input(3, &members, until), &obs);
     assert_eq!(p.members[0].state, MemberState::Ready);
-    assert_eq!(p.releases, vec![(0, "Q".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(0), "Q".to_owned())]);
     assert_eq!(p.members[1], members[1]);
     assert_eq!(p.next_hold_end, None);
 }
@@ -348,7 +348,7 @@ fn next_hold_end_is_the_earliest_running_hold() {
     assert_eq!(p.next_hold_end, Some(secs(20)));
     // A new loss shorter than every running hold wins.
     let mut obs = obs;
-    obs.insert(3, missing());
+    obs.insert(Slot::new(3), missing());
     let p = plan(&input(4, &members[..2], at(NOW + 15)), &obs);
     assert_eq!(p.next_hold_end, Some(secs(5)));
     let p = plan(&input(4, &members[..4], at(NOW + 19)), &obs);
@@ -493,7 +493,7 @@ fn new_members_stay_fenced_until_the_new_list_is_confirmed() {
         ..input(4, &members, at(NOW))
     };
     let p = plan(&unconfirmed, &obs);
-    let m = p.members.iter().find(|m| m.slot == 3).unwrap();
+    let m = p.members.iter().find(|m| m.slot == Slot::new(3)).unwrap();
     assert_eq!(m.state, MemberState::Held);
     assert!(
         m.message
@@ -505,5 +505,5 @@ fn new_members_stay_fenced_until_the_new_list_is_confirmed() {
     assert!(p.releases.is_empty());
     assert!(!p.awaiting_process, "no fast requeue while waiting for the user");
     let confirmed = plan(&input(4, &members, at(NOW)), &obs);
-    assert_eq!(confirmed.releases, vec![(3, "D".to_owned())]);
+    assert_eq!(confirmed.releases, vec![(Slot::new(3), "D".to_owned())]);
 }

@@ -2,11 +2,11 @@
 
 use super::*;
 
-fn fenced(reason: &str) -> BTreeMap<i32, String> {
-    [(0, reason.to_owned())].into()
+fn fenced(reason: &str) -> BTreeMap<Slot, String> {
+    [(Slot::new(0), reason.to_owned())].into()
 }
 
-fn plan_with(members: &[MemberStatus], request: &BTreeMap<i32, String>, obs: SlotObservation) -> Plan {
+fn plan_with(members: &[MemberStatus], request: &BTreeMap<Slot, String>, obs: SlotObservation) -> Plan {
     plan(
         &PlanInput {
             maintenance: request,
@@ -25,7 +25,7 @@ fn a_serving_member_is_fenced_now_and_held_in_full() {
     assert_eq!(m.maintenance.as_deref(), Some("kernel upgrade"));
     assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
     assert_eq!(m.run_id.as_deref(), Some("A"));
-    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
     assert!(p.releases.is_empty());
     assert!(
         p.events
@@ -39,7 +39,7 @@ fn a_ready_member_left_fenced_by_a_crash_is_not_released_but_held() {
     let p = plan_with(&[ready(0, "A", "c1")], &fenced("x"), running("A", false, "c1"));
     assert_eq!(p.members[0].state, MemberState::Held);
     assert!(p.releases.is_empty());
-    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn an_unanswering_member_is_marked_but_not_counted_fenced_until_it_answers() {
     assert!(p.fences.is_empty() && p.releases.is_empty());
     // It answers at the next probe: fenced then, held in full from then.
     let later = plan_with(&p.members, &fenced("x"), running("A", true, "c1"));
-    assert_eq!(later.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(later.fences, vec![(Slot::new(0), "A".to_owned())]);
     assert_eq!(later.members[0].state, MemberState::Held);
     assert_eq!(later.members[0].held_until.as_ref().unwrap().0, hold_from_now());
     // Or its pod is force-deleted first: its process is looked for, as for any member.
@@ -94,7 +94,7 @@ fn a_fenced_member_that_does_not_answer_after_its_hold_is_not_awaited() {
 fn a_removed_slot_loses_its_mark() {
     let mut h = held(1, "A", "c1", at(NOW + 10));
     h.maintenance = Some("x".into());
-    let request: BTreeMap<i32, String> = [(1, "x".to_owned())].into();
+    let request: BTreeMap<Slot, String> = [(Slot::new(1), "x".to_owned())].into();
     let p = plan(
         &PlanInput {
             maintenance: &request,
@@ -102,7 +102,7 @@ fn a_removed_slot_loses_its_mark() {
         },
         &observed([(0, running("Z", true, "c0")), (1, missing())]),
     );
-    let m = p.members.iter().find(|m| m.slot == 1).unwrap();
+    let m = p.members.iter().find(|m| m.slot == Slot::new(1)).unwrap();
     assert_eq!(m.maintenance, None);
 }
 
@@ -127,7 +127,7 @@ fn a_held_member_stays_held_after_its_hold_while_fenced() {
         &fenced("disk"),
         running("A", true, "c1"),
     );
-    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
     assert_eq!(p.members[0].held_until.as_ref().unwrap().0, hold_from_now());
 }
 
@@ -163,7 +163,7 @@ fn unfencing_lets_the_hold_end_as_it_would_have() {
     h.hold_started_at = started_for(at(NOW - 1));
     let p = plan_with(&[h], &none, running("A", false, "c1"));
     assert_eq!(p.members[0].state, MemberState::Ready);
-    assert_eq!(p.releases, vec![(0, "A".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(0), "A".to_owned())]);
     let e = p
         .events
         .iter()

@@ -20,7 +20,8 @@ use crate::crd::{Listener, UnstoppedProcess};
 use crate::hold::held_until;
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
-use crate::observe::RedisInfo;
+use crate::model::Slot;
+use crate::observe::{Probe, RedisInfo};
 use crate::reasons::MemberReason;
 
 /// 30 s TTL, 1 % drift, 1 s margin.
@@ -112,7 +113,7 @@ fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
             terminating: false,
         },
         pod_ip: None,
-        redis: Some(RedisInfo {
+        probe: Probe::Answered(RedisInfo {
             run_id: run.into(),
             version: "7.0.15".into(),
             client_enabled: enabled,
@@ -131,7 +132,7 @@ fn unreachable(container: &str) -> SlotObservation {
             ready: false,
             terminating: false,
         },
-        redis_error: Some("connection refused".into()),
+        probe: Probe::Failed("connection refused".into()),
         ..Default::default()
     }
 }
@@ -139,7 +140,7 @@ fn unreachable(container: &str) -> SlotObservation {
 /// A node that stopped reporting: the kubelet's last word was "running", nothing answers.
 fn node_lost(container: &str) -> SlotObservation {
     SlotObservation {
-        redis_error: Some("timed out".into()),
+        probe: Probe::Failed("timed out".into()),
         ..unreachable(container)
     }
 }
@@ -210,12 +211,12 @@ fn own_timers(members: &[MemberStatus]) -> &'static ClusterTimers {
     Box::leak(Box::new(timers))
 }
 
-fn observed(slots: impl IntoIterator<Item = (i32, SlotObservation)>) -> BTreeMap<i32, SlotObservation> {
-    slots.into_iter().collect()
+fn observed(slots: impl IntoIterator<Item = (i32, SlotObservation)>) -> BTreeMap<Slot, SlotObservation> {
+    slots.into_iter().map(|(s, o)| (Slot::new(s), o)).collect()
 }
 
 fn reasons(p: &Plan) -> Vec<(i32, MemberReason)> {
-    p.events.iter().map(|e| (e.slot, e.reason)).collect()
+    p.events.iter().map(|e| (e.slot.index(), e.reason)).collect()
 }
 
 /// One slot (slot 0 of a one-instance cluster): persisted record and observation in, the
@@ -328,31 +329,34 @@ fn check(c: &Case) {
     }
     assert_eq!(
         p.create_pods,
-        if c.create { vec![0] } else { vec![] },
+        if c.create { vec![Slot::new(0)] } else { vec![] },
         "{name}: create"
     );
     assert_eq!(
         p.delete_pods,
-        if c.delete { vec![0] } else { vec![] },
+        if c.delete { vec![Slot::new(0)] } else { vec![] },
         "{name}: delete"
     );
     assert_eq!(
         p.releases,
         c.release
-            .map(|r| (0, r.to_owned()))
+            .map(|r| (Slot::new(0), r.to_owned()))
             .into_iter()
             .collect::<Vec<_>>(),
         "{name}: releases"
     );
     assert_eq!(
         p.fences,
-        c.fence.map(|r| (0, r.to_owned())).into_iter().collect::<Vec<_>>(),
+        c.fence
+            .map(|r| (Slot::new(0), r.to_owned()))
+            .into_iter()
+            .collect::<Vec<_>>(),
         "{name}: fences"
     );
     let events: Vec<_> = p.events.iter().map(|e| (e.reason, e.warning)).collect();
     assert_eq!(events, c.events, "{name}: events");
     for e in &p.events {
-        assert_eq!(e.slot, 0, "{name}: event slot");
+        assert_eq!(e.slot, Slot::new(0), "{name}: event slot");
         assert!(
             e.message.contains("locks-0"),
             "{name}: event names the pod: {}",
@@ -382,7 +386,7 @@ fn check(c: &Case) {
     let mut obs = obs;
     if !p.fences.is_empty() {
         for o in obs.values_mut() {
-            if let Some(r) = &mut o.redis {
+            if let Some(r) = o.probe.answered_mut() {
                 r.client_enabled = false;
             }
         }

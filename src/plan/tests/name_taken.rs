@@ -64,7 +64,7 @@ fn name_taken_by_a_pod_of_another_owner() {
     let m = &freed.members[0];
     assert_eq!(m.state, MemberState::Lost);
     assert_eq!(m.held_until.as_ref().unwrap().0, held_until(later, HOLD));
-    assert_eq!(freed.create_pods, vec![0]);
+    assert_eq!(freed.create_pods, vec![Slot::new(0)]);
     assert!(freed.releases.is_empty());
     // A retired slot's foreign pod is never deleted.
     let retired = plan(

@@ -196,10 +196,16 @@ fn evicted_pod_is_deleted_then_replaced_under_the_same_hold() {
     );
     assert_eq!(p.members[0].state, MemberState::Lost);
     assert_eq!(p.members[0].held_until, micro(u));
-    assert_eq!((p.delete_pods.clone(), p.create_pods.clone()), (vec![0], vec![]));
+    assert_eq!(
+        (p.delete_pods.clone(), p.create_pods.clone()),
+        (vec![Slot::new(0)], vec![])
+    );
     // The pod is gone: a replacement is created; the hold keeps its end.
     let p = plan(&input(1, &p.members, at(NOW + 1)), &observed([]));
-    assert_eq!((p.delete_pods.clone(), p.create_pods.clone()), (vec![], vec![0]));
+    assert_eq!(
+        (p.delete_pods.clone(), p.create_pods.clone()),
+        (vec![], vec![Slot::new(0)])
+    );
     assert_eq!(p.members[0].held_until, micro(u));
     let p = plan(
         &input(1, &p.members, at(NOW + 5)),
@@ -213,7 +219,7 @@ fn evicted_pod_is_deleted_then_replaced_under_the_same_hold() {
         &observed([(0, running("Q", false, "c2"))]),
     );
     assert_eq!(p.members[0].state, MemberState::Ready);
-    assert_eq!(p.releases, vec![(0, "Q".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(0), "Q".to_owned())]);
 }
 
 /// 22: an unchanged cluster plans exactly its status back: no write, no action.

@@ -21,8 +21,8 @@ fn scale_down_holds_removed_slots_until_their_hold_ends() {
 
     // Terminating, still answering: still untouched, still deleted.
     let mut going = all_pods.clone();
-    going.insert(3, terminating(running("R3", true, "c3")));
-    going.insert(4, terminating(unreachable("c4")));
+    going.insert(Slot::new(3), terminating(running("R3", true, "c3")));
+    going.insert(Slot::new(4), terminating(unreachable("c4")));
     let p = plan(&input(3, &members, at(NOW)), &going);
     assert_eq!(p.members, members);
     assert_eq!(p.delete_pods, vec![3, 4]);
@@ -58,14 +58,14 @@ fn scale_down_holds_removed_slots_until_their_hold_ends() {
     assert_eq!(p.create_pods, vec![3, 4]);
     assert!(p.events.is_empty(), "no InstanceCreated: {:?}", p.events);
     let mut back = remaining_pods.clone();
-    back.insert(3, running("N3", false, "d3"));
+    back.insert(Slot::new(3), running("N3", false, "d3"));
     let p = plan(&input(5, &retired, at(NOW + 20)), &back);
     assert_eq!(p.members[3].state, MemberState::Held);
     assert_eq!(p.members[3].held_until, micro(u));
     assert!(p.releases.is_empty());
     let p = plan(&input(5, &p.members, u), &back);
     assert_eq!(p.members[3].state, MemberState::Ready);
-    assert_eq!(p.releases, vec![(3, "N3".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(3), "N3".to_owned())]);
 
     // Once the hold has run out, the records go.
     let p = plan(&input(3, &retired, u), &remaining_pods);
@@ -97,7 +97,7 @@ fn retired_slots() {
             running("X", true, "c1"),
             Some(MemberStatus {
                 name: "locks-1".into(),
-                slot: 1,
+                slot: Slot::new(1),
                 endpoint: None,
                 state: MemberState::Lost,
                 run_id: None,
@@ -173,7 +173,7 @@ fn retired_slots() {
             &input(1, &members, at(NOW)),
             &observed([(0, running("R0", true, "c0")), (1, obs)]),
         );
-        let got = p.members.iter().find(|m| m.slot == 1).cloned();
+        let got = p.members.iter().find(|m| m.slot == Slot::new(1)).cloned();
         let strip = |m: Option<MemberStatus>| m.map(|m| m.tap_message(None));
         assert_eq!(strip(got), strip(want.clone()), "{name}");
         assert_eq!(p.delete_pods, if delete { vec![1] } else { vec![] }, "{name}");
@@ -206,7 +206,7 @@ fn unknown_retired_process_is_held_after_it_is_gone() {
         &input(0, &[], at(NOW)),
         &observed([(0, running("X", true, "c1"))]),
     );
-    assert_eq!(p.delete_pods, vec![0]);
+    assert_eq!(p.delete_pods, vec![Slot::new(0)]);
     let p = plan(&input(0, &p.members, at(NOW + 1)), &observed([(0, missing())]));
     assert_eq!(p.members[0].state, MemberState::Lost);
     assert_eq!(
@@ -237,7 +237,7 @@ fn removed_members_are_fenced_and_held_before_the_list_shrinks() {
         ..input(2, &members, at(NOW))
     };
     let p = plan(&still_published, &obs);
-    assert_eq!(p.fences, vec![(2, "C".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(2), "C".to_owned())]);
     assert!(p.delete_pods.is_empty(), "{:?}", p.delete_pods);
     let m = &p.members[2];
     assert_eq!(m.state, MemberState::Held);
@@ -292,9 +292,9 @@ fn removed_members_are_fenced_and_held_before_the_list_shrinks() {
         },
         &obs,
     );
-    assert_eq!(reopened.fences, vec![(2, "C".to_owned())]);
+    assert_eq!(reopened.fences, vec![(Slot::new(2), "C".to_owned())]);
     assert_eq!(reopened.members[2].held_until, None);
     // Once the shorter list is published, the pod goes.
     let published = plan(&input(2, &again.members, later), &fenced);
-    assert_eq!(published.delete_pods, vec![2]);
+    assert_eq!(published.delete_pods, vec![Slot::new(2)]);
 }

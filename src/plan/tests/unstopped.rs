@@ -40,7 +40,7 @@ fn a_removed_members_process_that_outlives_its_pod_is_looked_for_and_fenced() {
             (1, running("B", true, "c1")),
             (2, missing()),
         ]);
-        o.get_mut(&2).unwrap().unstopped = unstopped;
+        o.get_mut(&Slot::new(2)).unwrap().unstopped = unstopped;
         o
     };
     // It does not answer the operator (the partition cuts the operator off too): the
@@ -78,7 +78,7 @@ fn a_removed_members_process_that_outlives_its_pod_is_looked_for_and_fenced() {
         &published(&p.members, later),
         &vanished(zombie_answers("C", true)),
     );
-    assert_eq!(p2.fences, vec![(2, "C".to_owned())]);
+    assert_eq!(p2.fences, vec![(Slot::new(2), "C".to_owned())]);
     assert!(
         p2.events
             .iter()
@@ -136,7 +136,7 @@ fn a_pod_that_vanishes_while_its_process_runs_leaves_an_unstopped_process() {
         m.message.as_deref().unwrap().contains("looked for at 10.1.0.7"),
         "{m:?}"
     );
-    assert_eq!(p.create_pods, vec![0]);
+    assert_eq!(p.create_pods, vec![Slot::new(0)]);
     // A container seen stopped is a process seen to stop: nothing to look for.
     let stopped = SlotObservation {
         pod: PodState::NotRunning {
@@ -185,7 +185,7 @@ fn an_unstopped_process_found_serving_is_fenced_and_the_hold_restarts() {
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
     assert!(p.releases.is_empty(), "{:?}", p.releases);
-    assert_eq!(p.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
     let m = &p.members[0];
     assert_eq!(m.held_until.as_ref().unwrap().0, hold_from_now());
     assert!(!m.unstopped.as_ref().unwrap().fenced);
@@ -199,7 +199,7 @@ fn an_unstopped_process_found_serving_is_fenced_and_the_hold_restarts() {
     let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, obs.clone())]));
     assert!(p2.members[0].unstopped.as_ref().unwrap().fenced);
     let p3 = plan(&input(1, &p2.members, hold_from_now()), &observed([(0, obs)]));
-    assert_eq!(p3.releases, vec![(0, "B".to_owned())]);
+    assert_eq!(p3.releases, vec![(Slot::new(0), "B".to_owned())]);
     assert!(
         p3.events
             .iter()
@@ -234,7 +234,7 @@ fn a_replacement_lost_in_turn_keeps_looking_for_the_earlier_process() {
         ..running("C", false, "c3")
     };
     let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, found)]));
-    assert_eq!(p2.fences, vec![(0, "A".to_owned())]);
+    assert_eq!(p2.fences, vec![(Slot::new(0), "A".to_owned())]);
     assert!(p2.releases.is_empty());
 
     // B's pod vanished unseen as well: B is looked for now, and A's end is told.
@@ -271,7 +271,7 @@ fn a_release_without_finding_the_unstopped_process_says_what_it_relies_on() {
         ..running("B", false, "c2")
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
-    assert_eq!(p.releases, vec![(0, "B".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(0), "B".to_owned())]);
     let e = p
         .events
         .iter()
@@ -310,7 +310,7 @@ fn a_process_released_past_is_still_looked_for_and_fenced_with_its_slot_when_it_
         ..running("B", false, "c2")
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, unreachable)]));
-    assert_eq!(p.releases, vec![(0, "B".to_owned())]);
+    assert_eq!(p.releases, vec![(Slot::new(0), "B".to_owned())]);
     let released = &p.members[0];
     assert_eq!(released.state, MemberState::Ready);
     assert!(!released.unstopped.as_ref().unwrap().fenced, "{released:?}");
@@ -339,7 +339,10 @@ fn a_process_released_past_is_still_looked_for_and_fenced_with_its_slot_when_it_
         ..running("B", true, "c2")
     };
     let p3 = plan(&input(1, &p2.members, at(NOW + 2)), &observed([(0, back)]));
-    assert_eq!(p3.fences, vec![(0, "A".to_owned()), (0, "B".to_owned())]);
+    assert_eq!(
+        p3.fences,
+        vec![(Slot::new(0), "A".to_owned()), (Slot::new(0), "B".to_owned())]
+    );
     let m = &p3.members[0];
     assert_eq!(m.state, MemberState::Held);
     assert_eq!(m.run_id.as_deref(), Some("B"));
@@ -393,7 +396,7 @@ fn the_listener_is_recorded_with_the_address_and_kept_for_an_unstopped_process()
     assert_eq!(p_plain.members[0].listener, Some(Listener::default()));
     // Without an answer at an address, nothing is recorded about how it listens.
     let silent = SlotObservation {
-        redis: None,
+        probe: Probe::NotProbed,
         ..tls(Some("old-tls"))
     };
     let p_silent = plan(&input(1, &members, at(NOW)), &observed([(0, silent)]));

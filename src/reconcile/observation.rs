@@ -317,30 +317,11 @@ async fn audit_ttls(
         cluster.namespace().unwrap_or_default(),
         cluster.name_any()
     );
-    let serving: Vec<(Slot, String, std::net::IpAddr)> = observed
-        .iter()
-        .filter_map(|(slot, o)| {
-            let info = o.probe.answered().filter(|i| i.client_enabled)?;
-            Some((*slot, info.run_id.clone(), o.pod_ip?))
-        })
-        .filter(|(slot, _, _)| slot.within(cluster.spec.instances))
-        .collect();
+    let serving = serving_members(cluster, observed);
     let now = std::time::Instant::now();
-    let cursors = {
-        let mut audits = ctx
-            .memory
-            .ttl_audits
-            .lock()
-            .expect("audit lock is never poisoned");
-        let audit = audits
-            .entry(key.clone())
-            .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
-        if !audit.take_due(now, ctx.settings.ttl_audit_period) {
-            let next = audit.next_due.saturating_duration_since(now);
-            return (ttl_audit::report(&audit.members), next);
-        }
-        let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
-        audit.retain(&ids)
+    let cursors = match due_cursors(ctx, &key, &serving, now) {
+        Ok(cursors) => cursors,
+        Err(not_due) => return not_due,
     };
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
         let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
@@ -355,6 +336,69 @@ async fn audit_ttls(
         })
     });
     let results = futures::future::join_all(samples).await;
+    let report = absorb_samples(ctx, cluster, key, results, max_lock_ttl, now);
+    (report, ctx.settings.ttl_audit_period)
+}
+
+/// The members the audit reads: slots of the spec whose process answered and lets lock
+/// clients in, with its run id (a new process starts a new sweep) and address.
+fn serving_members(
+    cluster: &RedlockCluster,
+    observed: &BTreeMap<Slot, SlotObservation>,
+) -> Vec<(Slot, String, std::net::IpAddr)> {
+    observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let info = o.probe.answered().filter(|i| i.client_enabled)?;
+            Some((*slot, info.run_id.clone(), o.pod_ip?))
+        })
+        .filter(|(slot, _, _)| slot.within(cluster.spec.instances))
+        .collect()
+}
+
+/// The audit's last report and when its next period starts.
+type NotDue = (Option<ttl_audit::Report>, Duration);
+
+/// One member's sample: the keys read and the cursor to continue from, or why it failed.
+type Sample = (
+    Slot,
+    std::result::Result<(Vec<ttl_audit::SampledKey>, u64), String>,
+);
+
+/// Where each serving member's sweep continues, when a period is due; otherwise the last
+/// report and when the next period starts. The lock is not held across the samples' I/O.
+fn due_cursors(
+    ctx: &Context,
+    key: &str,
+    serving: &[(Slot, String, std::net::IpAddr)],
+    now: std::time::Instant,
+) -> std::result::Result<Vec<(Slot, u64)>, NotDue> {
+    let mut audits = ctx
+        .memory
+        .ttl_audits
+        .lock()
+        .expect("audit lock is never poisoned");
+    let audit = audits
+        .entry(key.to_owned())
+        .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
+    if !audit.take_due(now, ctx.settings.ttl_audit_period) {
+        let next = audit.next_due.saturating_duration_since(now);
+        return Err((ttl_audit::report(&audit.members), next));
+    }
+    let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
+    Ok(audit.retain(&ids))
+}
+
+/// Adds this period's samples to each member's sweep (keys checked against the maxLockTTL in
+/// force) and returns the cluster's report.
+fn absorb_samples(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    key: String,
+    results: Vec<Sample>,
+    max_lock_ttl: Duration,
+    now: std::time::Instant,
+) -> Option<ttl_audit::Report> {
     let max_ms = max_lock_ttl.as_millis() as u64;
     let name = cluster.name_any();
     let mut audits = ctx
@@ -374,5 +418,5 @@ async fn audit_ttls(
             _ => {}
         }
     }
-    (ttl_audit::report(&audit.members), ctx.settings.ttl_audit_period)
+    ttl_audit::report(&audit.members)
 }

@@ -203,7 +203,7 @@ pub(super) fn timed_hold(
         && recorded < until
     {
         let by_policy = recorded.max(held_until(started, input.hold));
-        next.message = Some(if until > by_policy {
+        let why = if until > by_policy {
             let why = retimed_why(input, prev.slot, started);
             step.tell(
                 prev.slot,
@@ -211,10 +211,25 @@ pub(super) fn timed_hold(
                 format!("{}: {why}; fenced until {until}", prev.name),
                 false,
             );
-            format!("{why}; held until {until}")
+            why
         } else {
-            format!("hold lengthened to the maxLockTTL in force; held until {until}")
-        });
+            "hold lengthened to the maxLockTTL in force"
+        };
+        next.message = Some(lengthened_message(prev.message.as_deref(), why, until));
     }
     (next, until)
+}
+
+/// The message of a hold lengthened for `why`: the hold's cause stays first (the member's
+/// message says why it is held, e.g. a clock jump; a lengthening is not a cause), each
+/// reason for lengthening is named once, and the new end last.
+pub(super) fn lengthened_message(prev: Option<&str>, why: &str, until: Timestamp) -> String {
+    let cause = prev
+        .and_then(|m| m.split("; held until ").next())
+        .filter(|c| !c.is_empty());
+    match cause {
+        Some(c) if c.ends_with(why) => format!("{c}; held until {until}"),
+        Some(c) => format!("{c}; {why}; held until {until}"),
+        None => format!("{why}; held until {until}"),
+    }
 }

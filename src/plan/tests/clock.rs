@@ -71,8 +71,11 @@ fn a_forward_step_of_the_wall_clock_lengthens_running_holds() {
     assert!(p.releases.is_empty());
     let want = until.checked_add(SignedDuration::from_secs(20)).unwrap();
     assert_eq!(p.members[0].held_until.as_ref().unwrap().0, want);
-    assert!(p.members[0].message.as_deref().unwrap().contains("forward step"));
+    let message = p.members[0].message.clone().unwrap();
+    assert!(message.contains("forward step"), "{message}");
     assert_eq!(p.events[0].reason, MemberReason::HoldExtended);
+    // The hold's cause (here the fixture's "held") stays first.
+    assert!(message.starts_with("held; hold lengthened"), "{message}");
     let end = PlanInput { now: want, ..stepped };
     assert_eq!(plan(&end, &obs).releases.len(), 1);
 }
@@ -143,4 +146,37 @@ fn a_member_clock_jump_fences_and_holds_a_serving_member() {
     assert!(p.fences.is_empty());
     assert_eq!(p.members[0].state, MemberState::Ready);
     assert_eq!(p.events[0].reason, MemberReason::ClockStepBack);
+}
+
+/// A lengthened hold keeps its cause in the member's message (e.g. a clock jump: the member's
+/// message must say why it is held), names each reason for lengthening once, and ends with
+/// the new end.
+#[test]
+fn a_lengthened_hold_keeps_its_cause_in_the_message() {
+    use super::super::holds::lengthened_message;
+    let t1 = at(NOW + 10);
+    let t2 = at(NOW + 20);
+    let step = "hold lengthened by a forward step of the operator's wall clock";
+    let jumped = format!(
+        "locks-1: its clock jumped 60.000 s forward; held until {}",
+        at(NOW)
+    );
+    let once = lengthened_message(Some(&jumped), step, t1);
+    assert_eq!(
+        once,
+        format!("locks-1: its clock jumped 60.000 s forward; {step}; held until {t1}")
+    );
+    assert_eq!(
+        lengthened_message(Some(&once), step, t2),
+        format!("locks-1: its clock jumped 60.000 s forward; {step}; held until {t2}")
+    );
+    let policy = "hold lengthened to the maxLockTTL in force";
+    assert_eq!(
+        lengthened_message(Some(&once), policy, t2),
+        format!("locks-1: its clock jumped 60.000 s forward; {step}; {policy}; held until {t2}")
+    );
+    assert_eq!(
+        lengthened_message(None, step, t1),
+        format!("{step}; held until {t1}")
+    );
 }

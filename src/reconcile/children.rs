@@ -62,7 +62,11 @@ pub async fn apply(
     }
     ctx.leadership.check()?;
     let published = published(cluster);
-    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, None, &mut report).await?;
+    // Over the `<name>-admin` the credentials were read from, when read fresh (a rotation runs
+    // or is asked for): the rotation's steps are recorded there, and this write must not put
+    // back an older step another replica has since replaced.
+    let read_at = inputs.credentials.admin_read_at.as_deref();
+    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, read_at, &mut report).await?;
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     config_ready &= report.record(
         apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config::config_map(cluster)).await,

@@ -88,28 +88,25 @@ async fn fence(
         let Some(ip) = unstopped.map(|(_, ip)| ip).or_else(|| pod.and_then(|o| o.pod_ip)) else {
             continue;
         };
-        // As its pod was built; a process that outlived its pod in the mode it was recorded
-        // listening in (a fence shuts out both users lock clients could log in as).
-        let access = match (unstopped, pod) {
-            (Some((u, _)), _) => match super::inputs::access_for_unstopped(ctx, cluster, ns, access, u).await
-            {
-                Ok(access) => access,
-                // The next probe finds it again, and the fence is tried again.
-                Err(e) => {
-                    tracing::warn!(slot = slot.index(), error = %e, "fence not done: its TLS CA could not be read");
-                    continue;
-                }
-            },
-            (None, Some(o)) => access.for_slot(o),
-            (None, None) => std::borrow::Cow::Borrowed(access),
+        // As its pod was built; a process that outlived its pod every way it may be reached,
+        // its recorded mode first (a fence shuts out both users lock clients could log in as).
+        let accesses = match (unstopped, pod) {
+            (Some((u, _)), _) => super::inputs::accesses_for_unstopped(ctx, cluster, ns, access, u).await,
+            (None, Some(o)) => vec![access.for_slot(o)],
+            (None, None) => vec![std::borrow::Cow::Borrowed(access)],
         };
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
-        match access.fence(ip, run_id).await {
-            Ok(()) => tracing::warn!(slot = slot.index(), %run_id, user = access.client_user, "fenced again"),
-            // The next probe sees it still serving and fences again.
-            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "fence not done"),
+        for access in accesses {
+            match access.fence(ip, run_id).await {
+                Ok(()) => {
+                    tracing::warn!(slot = slot.index(), %run_id, user = access.client_user, "fenced again");
+                    break;
+                }
+                // The next probe sees it still serving and fences again.
+                Err(e) => tracing::warn!(slot = slot.index(), error = %e, "fence not done"),
+            }
         }
     }
     Ok(())

@@ -115,27 +115,41 @@ pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec
     Ok(ca)
 }
 
-/// The access to a process that outlived its pod, in the mode it was recorded listening in
-/// (during a TLS toggle's rollout that is not the spec's); the spec's mode for a record made
-/// before listeners were kept. A TLS Secret whose CA cannot be read leaves the CA empty: the
-/// connection fails and nothing is trusted through it (the process counts as not found).
-pub async fn access_for_unstopped<'a>(
+/// The ways to reach a process that outlived its pod, to be tried in order: the mode it was
+/// recorded listening in (during a TLS toggle's rollout not the spec's), then the spec's when
+/// that differs. The spec's mode stays a fallback because the recorded one can fail where the
+/// spec's works (its Secret deleted meanwhile, a CA that cannot be read now, a record made
+/// before listeners were kept): a process seen or suspected serving must be looked for (and
+/// fenced) every way the operator has, and an extra attempt costs one connection.
+pub async fn accesses_for_unstopped<'a>(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     access: &'a AdminAccess,
     unstopped: &UnstoppedProcess,
-) -> Result<Cow<'a, AdminAccess>> {
+) -> Vec<Cow<'a, AdminAccess>> {
+    let spec = Cow::Borrowed(access);
     let Some(listener) = &unstopped.listener else {
-        return Ok(Cow::Borrowed(access));
+        return vec![spec];
     };
     let spec_secret = cluster.spec.tls.as_ref().map(|t| t.secret_name.as_str());
     let tls_ca = match listener.tls_secret.as_deref() {
-        None => None,
-        Some(secret) if Some(secret) == spec_secret => access.tls_ca.clone(),
-        Some(secret) => Some(read_ca(ctx, ns, secret).await?.unwrap_or_default()),
+        None => Ok(None),
+        Some(secret) if Some(secret) == spec_secret => Ok(access.tls_ca.clone()),
+        Some(secret) => read_ca(ctx, ns, secret)
+            .await
+            .map(|ca| Some(ca.unwrap_or_default())),
     };
-    Ok(access.with_tls(tls_ca))
+    match tls_ca {
+        // A Secret without a CA: nothing can be verified in that mode.
+        Ok(Some(ca)) if ca.is_empty() => vec![spec],
+        Ok(tls_ca) if tls_ca == access.tls_ca => vec![spec],
+        Ok(tls_ca) => vec![access.with_tls(tls_ca), spec],
+        Err(e) => {
+            tracing::warn!(run_id = %unstopped.run_id, error = %e, "the CA of the mode a process that outlived its pod listens in could not be read; trying the spec's mode");
+            vec![spec]
+        }
+    }
 }
 
 /// Passwords are generated once and then always read back: from the cache, or from the API

@@ -175,17 +175,20 @@ async fn look_for_unstopped(
         let slot = m.slot;
         let ip = u.pod_ip.parse::<std::net::IpAddr>();
         Some(async move {
-            let access = match super::inputs::access_for_unstopped(ctx, cluster, ns, access, u).await {
-                Ok(access) => access,
-                Err(e) => return (slot, Err(format!("its TLS CA could not be read: {e}"))),
+            let ip = match ip {
+                Ok(ip) => ip,
+                Err(e) => return (slot, Err(format!("bad address {}: {e}", u.pod_ip))),
             };
-            let result = match ip {
-                // Its client user is not known (an auth toggle may have been under way): the
-                // probe reads both users lock clients could log in as.
-                Ok(ip) => access.probe(ip).await.map(|(info, _)| info),
-                Err(e) => Err(format!("bad address {}: {e}", u.pod_ip)),
-            };
-            (slot, result)
+            // Its client user is not known (an auth toggle may have been under way): the probe
+            // reads both users lock clients could log in as. Each way to reach it in turn.
+            let mut failures = vec![];
+            for access in super::inputs::accesses_for_unstopped(ctx, cluster, ns, access, u).await {
+                match access.probe(ip).await {
+                    Ok((info, _)) => return (slot, Ok(info)),
+                    Err(e) => failures.push(e),
+                }
+            }
+            (slot, Err(failures.join("; ")))
         })
     });
     futures::future::join_all(probes).await

@@ -151,14 +151,6 @@ fn step_member(
             MemberState::Held | MemberState::Lost => holding(input, prev, obs, &mut step),
         },
     };
-    step.member = Some(match prev {
-        // A state that did not change keeps its `since`, so an unchanged cluster recomputes an
-        // identical status (no writes in steady state).
-        Some(prev) if prev.state == next.state => MemberStatus {
-            since: prev.since.clone(),
-            ..next
-        },
-        _ => next,
-    });
+    step.record(prev, next);
     step
 }

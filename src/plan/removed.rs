@@ -118,13 +118,7 @@ fn fence_removed(
     };
     let prev = prev.as_ref();
     let next = fenced_removed_record(input, slot, prev, obs, &mut step);
-    step.member = Some(match prev {
-        Some(prev) if prev.state == next.state => MemberStatus {
-            since: prev.since.clone(),
-            ..next
-        },
-        _ => next,
-    });
+    step.record(prev, next);
     step
 }
 

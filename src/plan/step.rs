@@ -54,6 +54,18 @@ pub(super) struct Step {
 }
 
 impl Step {
+    /// Records `next` as the slot's record. A state that did not change keeps its `since`, so
+    /// an unchanged cluster recomputes an identical status (no writes in steady state).
+    pub(super) fn record(&mut self, prev: Option<&MemberStatus>, next: MemberStatus) {
+        self.member = Some(match prev {
+            Some(prev) if prev.state == next.state => MemberStatus {
+                since: prev.since.clone(),
+                ..next
+            },
+            _ => next,
+        });
+    }
+
     pub(super) fn tell(&mut self, slot: Slot, reason: MemberReason, message: String, warning: bool) {
         self.events.push(MemberEvent {
             slot,

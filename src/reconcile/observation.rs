@@ -339,7 +339,7 @@ async fn audit_ttls(
         })
     });
     let results = futures::future::join_all(samples).await;
-    let report = absorb_samples(ctx, cluster, key, results, max_lock_ttl, now);
+    let report = absorb_samples(ctx, cluster, &key, results, max_lock_ttl, now);
     (report, ctx.settings.ttl_audit_period)
 }
 
@@ -376,20 +376,31 @@ fn due_cursors(
     serving: &[(Slot, String, std::net::IpAddr)],
     now: std::time::Instant,
 ) -> std::result::Result<Vec<(Slot, u64)>, NotDue> {
+    with_audit(ctx, key, now, |audit| {
+        if !audit.take_due(now, ctx.settings.ttl_audit_period) {
+            let next = audit.next_due.saturating_duration_since(now);
+            return Err((ttl_audit::report(&audit.members), next));
+        }
+        let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
+        Ok(audit.retain(&ids))
+    })
+}
+
+/// Runs `f` on the cluster's audit (`key`), made when it has none yet, under the audits' lock.
+fn with_audit<T>(
+    ctx: &Context,
+    key: &str,
+    now: std::time::Instant,
+    f: impl FnOnce(&mut ttl_audit::ClusterAudit) -> T,
+) -> T {
     let mut audits = ctx
         .memory
         .ttl_audits
         .lock()
         .expect("audit lock is never poisoned");
-    let audit = audits
+    f(audits
         .entry(key.to_owned())
-        .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
-    if !audit.take_due(now, ctx.settings.ttl_audit_period) {
-        let next = audit.next_due.saturating_duration_since(now);
-        return Err((ttl_audit::report(&audit.members), next));
-    }
-    let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
-    Ok(audit.retain(&ids))
+        .or_insert_with(|| ttl_audit::ClusterAudit::new(now)))
 }
 
 /// Adds this period's samples to each member's sweep (keys checked against the maxLockTTL in
@@ -397,29 +408,23 @@ fn due_cursors(
 fn absorb_samples(
     ctx: &Context,
     cluster: &RedlockCluster,
-    key: String,
+    key: &str,
     results: Vec<Sample>,
     max_lock_ttl: Duration,
     now: std::time::Instant,
 ) -> Option<ttl_audit::Report> {
     let max_ms = max_lock_ttl.as_millis() as u64;
     let name = cluster.name_any();
-    let mut audits = ctx
-        .memory
-        .ttl_audits
-        .lock()
-        .expect("audit lock is never poisoned");
-    let audit = audits
-        .entry(key)
-        .or_insert_with(|| ttl_audit::ClusterAudit::new(now));
-    for (slot, result) in results {
-        match (result, audit.members.get_mut(&slot)) {
-            (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
-            (Err(e), _) => {
-                tracing::debug!(cluster = %name, slot = slot.index(), error = %e, "TTL audit sample failed")
+    with_audit(ctx, key, now, |audit| {
+        for (slot, result) in results {
+            match (result, audit.members.get_mut(&slot)) {
+                (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
+                (Err(e), _) => {
+                    tracing::debug!(cluster = %name, slot = slot.index(), error = %e, "TTL audit sample failed")
+                }
+                _ => {}
             }
-            _ => {}
         }
-    }
-    ttl_audit::report(&audit.members)
+        ttl_audit::report(&audit.members)
+    })
 }

@@ -1,6 +1,8 @@
-//! Fixtures shared by the unit tests: a cluster object as the API server hands it over.
+//! Fixtures shared by the unit tests: a cluster object as the API server hands it over, and
+//! what a reconcile observes of a running member.
 
 use crate::crd::RedlockCluster;
+use crate::observe::{PodState, Probe, RedisInfo, SlotObservation};
 
 pub const NAME: &str = "locks";
 pub const NAMESPACE: &str = "team";
@@ -17,4 +19,25 @@ pub fn cluster(spec: serde_json::Value) -> RedlockCluster {
     c.metadata.namespace = Some(NAMESPACE.into());
     c.metadata.uid = Some(UID.into());
     c
+}
+
+/// A running container `container` whose Redis (`run`, 7.0.15) answers the operator; its
+/// client user is on (and its pod Ready) when `enabled`.
+pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
+    SlotObservation {
+        pod: PodState::Running {
+            container_id: Some(container.into()),
+            ready: enabled,
+            terminating: false,
+        },
+        pod_ip: None,
+        probe: Probe::Answered(RedisInfo {
+            run_id: run.into(),
+            version: "7.0.15".into(),
+            client_enabled: enabled,
+            pod_uid: None,
+            client_password_hashes: None,
+        }),
+        ..Default::default()
+    }
 }

@@ -287,7 +287,7 @@ mod tests {
     use crate::conditions::ConditionType;
     use crate::crd::{FailureDomains, MemberState};
     use crate::model::Slot;
-    use crate::observe::{Probe, RedisInfo, SlotObservation};
+    use crate::observe::SlotObservation;
 
     #[test]
     fn publishing_the_shorter_list_over_an_unfound_process_says_so() {
@@ -340,21 +340,7 @@ mod tests {
     }
 
     fn running(run: &str, enabled: bool) -> SlotObservation {
-        SlotObservation {
-            pod: PodState::Running {
-                container_id: Some(format!("c-{run}")),
-                ready: enabled,
-                terminating: false,
-            },
-            probe: Probe::Answered(RedisInfo {
-                run_id: run.into(),
-                version: "7.0.15".into(),
-                client_enabled: enabled,
-                pod_uid: None,
-                client_password_hashes: None,
-            }),
-            ..Default::default()
-        }
+        crate::fixtures::running(run, enabled, &format!("c-{run}"))
     }
 
     fn decide_at(

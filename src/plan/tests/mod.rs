@@ -104,25 +104,7 @@ fn missing() -> SlotObservation {
     SlotObservation::default()
 }
 
-/// A running container whose Redis answers the operator.
-fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
-    SlotObservation {
-        pod: PodState::Running {
-            container_id: Some(container.into()),
-            ready: enabled,
-            terminating: false,
-        },
-        pod_ip: None,
-        probe: Probe::Answered(RedisInfo {
-            run_id: run.into(),
-            version: "7.0.15".into(),
-            client_enabled: enabled,
-            pod_uid: None,
-            client_password_hashes: None,
-        }),
-        ..Default::default()
-    }
-}
+use crate::fixtures::running;
 
 /// A running container whose Redis does not answer (SIGSTOP, overload, network).
 fn unreachable(container: &str) -> SlotObservation {

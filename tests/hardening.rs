@@ -896,8 +896,7 @@ async fn the_ttl_audit_reaches_members_not_yet_rolled_to_tls() {
 /// process never answered, and a client still using the old address kept getting locks from it.
 #[tokio::test]
 async fn a_process_that_outlives_its_pod_is_fenced_in_its_own_mode_after_a_tls_toggle() {
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::{DeleteParams, Patch, PatchParams};
+    use kube::api::DeleteParams;
     let env = Env::start(4).await;
     let (secret, _) = tls_secret(&env.ns, "locks-tls");
     Api::<Secret>::namespaced(env.cp.client(), &env.ns)
@@ -913,15 +912,7 @@ async fn a_process_that_outlives_its_pod_is_fenced_in_its_own_mode_after_a_tls_t
     let login = env.client_login(NAME).await;
     let old_ip = env.pod_ip(NAME, 1).await;
     let node = env.node_of(NAME, 1).await;
-    env.cp.kubelet().partition_node(&node).unwrap();
-    Api::<Node>::all(env.cp.client())
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
+    env.partition_and_cordon(&node).await;
     env.pods()
         .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
         .await

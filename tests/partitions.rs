@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use redlock_operator::crd::MemberState;
 use redlock_test_support::*;
 use serde_json::json;
@@ -47,15 +47,7 @@ async fn serving_then_partitioned(env: &Env) -> (Vec<IpAddr>, String, String) {
     let old: Vec<IpAddr> = env.member_ips(NAME, 3).await;
     let old_run = env.member(NAME, 1).await.unwrap().run_id.unwrap();
     let node = env.node_of(NAME, 1).await;
-    env.cp.kubelet().partition_node(&node).unwrap();
-    Api::<Node>::all(env.cp.client())
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
+    env.partition_and_cordon(&node).await;
     (old, old_run, node)
 }
 

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_test_support::*;
@@ -281,15 +280,7 @@ async fn a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_re
         .pid(&env.ns, &format!("{NAME}-1"))
         .await
         .unwrap();
-    env.cp.real_nodes().partition_node(&node).unwrap();
-    Api::<Node>::all(env.cp.client())
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
+    env.partition_and_cordon(&node).await;
     let login = env.client_login(NAME).await;
     env.pods()
         .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))

@@ -494,6 +494,20 @@ impl Env {
         taken + ttl
     }
 
+    /// `node` is cut off from the API server (its kubelet silent, its processes serving: either
+    /// runtime) and cordoned, so a replacement goes elsewhere.
+    pub async fn partition_and_cordon(&self, node: &str) {
+        self.cp.nodes().partition_node(node).unwrap();
+        Api::<k8s_openapi::api::core::v1::Node>::all(self.cp.client())
+            .patch(
+                node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .unwrap();
+    }
+
     /// The node slot `slot`'s pod is bound to.
     pub async fn node_of(&self, name: &str, slot: i32) -> String {
         self.pods()

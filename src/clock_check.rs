@@ -14,10 +14,14 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Reading, SystemClock};
 use crate::clock_offset::{Offset, OffsetTracker, Sample, release_blocked};
 use crate::metrics::Metrics;
+use crate::server_clock::{ServerClock, ServerTime, TimedDate};
 
 pub struct ClockCheck {
     clock: SystemClock,
     offsets: Mutex<OffsetTracker>,
+    /// The same samples placed on the monotonic clock: the reference members' clocks are
+    /// recorded against, so that another leader can compare them (§9.3).
+    server: Mutex<ServerClock>,
     /// The largest offset to the API server at which releases go on.
     bound: Duration,
     /// Pause between two samples.
@@ -30,6 +34,7 @@ impl ClockCheck {
             clock: SystemClock::new(),
             // Samples older than a few periods say nothing about now.
             offsets: Mutex::new(OffsetTracker::new(period * 4)),
+            server: Mutex::new(ServerClock::new(period * 4)),
             bound,
             period,
         }
@@ -41,6 +46,14 @@ impl ClockCheck {
 
     pub fn offset(&self) -> Option<Offset> {
         self.lock().offset(self.clock.uptime())
+    }
+
+    /// The API server's clock at the monotonic instant `at`, if recently measured.
+    pub fn server_time(&self, at: std::time::Instant) -> Option<ServerTime> {
+        self.server
+            .lock()
+            .expect("server clock lock is never poisoned")
+            .at(at)
     }
 
     /// Why releases must wait now, if they must.
@@ -55,7 +68,9 @@ impl ClockCheck {
             .body(Body::empty())
             .map_err(|e| e.to_string())?;
         let sent = self.clock.now().wall;
+        let sent_mono = std::time::Instant::now();
         let response = client.send(request).await.map_err(|e| e.to_string())?;
+        let received_mono = std::time::Instant::now();
         let received = self.clock.now().wall;
         let date = response
             .headers()
@@ -66,6 +81,14 @@ impl ClockCheck {
         let date: Timestamp = DateTimeParser::new()
             .parse_timestamp(date)
             .map_err(|e| format!("Date header {date:?}: {e}"))?;
+        self.server
+            .lock()
+            .expect("server clock lock is never poisoned")
+            .add(TimedDate {
+                sent: sent_mono,
+                received: received_mono,
+                date,
+            });
         let mut offsets = self.lock();
         offsets.add(Sample { sent, received, date }, self.clock.uptime());
         offsets

@@ -10,10 +10,12 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::clock_record;
 use crate::context::Context;
+use crate::crd::ClockRecord;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
-use crate::member_clock::{self, ClockTrack};
+use crate::member_clock::{self, ClockTrack, Verdict};
 use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
@@ -237,21 +239,46 @@ async fn probe_all(
             }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
-                let (verdict, track) = member_clock::judge(
-                    clocks.get(&key),
-                    &info.run_id,
-                    time,
-                    cluster.spec.clock_drift_factor,
+                let prev = clocks.get(&key);
+                let factor = cluster.spec.clock_drift_factor;
+                let (verdict, mut track) =
+                    member_clock::judge(prev, &info.run_id, time, factor, max_lock_ttl);
+                // Against the reading on record, once per process and leader: a jump while no
+                // leader probed it (docs/design.md §9.3).
+                let across = clock_record::across_leaders(
+                    recorded_clock(cluster, slot),
+                    ctx.clock
+                        .server_time(time.middle())
+                        .map(|server| clock_record::reading(&info.run_id, &time, server)),
+                    prev.is_some_and(|p| p.run_id == info.run_id && p.compared),
+                    factor,
                     max_lock_ttl,
                 );
+                track.compared = across.compared;
                 tracks.push((key, track));
-                o.clock = Some(verdict);
+                o.clock = Some(match (verdict, across.verdict) {
+                    (Verdict::Steady, Some(gap)) => gap,
+                    (own, _) => own,
+                });
+                o.clock_record = across.record;
                 o.probe = Probe::Answered(info);
             }
             Err(e) => o.probe = Probe::Failed(e),
         }
     }
     tracks
+}
+
+/// The clock reading on record for `slot` (any process: the comparison checks whose).
+fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> {
+    cluster
+        .status
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| m.slot == slot)?
+        .clock
+        .as_ref()
 }
 
 /// What the cluster's `<name>-endpoints` ConfigMap tells clients (the operator's cache).

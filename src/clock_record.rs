@@ -37,9 +37,20 @@ pub const REFRESH_AFTER: Duration = Duration::from_secs(3600);
 /// maxLockTTL)`. Quartz without time sync drifts up to about 100 ppm; with NTP, far less.
 pub const ASSUMED_DRIFT_PPM: f64 = 100.0;
 
+/// The widest estimate of the API server's clock a reading is taken with. Both readings of a
+/// comparison carry their estimate's width, and a jump is found only beyond both: a reading
+/// from the clock check's first sample (one second wide) would hide a jump of two seconds.
+/// The clock check narrows it to about 125 ms within a second of its start (and keeps it
+/// there); until then no reading is taken, and this leader's own probes watch meanwhile.
+pub const MAX_REFERENCE_WIDTH: Duration = Duration::from_millis(250);
+
 /// A reading of process `run_id`'s clock against the API server's, from one probe's `TIME`
-/// and the server's time at the middle of that probe's round trip.
-pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> ClockRecord {
+/// and the server's time at the middle of that probe's round trip; `None` while that time is
+/// known less precisely than [`MAX_REFERENCE_WIDTH`].
+pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> Option<ClockRecord> {
+    if server.width() > k8s_openapi::jiff::SignedDuration::try_from(MAX_REFERENCE_WIDTH).ok()? {
+        return None;
+    }
     // `TIME` was read somewhere in the round trip: the server's time then is within half of
     // it of its time at the middle.
     let spread = (sample.half_rtt() + READ_SLACK).as_micros() as i64;
@@ -47,53 +58,77 @@ pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> ClockRe
     let server_high = server.high.as_microsecond();
     let low = sample.member_micros - server_high - spread;
     let high = sample.member_micros - server_low + spread;
-    ClockRecord {
+    Some(ClockRecord {
         run_id: run_id.to_owned(),
         offset_low_millis: low.div_euclid(1000),
         offset_high_millis: high.div_euclid(1000) + i64::from(high.rem_euclid(1000) != 0),
         read_at: MicroTime(floor_micros(server.middle())),
-    }
+    })
 }
 
-/// What a leader's reading says against the record, and what the record should carry now.
+/// What a leader's reading says against the record (with its own probes' verdict), and what
+/// the record should carry now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Across {
-    /// A forward jump or a backward step between the record and this reading (only on the
-    /// first comparison of a process by this leader: after it, the leader's own probes judge).
-    pub verdict: Option<Verdict>,
+    /// The verdict on this sample: a forward jump found by either judgement, else this
+    /// leader's own unless it is `Steady` and the record shows a step back.
+    pub verdict: Verdict,
     /// What the member's record should carry (`None`: nothing known).
     pub record: Option<ClockRecord>,
     /// Whether this leader has compared this process with the record (or made the record).
     pub compared: bool,
 }
 
-/// Judges `now` (this leader's reading, when the API server's time is known) against the
-/// `recorded` reading; `compared` says whether this leader already did so for this process.
+/// Judges `now` (this leader's reading, when the API server's time is known well enough)
+/// against the `recorded` reading; `compared` says whether this leader already did so for
+/// this process; `own` is what this leader's own probes said of the same sample (a jump or
+/// step they found moves the record too, so that the next leader does not find it again, nor
+/// a step back cancel a later jump). A forward jump from either judgement wins.
 pub fn across_leaders(
+    recorded: Option<&ClockRecord>,
+    now: Option<ClockRecord>,
+    compared: bool,
+    own: Verdict,
+    drift_factor: f64,
+    max_lock_ttl: Duration,
+) -> Across {
+    let (gap, mut record, compared) =
+        compare_with_record(recorded, now.clone(), compared, drift_factor, max_lock_ttl);
+    let moved = matches!(own, Verdict::JumpedForward { .. } | Verdict::SteppedBack { .. });
+    if moved && now.is_some() {
+        record = now;
+    }
+    let verdict = match (own, gap) {
+        (Verdict::JumpedForward { .. }, _) | (_, None) => own,
+        (_, Some(gap @ Verdict::JumpedForward { .. })) | (Verdict::Steady, Some(gap)) => gap,
+        (_, Some(_)) => own,
+    };
+    Across {
+        verdict,
+        record,
+        compared,
+    }
+}
+
+/// The record's part: a jump or step between the record and `now` (first comparison only),
+/// the record to keep, and whether this leader has now compared.
+fn compare_with_record(
     recorded: Option<&ClockRecord>,
     now: Option<ClockRecord>,
     compared: bool,
     drift_factor: f64,
     max_lock_ttl: Duration,
-) -> Across {
+) -> (Option<Verdict>, Option<ClockRecord>, bool) {
     let Some(now) = now else {
-        // No reference yet (the clock check has no recent sample): compare later. A jump
-        // meanwhile is this leader's own probes' to find: they watch from their first one.
-        return Across {
-            verdict: None,
-            record: recorded.cloned(),
-            compared,
-        };
+        // No reference precise enough yet: compare later. A jump meanwhile is this leader's
+        // own probes' to find: they watch from their first one.
+        return (None, recorded.cloned(), compared);
     };
     let Some(recorded) = recorded.filter(|r| r.run_id == now.run_id) else {
         // A process first read now (or never recorded, e.g. by an older operator): its first
         // reading is the baseline. A process is held in full from its first observation, so
         // a jump before it expires no lock.
-        return Across {
-            verdict: None,
-            record: Some(now),
-            compared: true,
-        };
+        return (None, Some(now), true);
     };
     let verdict = if compared {
         None
@@ -105,11 +140,7 @@ pub fn across_leaders(
     } else {
         recorded.clone()
     };
-    Across {
-        verdict,
-        record: Some(record),
-        compared: true,
-    }
+    (verdict, Some(record), true)
 }
 
 fn age(recorded: &ClockRecord, now: &ClockRecord) -> Duration {
@@ -226,7 +257,7 @@ mod tests {
             low: Timestamp::from_millisecond(1_800_000_000_000).unwrap(),
             high: Timestamp::from_millisecond(1_800_000_000_200).unwrap(),
         };
-        let r = reading("R", &sample, server);
+        let r = reading("R", &sample, server).unwrap();
         // member - server in [10.5 - 0.2, 10.5 - 0] ± (1 ms half round trip + 2 ms slack).
         assert_eq!((r.offset_low_millis, r.offset_high_millis), (10_297, 10_503));
         assert_eq!(
@@ -238,6 +269,84 @@ mod tests {
                 .unwrap()
         );
         assert_eq!(r.run_id, "R");
+        // The server's time known to within one second only (the clock check's first
+        // sample): no reading, so no comparison either.
+        let wide = ServerTime {
+            high: Timestamp::from_millisecond(1_800_000_001_000).unwrap(),
+            ..server
+        };
+        assert_eq!(reading("R", &sample, wide), None);
+    }
+
+    #[test]
+    fn a_jump_or_step_found_by_the_leaders_own_probes_moves_the_record() {
+        let recorded = rec("R", -100, 100, 0);
+        let now = rec("R", 500, 700, 20);
+        let own_jump = Verdict::JumpedForward {
+            by: Duration::from_millis(600),
+            unwatched_since: None,
+        };
+        for own in [
+            own_jump,
+            Verdict::SteppedBack {
+                by: Duration::from_millis(600),
+            },
+        ] {
+            let a = across_leaders(Some(&recorded), Some(now.clone()), true, own, 0.01, TTL);
+            assert_eq!(a.verdict, own);
+            assert_eq!(a.record, Some(now.clone()), "{own:?}");
+        }
+        // Found by both: the leader's own (it is the more precise).
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 4_900, 5_100, 20)),
+            false,
+            own_jump,
+            0.01,
+            TTL,
+        );
+        assert_eq!(a.verdict, own_jump);
+    }
+
+    #[test]
+    fn a_forward_jump_against_the_record_wins_over_the_leaders_other_verdicts() {
+        let recorded = rec("R", -100, 100, 0);
+        let now = rec("R", 4_900, 5_100, 20);
+        for own in [
+            Verdict::SteppedBack {
+                by: Duration::from_millis(50),
+            },
+            Verdict::Drifting {
+                ratio_ppm: 20_000,
+                over: Duration::from_secs(30),
+            },
+        ] {
+            let a = across_leaders(Some(&recorded), Some(now.clone()), false, own, 0.01, TTL);
+            assert!(
+                matches!(
+                    a.verdict,
+                    Verdict::JumpedForward {
+                        unwatched_since: Some(_),
+                        ..
+                    }
+                ),
+                "{own:?}: {a:?}"
+            );
+        }
+        // A step back against the record does not hide the leader's own drift report.
+        let drifting = Verdict::Drifting {
+            ratio_ppm: 20_000,
+            over: Duration::from_secs(30),
+        };
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", -5_100, -4_900, 20)),
+            false,
+            drifting,
+            0.01,
+            TTL,
+        );
+        assert_eq!(a.verdict, drifting);
     }
 
     #[test]
@@ -245,13 +354,20 @@ mod tests {
         let recorded = rec("R", -100, 100, 0);
         // 20 s later another leader reads the clock 5 s further ahead of the server's.
         let now = rec("R", 4_900, 5_100, 20);
-        let a = across_leaders(Some(&recorded), Some(now.clone()), false, 0.01, TTL);
+        let a = across_leaders(
+            Some(&recorded),
+            Some(now.clone()),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
         assert_eq!(
             a.verdict,
-            Some(Verdict::JumpedForward {
+            Verdict::JumpedForward {
                 by: Duration::from_millis(4_800),
                 unwatched_since: Some(recorded.read_at.0),
-            })
+            }
         );
         // The record moves to the new reading: the jump is not found again.
         assert_eq!(a.record, Some(now.clone()));
@@ -260,36 +376,69 @@ mod tests {
             a.record.as_ref(),
             Some(rec("R", 4_900, 5_100, 21)),
             false,
+            Verdict::Steady,
             0.01,
             TTL,
         );
-        assert_eq!(again.verdict, None);
+        assert_eq!(again.verdict, Verdict::Steady);
     }
 
     #[test]
     fn drift_within_the_allowance_is_no_jump_and_writes_nothing() {
         // 20 s at factor 1 %: 200 ms, + 100 ppm of 20 s (2 ms), + 2 ms slack.
         let recorded = rec("R", -100, 100, 0);
-        let a = across_leaders(Some(&recorded), Some(rec("R", 300, 500, 20)), false, 0.01, TTL);
-        assert_eq!(a.verdict, None);
-        let a = across_leaders(Some(&recorded), Some(rec("R", 305, 505, 20)), false, 0.01, TTL);
-        assert!(matches!(a.verdict, Some(Verdict::JumpedForward { .. })), "{a:?}");
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 300, 500, 20)),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
+        assert_eq!(a.verdict, Verdict::Steady);
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 305, 505, 20)),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
+        assert!(matches!(a.verdict, Verdict::JumpedForward { .. }), "{a:?}");
         // Overlapping readings (the intervals' jitter): the record stays as it is.
-        let a = across_leaders(Some(&recorded), Some(rec("R", -50, 400, 20)), false, 0.01, TTL);
-        assert_eq!((a.verdict, a.record), (None, Some(recorded.clone())));
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", -50, 400, 20)),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
+        assert_eq!((a.verdict, a.record), (Verdict::Steady, Some(recorded.clone())));
     }
 
     #[test]
     fn the_factor_counts_over_one_lock_ttl_at_most_and_the_record_age_adds_assumed_drift() {
         let recorded = rec("R", -100, 100, 0);
         // 1800 s later: factor over 30 s (300 ms) + 100 ppm of 1800 s (180 ms) + 2 ms.
-        let ok = across_leaders(Some(&recorded), Some(rec("R", 580, 700, 1800)), false, 0.01, TTL);
-        assert_eq!(ok.verdict, None);
-        let jump = across_leaders(Some(&recorded), Some(rec("R", 590, 700, 1800)), false, 0.01, TTL);
-        assert!(
-            matches!(jump.verdict, Some(Verdict::JumpedForward { .. })),
-            "{jump:?}"
+        let ok = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 580, 700, 1800)),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
         );
+        assert_eq!(ok.verdict, Verdict::Steady);
+        let jump = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 590, 700, 1800)),
+            false,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
+        assert!(matches!(jump.verdict, Verdict::JumpedForward { .. }), "{jump:?}");
     }
 
     #[test]
@@ -299,14 +448,15 @@ mod tests {
             Some(&recorded),
             Some(rec("R", -5_100, -4_900, 20)),
             false,
+            Verdict::Steady,
             0.01,
             TTL,
         );
         assert_eq!(
             a.verdict,
-            Some(Verdict::SteppedBack {
+            Verdict::SteppedBack {
                 by: Duration::from_millis(4_800)
-            })
+            }
         );
     }
 
@@ -315,8 +465,15 @@ mod tests {
         let recorded = rec("R", -100, 100, 0);
         // Compared already: this leader's own probes judge from here (a jump they missed
         // cannot hide from them), so no verdict; the record moves along.
-        let a = across_leaders(Some(&recorded), Some(rec("R", 4_900, 5_100, 20)), true, 0.01, TTL);
-        assert_eq!(a.verdict, None);
+        let a = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 4_900, 5_100, 20)),
+            true,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
+        assert_eq!(a.verdict, Verdict::Steady);
         assert_eq!(a.record, Some(rec("R", 4_900, 5_100, 20)));
     }
 
@@ -325,11 +482,11 @@ mod tests {
         let other = rec("OLD", -100, 100, 0);
         let now = rec("R", 60_000, 60_200, 20);
         for recorded in [None, Some(&other)] {
-            let a = across_leaders(recorded, Some(now.clone()), false, 0.01, TTL);
+            let a = across_leaders(recorded, Some(now.clone()), false, Verdict::Steady, 0.01, TTL);
             assert_eq!(
                 a,
                 Across {
-                    verdict: None,
+                    verdict: Verdict::Steady,
                     record: Some(now.clone()),
                     compared: true
                 }
@@ -340,11 +497,11 @@ mod tests {
     #[test]
     fn without_the_servers_time_nothing_is_judged_and_the_record_stays() {
         let recorded = rec("R", -100, 100, 0);
-        let a = across_leaders(Some(&recorded), None, false, 0.01, TTL);
+        let a = across_leaders(Some(&recorded), None, false, Verdict::Steady, 0.01, TTL);
         assert_eq!(
             a,
             Across {
-                verdict: None,
+                verdict: Verdict::Steady,
                 record: Some(recorded),
                 compared: false
             }
@@ -356,13 +513,41 @@ mod tests {
         let recorded = rec("R", -100, 100, 0);
         // Band at factor 1 %, TTL 30 s: 150 ms.
         assert_eq!(refresh_band(0.01, TTL), 150);
-        let near = across_leaders(Some(&recorded), Some(rec("R", 200, 300, 600)), true, 0.01, TTL);
+        let near = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 200, 300, 600)),
+            true,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
         assert_eq!(near.record, Some(recorded.clone()));
-        let apart = across_leaders(Some(&recorded), Some(rec("R", 260, 400, 600)), true, 0.01, TTL);
+        let apart = across_leaders(
+            Some(&recorded),
+            Some(rec("R", 260, 400, 600)),
+            true,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
         assert_eq!(apart.record, Some(rec("R", 260, 400, 600)));
-        let behind = across_leaders(Some(&recorded), Some(rec("R", -400, -260, 600)), true, 0.01, TTL);
+        let behind = across_leaders(
+            Some(&recorded),
+            Some(rec("R", -400, -260, 600)),
+            true,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
         assert_eq!(behind.record, Some(rec("R", -400, -260, 600)));
-        let old = across_leaders(Some(&recorded), Some(rec("R", -90, 90, 3600)), true, 0.01, TTL);
+        let old = across_leaders(
+            Some(&recorded),
+            Some(rec("R", -90, 90, 3600)),
+            true,
+            Verdict::Steady,
+            0.01,
+            TTL,
+        );
         assert_eq!(old.record, Some(rec("R", -90, 90, 3600)));
     }
 

@@ -39,6 +39,11 @@ impl ServerTime {
     pub fn middle(&self) -> Timestamp {
         self.low + self.low.duration_until(self.high) / 2
     }
+
+    /// How wide the interval is.
+    pub fn width(&self) -> SignedDuration {
+        self.low.duration_until(self.high)
+    }
 }
 
 /// A signed span from `base` to `at` on the monotonic clock.
@@ -50,13 +55,23 @@ fn since(at: Instant, base: Instant) -> SignedDuration {
     }
 }
 
+/// How fast the server's clock may run against this process's monotonic clock (both drift,
+/// and NTP slews a clock by up to 500 ppm while correcting it): each sample's bounds widen by
+/// this much of its age, so that old samples never narrow the estimate to a wrong interval.
+pub const MAX_RATE_PPM: i64 = 500;
+
 impl TimedDate {
     /// The server's time at `at`, from this sample alone.
     fn bounds_at(&self, at: Instant) -> (Timestamp, Timestamp) {
         // The server read `date..date+1s` at an unknown instant t in [sent, received]:
-        // server(at) = server(t) + (at - t).
-        let low = self.date + since(at, self.received);
-        let high = self.date + SignedDuration::from_secs(1) + since(at, self.sent);
+        // server(at) = server(t) + (at - t), give or take the rates' difference.
+        let age = since(at, self.received).abs();
+        let slack = SignedDuration::from_nanos(
+            (age.as_nanos().saturating_mul(i128::from(MAX_RATE_PPM)) / 1_000_000).min(i128::from(i64::MAX))
+                as i64,
+        );
+        let low = self.date + since(at, self.received) - slack;
+        let high = self.date + SignedDuration::from_secs(1) + since(at, self.sent) + slack;
         (low, high)
     }
 }
@@ -141,7 +156,8 @@ mod tests {
         let now = c.at(t0 + Duration::from_secs(5)).unwrap();
         let truth = ts(15_300);
         assert!(now.low <= truth && truth <= now.high, "{now:?}");
-        assert!(now.low.duration_until(now.high) <= SignedDuration::from_millis(1004));
+        // A second, the round trip, and 500 ppm of 5 s either way.
+        assert!(now.low.duration_until(now.high) <= SignedDuration::from_millis(1009));
     }
 
     #[test]
@@ -156,12 +172,36 @@ mod tests {
         let truth = ts(70_300);
         assert!(now.low <= truth && truth <= now.high, "{now:?}");
         // The widest gap between the six phases (of the server's second: .042, .152, .302,
-        // .412, .672, .782) is 260 ms, plus the round trip.
-        assert!(
-            now.low.duration_until(now.high) <= SignedDuration::from_millis(264),
-            "{now:?}"
-        );
-        assert!(now.middle().duration_since(truth).abs() <= SignedDuration::from_millis(132));
+        // .412, .672, .782) is 260 ms, plus the round trip, plus 500 ppm of the samples' ages
+        // (up to 60 s: 30 ms) either way.
+        assert!(now.width() <= SignedDuration::from_millis(324), "{now:?}");
+        assert!(now.middle().duration_since(truth).abs() <= SignedDuration::from_millis(162));
+    }
+
+    #[test]
+    fn a_server_clock_running_fast_within_the_rate_bound_stays_inside_the_estimate() {
+        let t0 = Instant::now();
+        let mut c = ServerClock::new(Duration::from_secs(120));
+        // The server's clock gains 400 ppm on the monotonic clock (an NTP slew).
+        let fast = |sent: u64| {
+            let mut s = sample(t0, sent, 10_300);
+            let gained = (sent as i64 + 2) * 400 / 1_000_000;
+            let server_ms = 10_300 + sent as i64 + 2 + gained;
+            s.date = ts(server_ms.div_euclid(1000) * 1000);
+            (s, server_ms)
+        };
+        // The oldest sample read the server's clock 10 ms before a second's end: without
+        // widening, 2 min later its upper bound (drawn at the monotonic rate) would be 38 ms
+        // below the server's time.
+        let (oldest, server_ms) = fast(688);
+        assert_eq!(server_ms.rem_euclid(1000), 990);
+        c.add(oldest);
+        c.add(fast(60_370).0);
+        c.add(fast(119_740).0);
+        let at = 120_000;
+        let truth = ts(10_300 + at as i64 + at as i64 * 400 / 1_000_000);
+        let now = c.at(t0 + Duration::from_millis(at)).unwrap();
+        assert!(now.low <= truth && truth <= now.high, "{now:?} vs {truth}");
     }
 
     #[test]

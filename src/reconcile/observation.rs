@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::crd::ClockRecord;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
-use crate::member_clock::{self, ClockTrack, Verdict};
+use crate::member_clock::{self, ClockTrack};
 use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
@@ -249,17 +249,15 @@ async fn probe_all(
                     recorded_clock(cluster, slot),
                     ctx.clock
                         .server_time(time.middle())
-                        .map(|server| clock_record::reading(&info.run_id, &time, server)),
+                        .and_then(|server| clock_record::reading(&info.run_id, &time, server)),
                     prev.is_some_and(|p| p.run_id == info.run_id && p.compared),
+                    verdict,
                     factor,
                     max_lock_ttl,
                 );
                 track.compared = across.compared;
                 tracks.push((key, track));
-                o.clock = Some(match (verdict, across.verdict) {
-                    (Verdict::Steady, Some(gap)) => gap,
-                    (own, _) => own,
-                });
+                o.clock = Some(across.verdict);
                 o.clock_record = across.record;
                 o.probe = Probe::Answered(info);
             }

@@ -298,11 +298,17 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
         servers: data
             .get("servers")
             .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as i32),
-        max_lock_ttl: data
-            .get(MAX_LOCK_TTL_MILLIS)
-            .and_then(|m| m.trim().parse::<u64>().ok())
-            .map(Duration::from_millis),
+        max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
     }
+}
+
+/// The maxLockTTL a `<name>-endpoints` ConfigMap tells clients. The operator never publishes
+/// more than the spec allows (24 h); a larger value can only be a hand edit, and is read as
+/// that maximum (holds then last up to 24 h and more, never an absurd or unrepresentable
+/// time).
+fn published_ttl(millis: &str) -> Option<Duration> {
+    let ttl = Duration::from_millis(millis.trim().parse::<u64>().ok()?);
+    Some(ttl.min(crate::crd::MAX_LOCK_TTL_LIMIT))
 }
 
 /// Members per node and zone, from the pods' nodes and the nodes' zone labels.
@@ -452,4 +458,20 @@ fn absorb_samples(
         }
         ttl_audit::report(&audit.members)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_ttl_beyond_what_the_spec_allows_is_read_as_the_maximum() {
+        assert_eq!(published_ttl("30000"), Some(Duration::from_secs(30)));
+        assert_eq!(published_ttl(" 1500\n"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            published_ttl("250000000000000"),
+            Some(crate::crd::MAX_LOCK_TTL_LIMIT)
+        );
+        assert_eq!(published_ttl("30s"), None);
+    }
 }

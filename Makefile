@@ -121,9 +121,10 @@ bench: controlplane
 
 ## safety: the full safety suite: rslock, go-redsync and node-redlock against a RedlockCluster
 ## under >= 200 seeded faults, then the same faults against unfenced servers (the control).
-## SAFETY_FAULTS=n and SAFETY_SEED=n (replay) change it; results in target/safety/.
+## SAFETY_FAULTS=n and SAFETY_SEED=n (replay) change it, SAFETY_KINDS=a,b deals only those
+## kinds; results in target/safety/. Redis runs under libfaketime (member clock jumps).
 ## Fails unless the operator run has 0 violations and the control run at least 1.
 ## (`make test` runs the short version, tests/safety.rs.) Debug profile: the harness, not the
 ## operator's speed, is what takes the time.
-safety: controlplane
+safety: controlplane redis-libc
 	$(CARGO) test --bench safety_full

@@ -52,10 +52,17 @@ pub fn decide(
         return Rollout::default();
     };
     let serving = serving_slots(members, observed, instances);
-    // An outdated member that does not serve anyway (held, or crash-looping under the old spec,
-    // which the new one may be meant to fix) is replaced first and without waiting: that costs
-    // no availability, and waiting for it to serve could wait forever.
-    if let Some(&idle) = outdated.iter().find(|slot| !serving.contains(slot)) {
+    // An outdated member the operator itself keeps from clients (held, e.g. crash-looping under
+    // the old spec, which the new one may be meant to fix) is replaced first and without
+    // waiting: that costs no availability, and waiting for it to serve could wait forever.
+    // Only by its record: a Ready member whose pod merely reads not ready may still serve.
+    let fenced = |slot: &&Slot| {
+        members
+            .iter()
+            .find(|m| m.slot == **slot)
+            .is_none_or(|m| m.state != MemberState::Ready)
+    };
+    if let Some(&idle) = outdated.iter().find(fenced) {
         return Rollout {
             replace: Some(idle),
             outdated,
@@ -221,6 +228,11 @@ mod tests {
         let held = members(&[MemberState::Ready, MemberState::Ready, MemberState::Held]);
         let r = decide(3, &held, &observed, HASH);
         assert_eq!((r.replace, r.waiting), (Some(Slot::new(2)), None));
+        // A Ready member whose pod merely reads not ready (a readiness flap) may still serve
+        // clients: the rollout waits for it as before.
+        let r = decide(3, &members(&[MemberState::Ready; 3]), &observed, HASH);
+        assert_eq!(r.replace, None);
+        assert!(r.waiting.unwrap().contains("locks-2"));
         // Also where one fewer serving member would leave no quorum (N = 2): it serves no one.
         let two = BTreeMap::from([
             (Slot::new(0), ready_pod("old")),

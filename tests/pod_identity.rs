@@ -4,10 +4,17 @@
 //! `uid-B` (a stale pod cache after the CNI handed the address on), is never released for
 //! `uid-B`, even with the right run id; the probe reports the pod the process names. And a
 //! release sets the client user's passwords to those on record in the same command as `on`.
+//! End to end, on the real control plane: a replacement pod whose address (as the API shows
+//! it) is another slot's process neither fences nor releases that process.
 
 use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use nix::sys::signal::Signal;
+use redlock_operator::crd::MemberState;
+use redlock_test_support::*;
 
 use redlock_operator::redis_admin::{AdminAccess, GuardedError};
 use redlock_operator::resources::secrets::password_hash;
@@ -137,4 +144,137 @@ async fn a_release_sets_the_passwords_on_record_with_on() {
     assert!(login("client-pw").await, "a password on record logs in");
     assert!(login("new-pw").await, "a password on record logs in");
     assert!(!login("stale-pw").await, "a password not on record is refused");
+}
+
+/// Whether a client's write failed because the client user is fenced (not a slow answer).
+fn fenced(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || ["WRONGPASS", "NOPERM", "NOAUTH", "disabled"]
+            .iter()
+            .any(|w| text.contains(w))
+}
+
+/// Issue 15 (IP reuse, docs/design.md §9.6), end to end. Slot 0's replacement pod is seen at
+/// slot 1's address, as a stale pod view shows it after the CNI handed the address on (the
+/// process kubelet reports it so; the replacement's own process listens elsewhere). Before
+/// its own process was ever seen, slot 0's record knows no run id, so the run id cannot tell
+/// the processes apart: only the pod each process names can.
+/// 1. While slot 0 is held, slot 1's serving process is not fenced for it: clients keep
+///    writing to slot 1, whose record stays Ready.
+/// 2. Once slot 0's hold has run, slot 1's process is killed: its fenced replacement process
+///    (on the same address) is not released for slot 0, whose hold is over, but only when
+///    its own hold ends: no client writes to it before its `heldUntil`.
+/// 3. Replaced by a pod seen at its true address, slot 0 is held in full and released.
+///
+/// Mutation check: with the probe's pod check off (`observe::foreign_process`), slot 0 takes
+/// slot 1's serving process for its own and fences it: step 1 fails. (Step 2 cannot then
+/// fail as well: slot 0 has taken slot 1's run id, so the restart reads as a new process.)
+#[tokio::test]
+async fn a_replacement_seen_at_another_slots_address_neither_fences_nor_releases_that_process() {
+    const NAME: &str = "reuse";
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "8s").await;
+    let client = env.client_login(NAME).await;
+    let slot1_ip = env.pod_ip(NAME, 1).await;
+    let IpAddr::V4(slot1_v4) = slot1_ip else {
+        panic!("IPv4 pod address")
+    };
+    let slot1_before = env.member(NAME, 1).await.unwrap();
+    let kubelet = env.cp.kubelet();
+    let slot0_pod = format!("{NAME}-0");
+    kubelet.report_address(&env.ns, &slot0_pod, Some(slot1_v4));
+    let old_uid = env.pods().get(&slot0_pod).await.unwrap().metadata.uid.unwrap();
+    env.pods().delete(&slot0_pod, &Default::default()).await.unwrap();
+
+    // The replacement runs, shown at slot 1's address; its probe finds slot 1's process and
+    // says whose it is.
+    let slot0 = env
+        .wait_member(
+            NAME,
+            0,
+            "slot 0 probed at the reused address",
+            Duration::from_secs(30),
+            |m| {
+                m.message
+                    .as_deref()
+                    .is_some_and(|t| t.contains("the address was reused"))
+            },
+        )
+        .await;
+    assert_ne!(slot0.state, MemberState::Ready, "{slot0:?}");
+    let new_pod = env.pods().get(&slot0_pod).await.unwrap();
+    assert_ne!(new_pod.metadata.uid.as_ref(), Some(&old_uid), "a replacement pod");
+    assert_eq!(
+        new_pod.status.and_then(|s| s.pod_ip).as_deref(),
+        Some(slot1_ip.to_string().as_str())
+    );
+    let until0 = wait_for("slot 0's hold on record", Duration::from_secs(10), async || {
+        Ok(env.member(NAME, 0).await.and_then(|m| m.held_until).map(|t| t.0))
+    })
+    .await;
+
+    // 1. Throughout slot 0's hold (and a little beyond), slot 1 serves and stays Ready.
+    let mut writes = 0;
+    while Timestamp::now() < until0 + Duration::from_secs(2) {
+        match lock(
+            slot1_ip,
+            &client,
+            &format!("k{writes}"),
+            "v",
+            Duration::from_secs(5),
+        )
+        .await
+        {
+            Ok(true) => writes += 1,
+            Ok(false) => panic!("k{writes} was already taken"),
+            Err(e) if fenced(&e) => panic!("slot 1's process was fenced for slot 0: {e}"),
+            // A slow answer on a loaded machine proves nothing either way.
+            Err(e) => eprintln!("write to slot 1: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(writes > 50, "only {writes} writes to slot 1 went through");
+    let slot1 = env.member(NAME, 1).await.unwrap();
+    assert_eq!(slot1.state, MemberState::Ready, "{slot1:?}");
+    assert_eq!(slot1.run_id, slot1_before.run_id, "{slot1:?}");
+    let slot0 = env.member(NAME, 0).await.unwrap();
+    assert_ne!(
+        slot0.state,
+        MemberState::Ready,
+        "released at another slot's address: {slot0:?}"
+    );
+
+    // 2. Slot 1's process is killed. Its fenced replacement process at the same address is
+    // released for slot 1 when its hold ends, never earlier for slot 0.
+    kubelet
+        .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .unwrap();
+    let (_, until1) = wait_held(&env, NAME, 1, slot1_before.run_id.as_deref().unwrap()).await;
+    let served = first_client_write(slot1_ip, &client, Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert_released_on_time(until1, served);
+    let slot0 = env.member(NAME, 0).await.unwrap();
+    assert_ne!(slot0.state, MemberState::Ready, "{slot0:?}");
+
+    // 3. Replaced by a pod seen at its true address (the API never changes a pod's address),
+    // slot 0 is held as a new process and then released.
+    kubelet.report_address(&env.ns, &slot0_pod, None);
+    let lying_uid = env.pods().get(&slot0_pod).await.unwrap().metadata.uid;
+    env.pods().delete(&slot0_pod, &Default::default()).await.unwrap();
+    wait_for("slot 0 replaced", Duration::from_secs(60), async || {
+        let pod = env.pods().get_opt(&slot0_pod).await?;
+        Ok(pod.filter(|p| p.metadata.uid != lying_uid).map(|_| ()))
+    })
+    .await;
+    env.wait_member(NAME, 0, "slot 0 released", Duration::from_secs(60), |m| {
+        m.state == MemberState::Ready
+    })
+    .await;
+    let ip0 = env.pod_ip(NAME, 0).await;
+    assert_ne!(ip0, slot1_ip);
+    first_client_write(ip0, &client, Duration::from_secs(10))
+        .await
+        .unwrap();
 }

@@ -105,7 +105,15 @@ fn hold_runs(
             );
             fence_if_serving(held, Some(&p), step)
         }
-        Some(p) => same_process_held(input, next, &p, until, step),
+        Some(p) => {
+            let next = same_process_held(input, next, &p, until, step);
+            // Only a record that never heard from its process: a known one that stops
+            // answering for a moment keeps its message (no status write per slow probe).
+            match (&next.run_id, obs.probe.failure()) {
+                (None, Some(why)) => unanswered(next, why),
+                _ => next,
+            }
+        }
         None => {
             step.create_pod = obs.pod == PodState::Missing;
             if prev.state == MemberState::Held {
@@ -124,6 +132,22 @@ fn hold_runs(
             }
         }
     }
+}
+
+/// What a held record's message adds while its pod runs but its process has never answered
+/// the operator: nothing is released before it does, and the message says why (e.g. the pod's
+/// address answers as another pod's process, docs/design.md §9.6).
+pub(super) const UNANSWERED: &str = "; not released before its own process answers: ";
+
+/// `next` with the probe's failure in its message, in place of an earlier one.
+fn unanswered(mut next: MemberStatus, why: &str) -> MemberStatus {
+    let cause = next
+        .message
+        .as_deref()
+        .and_then(|m| m.split(UNANSWERED).next())
+        .unwrap_or("held");
+    next.message = Some(format!("{cause}{UNANSWERED}{why}"));
+    next
 }
 
 /// The held slot's own process runs: fenced again if it serves too early, released once the

@@ -205,6 +205,16 @@ fn held_members() {
     ]);
 }
 
+/// A held record of a replacement that runs but has not answered: no run id yet.
+fn held_unanswered(until: Timestamp) -> MemberStatus {
+    MemberStatus {
+        state: MemberState::Held,
+        container_id: Some("c2".into()),
+        since: micro(at(NOW - 5)),
+        ..lost(0, until)
+    }
+}
+
 #[test]
 fn lost_members() {
     let later = at(NOW + 10);
@@ -232,10 +242,32 @@ fn lost_members() {
                 state: MemberState::Held,
                 container_id: Some("c2".into()),
                 since: micro(at(NOW)),
+                message: Some(
+                    "pod deleted; not released before its own process answers: connection refused".into(),
+                ),
                 ..lost(0, later)
             },
         )
         .next(secs(10)),
+        // Issue 15 (IP reuse): the pod's address answers as another pod's process. Its hold
+        // has run, but nothing is released, and the message says why (once, not appended).
+        Case::new(
+            "held, the pod's address answers as another pod's process after the end",
+            Some(MemberStatus {
+                message: Some(format!("pod deleted{}connection refused", super::super::held::UNANSWERED)),
+                ..held_unanswered(at(NOW - 1))
+            }),
+            SlotObservation {
+                probe: Probe::ForeignProcess("the process at 10.0.0.1 belongs to pod uid-1".into()),
+                ..unreachable("c2")
+            },
+            MemberStatus {
+                message: Some(
+                    "pod deleted; not released before its own process answers: the process at 10.0.0.1 belongs to pod uid-1".into(),
+                ),
+                ..held_unanswered(at(NOW - 1))
+            },
+        ),
         // 16
         Case::new(
             "lost, replacement up after the end",

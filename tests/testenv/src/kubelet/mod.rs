@@ -119,6 +119,10 @@ pub(crate) struct Shared {
     partitioned: Mutex<HashSet<String>>,
     /// When each node last became Ready (its Ready condition's transition time).
     ready_since: Mutex<HashMap<String, Timestamp>>,
+    /// Pods (`namespace/name`) whose status names another address than their own: what the
+    /// API shows for a pod after the CNI handed its address on, until the view catches up.
+    /// The flag says whether pods yet to report an address get it (see `report_address`).
+    reported_addresses: Mutex<HashMap<String, (Ipv4Addr, bool)>>,
     service_env: tokio::sync::Mutex<Option<Vec<(String, String)>>>,
 }
 
@@ -158,6 +162,12 @@ impl Shared {
     /// Frees what a pod held beyond its processes (its address).
     fn release_pod(&self, uid: &str) {
         lock(&self.ipam).release(uid);
+    }
+
+    /// The address pod `key` (`namespace/name`) is to be reported at instead of its own, and
+    /// whether a pod that has reported none yet is to take it.
+    fn reported_address(&self, key: &str) -> Option<(Ipv4Addr, bool)> {
+        lock(&self.reported_addresses).get(key).copied()
     }
 
     fn ready_since(&self, node: &str) -> Timestamp {
@@ -254,6 +264,7 @@ impl ProcessKubelet {
             lost: Mutex::new(HashSet::new()),
             partitioned: Mutex::new(HashSet::new()),
             ready_since: Mutex::new(HashMap::new()),
+            reported_addresses: Mutex::new(HashMap::new()),
             service_env: tokio::sync::Mutex::new(None),
             config,
         });
@@ -322,6 +333,28 @@ impl ProcessKubelet {
         nix::sys::signal::killpg(Pid::from_raw(pid as i32), sig)
             .with_context(|| format!("send {sig} to pod {namespace}/{pod} (pid {pid})"))?;
         Ok(())
+    }
+
+    /// A pod named `pod` that has reported no address yet (one created later under that name)
+    /// reports `address` as its `podIP`, while its process listens on its own address; `None`
+    /// ends this for pods started later (the API never lets a pod's address change, so one
+    /// that reported `address` keeps it). This is the view a stale pod cache gives after the
+    /// CNI handed an address on: the pod's address is another pod's process.
+    pub fn report_address(&self, namespace: &str, pod: &str, address: Option<Ipv4Addr>) {
+        let key = format!("{namespace}/{pod}");
+        let mut reported = lock(&self.shared.reported_addresses);
+        match address {
+            Some(ip) => {
+                reported.insert(key, (ip, true));
+            }
+            // Kept for the pods that already report it: their address cannot change.
+            None => {
+                if let Some((_, new_pods)) = reported.get_mut(&key) {
+                    *new_pods = false;
+                }
+            }
+        }
+        info!(pod = %format!("{namespace}/{pod}"), ?address, "pod address reported");
     }
 
     /// The node stops renewing its lease and reporting status, its pods' processes are

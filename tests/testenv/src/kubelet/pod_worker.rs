@@ -1027,9 +1027,21 @@ impl Worker {
     }
 
     fn view(&self) -> PodView {
+        // The API refuses to change a pod's address once set, so only a pod that shows none
+        // yet (or already the reported one) is reported elsewhere.
+        let shown = self.pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        let reported = match self.shared.reported_address(&self.key()) {
+            Some((ip, new_pods))
+                if shown == Some(ip.to_string().as_str()) || (shown.is_none() && new_pods) =>
+            {
+                Some(ip)
+            }
+            _ => None,
+        };
+        let pod_ip = self.pod_ip.map(|own| reported.unwrap_or(own));
         PodView {
             host_ip: self.host_ip.clone(),
-            pod_ip: self.pod_ip.map(|ip| ip.to_string()),
+            pod_ip: pod_ip.map(|ip| ip.to_string()),
             start_time: self.start_time,
             sandbox_ready: self.sandbox.is_some(),
             init_containers: self.init.iter().map(Ctr::view).collect(),

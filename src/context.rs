@@ -97,6 +97,10 @@ pub struct Memory {
     pub probe_connections: crate::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.
     pub tls_cas: crate::tls_cas::TlsCas,
+    /// The credentials last recovered per cluster UID: a `<name>-admin` deleted or edited
+    /// while this process runs is written back from them (`secrets::recover_or_restore`).
+    /// Only ever this leadership's: an operator that loses its lease exits.
+    pub known_credentials: Mutex<HashMap<String, crate::resources::secrets::Credentials>>,
 }
 
 /// The resourceVersions of this process's last status write per cluster UID: the one the

@@ -96,6 +96,7 @@ pub enum ClusterReason {
     TlsSecretInvalid,
     CredentialsMissing,
     CredentialsMismatch,
+    CredentialsRestored,
     // Hold policy changes (`hold_policy::Change`).
     MaxLockTtlRaised,
     MaxLockTtlLowering,
@@ -108,7 +109,7 @@ pub enum ClusterReason {
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 19] = [
+    pub const ALL: [ClusterReason; 20] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -121,6 +122,7 @@ impl ClusterReason {
         Self::TlsSecretInvalid,
         Self::CredentialsMissing,
         Self::CredentialsMismatch,
+        Self::CredentialsRestored,
         Self::MaxLockTtlRaised,
         Self::MaxLockTtlLowering,
         Self::MaxLockTtlLowered,
@@ -144,6 +146,7 @@ impl ClusterReason {
             Self::TlsSecretInvalid => "TLSSecretInvalid",
             Self::CredentialsMissing => "CredentialsMissing",
             Self::CredentialsMismatch => "CredentialsMismatch",
+            Self::CredentialsRestored => "CredentialsRestored",
             Self::MaxLockTtlRaised => "MaxLockTTLRaised",
             Self::MaxLockTtlLowering => "MaxLockTTLLowering",
             Self::MaxLockTtlLowered => "MaxLockTTLLowered",
@@ -204,6 +207,7 @@ mod tests {
             "TLSSecretInvalid",
             "CredentialsMissing",
             "CredentialsMismatch",
+            "CredentialsRestored",
             "MaxLockTTLRaised",
             "MaxLockTTLLowering",
             "MaxLockTTLLowered",

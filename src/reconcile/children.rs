@@ -119,13 +119,15 @@ pub async fn apply_secrets(
     let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let cache = &ctx.caches.secrets;
     let admin = secrets::admin_secret(cluster, credentials);
-    let mut ready =
-        report.record(apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await)?;
-    if !ready && admin_read_at.is_some() {
+    let ready = report.record(apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await)?;
+    // `<name>-client` is written only over the operator's copy on record: with auth off it
+    // carries no password, and a cluster from before the operator kept a copy (an upgrade)
+    // would lose the client password's only copy if `<name>-admin` was refused.
+    if !ready {
         return Ok(false);
     }
     let client = secrets::client_secret(cluster, credentials, published(cluster));
-    ready &= report.record(apply::apply_if_changed(&secrets_api, cache, client).await)?;
+    let mut ready = report.record(apply::apply_if_changed(&secrets_api, cache, client).await)?;
     // The ACL file holds the hashes of those passwords: written only once both Secrets are
     // this cluster's, or a password that no Secret keeps would be written, anew each time.
     if ready {

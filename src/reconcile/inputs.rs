@@ -156,8 +156,10 @@ pub async fn accesses_for_unstopped<'a>(
 /// when the cache has not caught up, so a lagging cache never rotates them. A Secret this
 /// cluster adopts (an earlier incarnation's, an orphan) keeps its password; one that another
 /// owner controls is not read: it will not be overwritten either, and nothing of ours uses it.
-/// A password that is lost or edited while processes may know the old one is reported, never
-/// replaced (`secrets::recover_credentials`): the reconcile stops here, as without a TLS CA.
+/// A password that is lost or edited while processes may know the old one is never replaced
+/// by a new one: it is written back from this process's memory when the ACL files confirm
+/// that (`secrets::recover_or_restore`), else reported, and the reconcile stops here, as
+/// without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
     let owner = secrets::admin_secret(
@@ -185,26 +187,66 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         let acl = read(acl_secret_name(&name))
             .await?
             .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
-        let mut credentials = secrets::recover_credentials(
+        let remembered = known(ctx, cluster);
+        let (mut credentials, overcame) = secrets::recover_or_restore(
             &name,
             admin.as_ref(),
             client.as_ref(),
             acl.as_ref(),
+            remembered.as_ref(),
             generate_password,
         )?;
+        if let Some(problem) = overcame {
+            let note = format!(
+                "{problem}; written back from the passwords this operator recovered earlier, which the ACL files confirm"
+            );
+            tracing::warn!("{note}");
+            events::publish_for_cluster(
+                &ctx.recorder,
+                cluster,
+                ClusterReason::CredentialsRestored,
+                note,
+                true,
+            )
+            .await;
+        }
         if fresh {
             credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version);
         }
         Ok(credentials)
     };
-    let cached = recover(false).await?;
+    let mut recovered = recover(false).await?;
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
     // one that lags this process's last write would take a step back (a new password
     // generated twice). Only while one runs or is asked for.
-    if crate::password_rotation::active(&cached, crate::password_rotation::request(cluster)) {
-        return recover(true).await;
+    if crate::password_rotation::active(&recovered, crate::password_rotation::request(cluster)) {
+        recovered = recover(true).await?;
     }
-    Ok(cached)
+    remember(ctx, cluster, &recovered);
+    Ok(recovered)
+}
+
+/// Keeps `credentials` as the ones this process knows for the cluster object: recovered from
+/// its Secrets, or just written there (a rotation step).
+pub fn remember(ctx: &Context, cluster: &RedlockCluster, credentials: &Credentials) {
+    if let Some(uid) = cluster.uid() {
+        ctx.memory
+            .known_credentials
+            .lock()
+            .expect("credentials lock is never poisoned")
+            .insert(uid, credentials.clone());
+    }
+}
+
+/// The credentials this process last recovered for this very cluster object (by UID).
+fn known(ctx: &Context, cluster: &RedlockCluster) -> Option<Credentials> {
+    let uid = cluster.uid()?;
+    ctx.memory
+        .known_credentials
+        .lock()
+        .expect("credentials lock is never poisoned")
+        .get(&uid)
+        .cloned()
 }
 
 async fn cached_or_get(

@@ -145,6 +145,11 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.status_writes.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory
+            .known_credentials
+            .lock()
+            .expect("credentials lock is never poisoned")
+            .remove(uid);
+        ctx.memory
             .member_clocks
             .lock()
             .expect("clock lock is never poisoned")

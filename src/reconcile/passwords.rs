@@ -63,6 +63,7 @@ pub async fn rotate(
             return Ok(condition(&creds));
         }
         creds = next;
+        super::inputs::remember(ctx, cluster, &creds);
         for t in [start, advanced].into_iter().flatten() {
             tracing::info!(reason = t.reason.as_str(), "{}", t.message);
             events::publish_for_cluster(&ctx.recorder, cluster, t.reason, t.message, false).await;

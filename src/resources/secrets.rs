@@ -514,6 +514,49 @@ pub fn recover_credentials(
     })
 }
 
+/// `recover_credentials`, and when that fails, again with `remembered` (what this operator
+/// process last recovered for this very cluster object) in place of `<name>-admin`: accepted
+/// only if it explains every hash of the ACL files, as a restored Secret would have to. Then
+/// the second value names the problem it overcame, and the caller writes `<name>-admin` back.
+/// This heals a `<name>-admin` deleted by hand or by the garbage collector after a re-created
+/// cluster adopted `<name>-acl`, and an edited one, while the operator that knows the
+/// passwords runs; after a restart it cannot, and the problem is reported as before.
+pub fn recover_or_restore(
+    cluster_name: &str,
+    admin: Option<&Secret>,
+    client: Option<&Secret>,
+    acl: Option<&Secret>,
+    remembered: Option<&Credentials>,
+    generate: impl Fn() -> String,
+) -> Result<(Credentials, Option<CredentialsProblem>), CredentialsProblem> {
+    let problem = match recover_credentials(cluster_name, admin, client, acl, &generate) {
+        Ok(found) => return Ok((found, None)),
+        Err(problem) => problem,
+    };
+    let Some(remembered) = remembered else {
+        return Err(problem);
+    };
+    let from_memory = Secret {
+        data: Some(
+            admin_secret_data(remembered)
+                .into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    // Nothing may be generated here: a password the ACL files do not name is no restore.
+    let never = || String::new();
+    match recover_credentials(cluster_name, Some(&from_memory), client, acl, never) {
+        Ok(found)
+            if found.admin_password == remembered.admin_password && !found.client_password.is_empty() =>
+        {
+            Ok((found, Some(problem)))
+        }
+        _ => Err(problem),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,6 +665,70 @@ mod tests {
         acl: Option<&Secret>,
     ) -> Result<Credentials, CredentialsProblem> {
         recover_credentials("locks", admin, client, acl, || "fresh".to_owned())
+    }
+
+    /// Issue 14: `<name>-admin` deleted (by hand, or by the garbage collector after a
+    /// re-created cluster adopted `<name>-acl`) or edited while the operator that knows the
+    /// passwords runs: written back from its memory, only if that explains the ACL files.
+    #[test]
+    fn a_lost_or_edited_admin_secret_is_restored_from_memory_that_the_acl_files_confirm() {
+        let c = creds();
+        let admin = stored_secret(&[
+            ("password", "adminpw"),
+            (CLIENT_PASSWORD_KEY, "clientpw"),
+            (PROBE_PASSWORD_KEY, &probe_password_of("adminpw")),
+        ]);
+        let edited = stored_secret(&[("password", "rotated-by-hand"), (CLIENT_PASSWORD_KEY, "clientpw")]);
+        let client = stored_secret(&[("password", "clientpw")]);
+        let acl = acl_of(true, &c);
+        let other = Credentials::new("otherpw".into(), "clientpw".into(), probe_password_of("otherpw"));
+        let restore = |admin: Option<&Secret>, remembered: Option<&Credentials>| {
+            recover_or_restore("locks", admin, Some(&client), Some(&acl), remembered, || {
+                "fresh".to_owned()
+            })
+            .map(|(found, overcame)| (found, overcame.map(|p| p.reason())))
+        };
+        // Nothing to overcome: what is stored is used, whatever the memory says.
+        assert_eq!(restore(Some(&admin), Some(&other)), Ok((c.clone(), None)));
+        // Deleted or edited: restored from a memory the ACL files confirm.
+        assert_eq!(
+            restore(None, Some(&c)),
+            Ok((c.clone(), Some(ClusterReason::CredentialsMissing)))
+        );
+        assert_eq!(
+            restore(Some(&edited), Some(&c)),
+            Ok((c.clone(), Some(ClusterReason::CredentialsMismatch)))
+        );
+        // No memory (the operator restarted), or one the ACL files contradict: reported.
+        for remembered in [None, Some(&other)] {
+            assert_eq!(
+                restore(None, remembered).map_err(|p| p.reason()),
+                Err(ClusterReason::CredentialsMissing)
+            );
+            assert_eq!(
+                restore(Some(&edited), remembered).map_err(|p| p.reason()),
+                Err(ClusterReason::CredentialsMismatch)
+            );
+        }
+        // Mid-rotation, the memory's rotation explains both client hashes; without it, the
+        // new one is unexplained and nothing is restored.
+        let rotating = Credentials {
+            rotation: Some(Rotation {
+                token: "t1".into(),
+                phase: RotationPhase::Adding {
+                    next: "nextpw".into(),
+                },
+            }),
+            ..c.clone()
+        };
+        let acl = acl_of(true, &rotating);
+        let restore = |remembered: &Credentials| {
+            recover_or_restore("locks", None, Some(&client), Some(&acl), Some(remembered), || {
+                "fresh".to_owned()
+            })
+        };
+        assert_eq!(restore(&rotating).map(|(found, _)| found), Ok(rotating.clone()));
+        assert!(restore(&c).is_err());
     }
 
     #[test]

@@ -193,6 +193,8 @@ const FORBIDDEN: &[&[&str]] = &[
     &["MONITOR"],
     &["RESTORE", "k", "0", "x"],
     &["MIGRATE", "127.0.0.1", "1", "k", "0", "1"],
+    // Would let one client stop the server for an interactive Lua debugging session.
+    &["SCRIPT", "DEBUG", "SYNC"],
 ];
 
 async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Login) {

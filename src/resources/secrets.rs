@@ -220,8 +220,16 @@ pub const CLIENT_RULES: &str = "~* &* +@all -@admin -@dangerous +ping +info +hel
 /// clients (go-redis 9, redis-py 5, ioredis 5) send `CLIENT SETINFO` on connect; older servers
 /// answer it with "unknown subcommand", which those clients ignore, and naming it in an ACL rule
 /// there would be refused. Added in the same command as `on`, so a released user never lacks it.
+///
+/// From 7.0, where an ACL rule can take a subcommand away, also `-script|debug`: `SCRIPT DEBUG
+/// SYNC` lets one client stop the whole server for an interactive session (every member at
+/// once, for every client). Older servers cannot deny a subcommand alone; denying `SCRIPT` as a
+/// whole would break clients that load their scripts.
 pub fn release_rules(redis_version: &str) -> Vec<&'static str> {
     let mut rules = vec!["on"];
+    if version_at_least(redis_version, (7, 0)) {
+        rules.push("-script|debug");
+    }
     if version_at_least(redis_version, (7, 2)) {
         rules.push("+client|setinfo");
     }
@@ -603,28 +611,33 @@ mod tests {
     }
 
     #[test]
-    fn client_setinfo_is_allowed_only_where_the_server_knows_it() {
-        for (version, setinfo) in [
-            ("7.2.0", true),
-            ("7.2.4", true),
-            ("7.4.1", true),
-            ("8.0.0", true),
-            ("255.255.255", true),
-            ("7.0.15", false),
-            ("7.1.242", false),
-            ("6.2.14", false),
-            ("6", false),
-            ("", false),
-            ("seven.two", false),
+    fn release_rules_name_only_what_the_server_knows() {
+        for (version, no_debug, setinfo) in [
+            ("7.2.0", true, true),
+            ("7.2.4", true, true),
+            ("7.4.1", true, true),
+            ("8.0.0", true, true),
+            ("255.255.255", true, true),
+            ("7.0.15", true, false),
+            ("7.1.242", true, false),
+            ("6.2.14", false, false),
+            ("6", false, false),
+            ("", false, false),
+            ("seven.two", false, false),
         ] {
             let rules = release_rules(version);
             assert_eq!(rules[0], "on", "{version}");
+            assert_eq!(rules.contains(&"-script|debug"), no_debug, "{version}: {rules:?}");
             assert_eq!(
                 rules.contains(&"+client|setinfo"),
                 setinfo,
                 "{version}: {rules:?}"
             );
-            assert_eq!(rules.len(), 1 + usize::from(setinfo), "{version}: {rules:?}");
+            assert_eq!(
+                rules.len(),
+                1 + usize::from(no_debug) + usize::from(setinfo),
+                "{version}: {rules:?}"
+            );
         }
     }
 

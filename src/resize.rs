@@ -41,20 +41,13 @@ pub struct Limits {
 /// waiting (a scale-up publishes at once; a confirmation or a scale-down lowers `confirmed`).
 /// A scale-down's `published` moves in [`after_plan`], once the removed members are fenced
 /// and held.
-pub fn before_plan(cluster: &RedlockCluster, told: Option<i32>) -> Limits {
+pub fn before_plan(cluster: &RedlockCluster, told: Told) -> Limits {
     let n = cluster.spec.instances;
     let status = cluster.status.as_ref();
     let prev_published = status.and_then(|s| s.published_instances);
     let prev_confirmed = status.and_then(|s| s.confirmed_instances);
     let (Some(published), Some(confirmed)) = (prev_published, prev_confirmed) else {
-        // No record (a new cluster, a wiped status): nothing is known to have been confirmed
-        // beyond N, and clients may still be told a longer list that an existing
-        // `<name>-endpoints` ConfigMap shows (`told`): its extra members are removed safely.
-        return Limits {
-            published: told.unwrap_or(n).max(n),
-            confirmed: n,
-            token: None,
-        };
+        return without_record(cluster, told);
     };
     let confirmed = confirmed.min(n);
     if confirmed >= n {
@@ -79,6 +72,32 @@ pub fn before_plan(cluster: &RedlockCluster, told: Option<i32>) -> Limits {
         published: published.max(n),
         confirmed: if confirmed_by_user { n } else { confirmed },
         token: (!confirmed_by_user).then_some(token),
+    }
+}
+
+/// What the `<name>-endpoints` ConfigMap tells clients, written after each status write: the
+/// second record of a resize, read when the status has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Told {
+    /// How many servers it lists.
+    pub servers: Option<i32>,
+    /// Its `confirmedInstances`: slots at or above it were not to be released.
+    pub confirmed: Option<i32>,
+}
+
+/// The limits without a record in status (a new cluster, a status wiped or restored without
+/// them). Clients may still be told a longer list that an existing `<name>-endpoints` shows:
+/// its extra members are removed safely. And unknown means unsafe: a scale-up waiting for its
+/// confirmation (the longer list published, `confirmedInstances` below it) keeps waiting, for
+/// a new token; a shorter list clients were told bounds what may be released, too.
+fn without_record(cluster: &RedlockCluster, told: Told) -> Limits {
+    let n = cluster.spec.instances;
+    let confirmed = told.confirmed.or(told.servers).unwrap_or(n).clamp(0, n);
+    let token = (confirmed < n).then(|| format!("{n}-{}", cluster.metadata.generation.unwrap_or_default()));
+    Limits {
+        published: told.servers.unwrap_or(n).max(n),
+        confirmed,
+        token,
     }
 }
 
@@ -249,7 +268,7 @@ mod tests {
             let mut c = cluster(n, published, confirmed, annotation);
             c.metadata.generation = Some(4);
             assert_eq!(
-                before_plan(&c, None),
+                before_plan(&c, Told::default()),
                 want,
                 "{n} {published:?} {confirmed:?} {annotation:?}"
             );
@@ -258,11 +277,46 @@ mod tests {
         let mut c = cluster(5, Some(5), Some(3), Some("5-2"));
         c.metadata.generation = Some(9);
         c.status.as_mut().unwrap().confirmation_token = Some("5-2".into());
-        assert_eq!(before_plan(&c, None), limits(5, 5));
-        // No record, but clients are told a longer list: its extra members are removed safely.
-        let c = cluster(3, None, None, None);
-        assert_eq!(before_plan(&c, Some(5)), limits(5, 3));
-        assert_eq!(before_plan(&c, Some(2)), limits(3, 3));
+        assert_eq!(before_plan(&c, Told::default()), limits(5, 5));
+    }
+
+    /// Safety-review F6/F8: a status wiped or restored without the resize's record. The
+    /// `<name>-endpoints` ConfigMap, written after every status write, says what clients were
+    /// told; unknown means unsafe.
+    #[test]
+    fn without_a_record_the_published_list_bounds_what_is_released() {
+        let told = |servers, confirmed| Told { servers, confirmed };
+        let mut c = cluster(5, None, None, None);
+        c.metadata.generation = Some(7);
+        let waiting = |published, confirmed| Limits {
+            token: Some("5-7".to_owned()),
+            ..limits(published, confirmed)
+        };
+        for (what, t, want) in [
+            ("a new cluster", told(None, None), limits(5, 5)),
+            ("settled at 5", told(Some(5), Some(5)), limits(5, 5)),
+            // A scale-up 3 -> 5 waiting for its confirmation: it keeps waiting (a new token).
+            ("scale-up waiting", told(Some(5), Some(3)), waiting(5, 3)),
+            // The list of 3 still published (the wipe came before the longer list was): the
+            // new members wait for a confirmation too.
+            (
+                "scale-up not yet published",
+                told(Some(3), Some(3)),
+                waiting(5, 3),
+            ),
+            // A ConfigMap from before `confirmedInstances` existed: its list bounds it.
+            (
+                "older ConfigMap, shorter list",
+                told(Some(3), None),
+                waiting(5, 3),
+            ),
+            ("older ConfigMap, same list", told(Some(5), None), limits(5, 5)),
+            // Clients are told a longer list: its extra members are removed safely.
+            ("scale-down under way", told(Some(7), Some(7)), limits(7, 5)),
+            ("nonsense", told(Some(5), Some(-2)), waiting(5, 0)),
+        ] {
+            assert_eq!(before_plan(&c, t), want, "{what}");
+        }
     }
 
     fn member(slot: i32, state: MemberState, until: Option<i64>) -> MemberStatus {

@@ -159,7 +159,8 @@ async fn publish_endpoints(
     let d = on_record.decision();
     let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
     let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
-    let desired_cm = endpoints::endpoints_config_map(cluster, published, &serving);
+    let confirmed = d.status.confirmed_instances.unwrap_or(published);
+    let desired_cm = endpoints::endpoints_config_map(cluster, published, confirmed, &serving);
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let e = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm)
         .await

@@ -64,7 +64,13 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
-        resize::before_plan(cluster, obs.published_servers)
+        resize::before_plan(
+            cluster,
+            resize::Told {
+                servers: obs.published_servers,
+                confirmed: obs.published_confirmed,
+            },
+        )
     } else {
         // A rejected spec changes nothing that runs: also not which list clients are told.
         let n = previous.published_instances.unwrap_or(cluster.spec.instances);
@@ -335,6 +341,7 @@ mod tests {
             failure_domains: FailureDomains::default(),
             published_ttl: published_ms.map(Duration::from_millis),
             published_servers: None,
+            published_confirmed: None,
             clock_tracks: Vec::new(),
         }
     }

@@ -35,6 +35,8 @@ pub struct Observation {
     pub published_ttl: Option<Duration>,
     /// How many servers that ConfigMap lists.
     pub published_servers: Option<i32>,
+    /// Its `confirmedInstances` (`resize::Told`).
+    pub published_confirmed: Option<i32>,
     /// What to remember of each probed member's clock once this observation's verdicts are on
     /// record: kept before then, a jump found by a reconcile whose status write fails would
     /// be judged against the post-jump sample next time, and never reported.
@@ -70,6 +72,7 @@ pub async fn observe(
         failure_domains: placement(ctx, cluster, &slots),
         published_ttl: published.max_lock_ttl,
         published_servers,
+        published_confirmed: published.confirmed,
         slots,
         ttl,
         next_audit,
@@ -283,6 +286,7 @@ fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> 
 #[derive(Default)]
 struct Published {
     servers: Option<i32>,
+    confirmed: Option<i32>,
     max_lock_ttl: Option<Duration>,
 }
 
@@ -298,6 +302,9 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
         servers: data
             .get("servers")
             .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as i32),
+        confirmed: data
+            .get(crate::resources::endpoints::CONFIRMED_INSTANCES)
+            .and_then(|c| c.trim().parse().ok()),
         max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
     }
 }

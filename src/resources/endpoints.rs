@@ -59,7 +59,15 @@ pub fn client_urls(
 /// The `<name>-endpoints` ConfigMap for the published list of `instances` servers; `servers`
 /// and `quorum` always come from that one number, in this one object. `ready_slots` are the
 /// slots serving clients now; it is the only key that changes while the spec does not.
-pub fn endpoints_config_map(cluster: &RedlockCluster, instances: i32, ready_slots: &[Slot]) -> ConfigMap {
+/// `confirmed` (`confirmedInstances`: slots at or above it are not released, during a
+/// scale-up until its confirmation) makes this object the second record of a resize, read
+/// when the status has none (`resize::Told`).
+pub fn endpoints_config_map(
+    cluster: &RedlockCluster,
+    instances: i32,
+    confirmed: i32,
+    ready_slots: &[Slot],
+) -> ConfigMap {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let servers = servers(cluster, instances);
     let ready: Vec<&str> = ready_slots
@@ -85,10 +93,14 @@ pub fn endpoints_config_map(cluster: &RedlockCluster, instances: i32, ready_slot
                 Duration::from(cluster.spec.max_lock_ttl).as_millis().to_string(),
             ),
             ("ready".to_owned(), lines(&ready)),
+            (CONFIRMED_INSTANCES.to_owned(), confirmed.to_string()),
         ])),
         ..Default::default()
     }
 }
+
+/// The key of `<name>-endpoints` that keeps `status.confirmedInstances`.
+pub const CONFIRMED_INSTANCES: &str = "confirmedInstances";
 
 /// Newline-terminated lines: easy to read with `read`, `splitlines()` and `strings.Fields`.
 pub fn lines<S: AsRef<str>>(items: &[S]) -> String {
@@ -109,7 +121,7 @@ mod tests {
 
     #[test]
     fn lists_every_slot_whatever_serves() {
-        let cm = endpoints_config_map(&cluster(5, "30s"), 5, &[Slot::new(0), Slot::new(3)]);
+        let cm = endpoints_config_map(&cluster(5, "30s"), 5, 3, &[Slot::new(0), Slot::new(3)]);
         assert_eq!(cm.metadata.name.as_deref(), Some("locks-endpoints"));
         assert_eq!(
             data(&cm, "servers"),
@@ -119,6 +131,7 @@ mod tests {
         assert_eq!(data(&cm, "quorum"), "3");
         assert_eq!(data(&cm, "maxLockTTL"), "30s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "30000");
+        assert_eq!(data(&cm, "confirmedInstances"), "3");
         assert_eq!(
             data(&cm, "ready"),
             "locks-0.team.svc:6379\nlocks-3.team.svc:6379\n"
@@ -127,12 +140,12 @@ mod tests {
 
     #[test]
     fn nothing_ready_is_an_empty_list_and_retired_slots_are_ignored() {
-        let cm = endpoints_config_map(&cluster(3, "1m30s"), 3, &[]);
+        let cm = endpoints_config_map(&cluster(3, "1m30s"), 3, 3, &[]);
         assert_eq!(data(&cm, "ready"), "");
         assert_eq!(data(&cm, "quorum"), "2");
         assert_eq!(data(&cm, "maxLockTTL"), "90s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "90000");
-        let cm = endpoints_config_map(&cluster(3, "30s"), 3, &[Slot::new(1), Slot::new(7)]);
+        let cm = endpoints_config_map(&cluster(3, "30s"), 3, 3, &[Slot::new(1), Slot::new(7)]);
         assert_eq!(data(&cm, "ready"), "locks-1.team.svc:6379\n");
     }
 

@@ -75,29 +75,72 @@ pub fn before_plan(cluster: &RedlockCluster, told: Told) -> Limits {
     }
 }
 
-/// What the `<name>-endpoints` ConfigMap tells clients, written after each status write: the
-/// second record of a resize, read when the status has none.
+/// What the published objects tell clients: the second record of a resize, read when the
+/// status has none. `<name>-endpoints` is written after each status write; `<name>-client`
+/// in each reconcile's children step. Either may lag (a write refused for a while), so every
+/// list either tells bounds what may be released.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Told {
-    /// How many servers it lists.
+    /// How many servers `<name>-endpoints` lists.
     pub servers: Option<i32>,
     /// Its `confirmedInstances`: slots at or above it were not to be released.
     pub confirmed: Option<i32>,
+    /// How many `urls` `<name>-client` lists.
+    pub client_servers: Option<i32>,
+}
+
+impl Told {
+    /// The longest list clients may use, if any object tells one.
+    pub fn longest(&self) -> Option<i32> {
+        self.servers.max(self.client_servers)
+    }
+
+    /// Slots below this may be released as far as the published objects tell: the
+    /// ConfigMap's `confirmedInstances` (else its list, for one written before the key
+    /// existed) and the client Secret's list, whichever is smaller.
+    fn confirmed(&self) -> Option<i32> {
+        [self.confirmed.or(self.servers), self.client_servers]
+            .into_iter()
+            .flatten()
+            .min()
+    }
 }
 
 /// The limits without a record in status (a new cluster, a status wiped or restored without
-/// them). Clients may still be told a longer list that an existing `<name>-endpoints` shows:
-/// its extra members are removed safely. And unknown means unsafe: a scale-up waiting for its
+/// them). Clients may still be told a longer list than N by a published object: its extra
+/// members are removed safely. And unknown means unsafe: a scale-up waiting for its
 /// confirmation (the longer list published, `confirmedInstances` below it) keeps waiting, for
 /// a new token; a shorter list clients were told bounds what may be released, too.
 fn without_record(cluster: &RedlockCluster, told: Told) -> Limits {
     let n = cluster.spec.instances;
-    let confirmed = told.confirmed.or(told.servers).unwrap_or(n).clamp(0, n);
+    let confirmed = told.confirmed().unwrap_or(n).clamp(0, n);
     let token = (confirmed < n).then(|| format!("{n}-{}", cluster.metadata.generation.unwrap_or_default()));
     Limits {
-        published: told.servers.unwrap_or(n).max(n),
+        published: told.longest().unwrap_or(n).max(n),
         confirmed,
         token,
+    }
+}
+
+/// The limits while the spec is rejected: a rejected spec changes nothing that runs, also not
+/// which list clients are told, so the record in status stands, or without one, what the
+/// published objects tell (never the rejected spec's N unless nothing tells anything).
+pub fn while_rejected(cluster: &RedlockCluster, told: Told) -> Limits {
+    let status = cluster.status.as_ref();
+    let recorded = status.and_then(|s| s.published_instances.zip(s.confirmed_instances));
+    let Some((published, confirmed)) = recorded else {
+        let published = told.longest().unwrap_or(cluster.spec.instances);
+        let confirmed = told.confirmed().unwrap_or(published).clamp(0, published);
+        return Limits {
+            published,
+            confirmed,
+            token: None,
+        };
+    };
+    Limits {
+        published,
+        confirmed,
+        token: status.and_then(|s| s.confirmation_token.clone()),
     }
 }
 
@@ -285,7 +328,11 @@ mod tests {
     /// told; unknown means unsafe.
     #[test]
     fn without_a_record_the_published_list_bounds_what_is_released() {
-        let told = |servers, confirmed| Told { servers, confirmed };
+        let told = |servers, confirmed| Told {
+            servers,
+            confirmed,
+            client_servers: servers,
+        };
         let mut c = cluster(5, None, None, None);
         c.metadata.generation = Some(7);
         let waiting = |published, confirmed| Limits {
@@ -316,6 +363,64 @@ mod tests {
             ("nonsense", told(Some(5), Some(-2)), waiting(5, 0)),
         ] {
             assert_eq!(before_plan(&c, t), want, "{what}");
+        }
+        // The ConfigMap's writes were refused through a scale-down 5 -> 3 (it still says 5 of
+        // 5) while `<name>-client` told the list of 3; scaled up to 5 again and wiped: the
+        // client Secret's shorter list bounds what is released.
+        let stale = Told {
+            servers: Some(5),
+            confirmed: Some(5),
+            client_servers: Some(3),
+        };
+        assert_eq!(before_plan(&c, stale), waiting(5, 3));
+        // Only the client Secret is left (the ConfigMap gone): its list counts alone.
+        let secret_only = Told {
+            client_servers: Some(3),
+            ..Told::default()
+        };
+        assert_eq!(before_plan(&c, secret_only), waiting(5, 3));
+        let longer = Told {
+            client_servers: Some(7),
+            ..Told::default()
+        };
+        assert_eq!(before_plan(&c, longer), limits(7, 5));
+    }
+
+    /// A rejected spec changes no limit: the record in status stands, and without one the
+    /// published objects decide, never the rejected N (review finding: a wiped status plus a
+    /// rejected spec released a waiting scale-up's new members).
+    #[test]
+    fn a_rejected_spec_keeps_the_limits_on_record_or_told() {
+        let told = |servers, confirmed, client| Told {
+            servers,
+            confirmed,
+            client_servers: client,
+        };
+        let mut c = cluster(5, Some(5), Some(3), None);
+        c.status.as_mut().unwrap().confirmation_token = Some("5-2".into());
+        assert_eq!(
+            while_rejected(&c, told(Some(7), Some(7), Some(7))),
+            Limits {
+                token: Some("5-2".into()),
+                ..limits(5, 3)
+            }
+        );
+        let c = cluster(5, None, None, None);
+        for (what, t, want) in [
+            (
+                "scale-up waiting, wiped",
+                told(Some(5), Some(3), Some(5)),
+                limits(5, 3),
+            ),
+            ("stale ConfigMap", told(Some(5), Some(5), Some(3)), limits(5, 3)),
+            ("older ConfigMap", told(Some(3), None, Some(3)), limits(3, 3)),
+            (
+                "nothing told: a new cluster",
+                told(None, None, None),
+                limits(5, 5),
+            ),
+        ] {
+            assert_eq!(while_rejected(&c, t), want, "{what}");
         }
     }
 

@@ -111,7 +111,8 @@ fn hold_runs(
             // answering for a moment keeps its message (no status write per slow probe).
             match (&next.run_id, obs.probe.failure()) {
                 (None, Some(why)) => unanswered(next, why),
-                _ => next,
+                (Some(_), _) => answered(next),
+                (None, None) => next,
             }
         }
         None => {
@@ -147,6 +148,16 @@ fn unanswered(mut next: MemberStatus, why: &str) -> MemberStatus {
         .and_then(|m| m.split(UNANSWERED).next())
         .unwrap_or("held");
     next.message = Some(format!("{cause}{UNANSWERED}{why}"));
+    next
+}
+
+/// `next` without an earlier probe failure in its message, now that its process answered.
+fn answered(mut next: MemberStatus) -> MemberStatus {
+    if let Some(m) = &next.message
+        && let Some((cause, _)) = m.split_once(UNANSWERED)
+    {
+        next.message = Some(cause.to_owned());
+    }
     next
 }
 

@@ -64,21 +64,9 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
-        resize::before_plan(
-            cluster,
-            resize::Told {
-                servers: obs.published_servers,
-                confirmed: obs.published_confirmed,
-            },
-        )
+        resize::before_plan(cluster, obs.told)
     } else {
-        // A rejected spec changes nothing that runs: also not which list clients are told.
-        let n = previous.published_instances.unwrap_or(cluster.spec.instances);
-        resize::Limits {
-            published: n,
-            confirmed: previous.confirmed_instances.unwrap_or(n),
-            token: previous.confirmation_token.clone(),
-        }
+        resize::while_rejected(cluster, obs.told)
     };
     let fence_request = maintenance::request(cluster, &previous.members);
     let mut plan = plan(
@@ -340,8 +328,7 @@ mod tests {
             next_audit: Duration::from_secs(10),
             failure_domains: FailureDomains::default(),
             published_ttl: published_ms.map(Duration::from_millis),
-            published_servers: None,
-            published_confirmed: None,
+            told: Default::default(),
             clock_tracks: Vec::new(),
         }
     }

@@ -166,19 +166,25 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         cluster,
         &Credentials::new(String::new(), String::new(), String::new()),
     );
-    let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
+    let foreign = |s: &Secret| matches!(ownership(s, &owner), Ownership::Other(_));
     let recover = async |fresh: bool| -> Result<Credentials> {
-        let read = async |secret: String| -> Result<Option<Secret>> {
-            let found = if fresh {
+        let read_any = async |secret: String| -> Result<Option<Secret>> {
+            Ok(if fresh {
                 Api::<Secret>::namespaced(ctx.client.clone(), ns)
                     .get_opt(&secret)
                     .await?
             } else {
                 cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?
-            };
-            Ok(ours(found))
+            })
         };
-        let admin = read(admin_secret_name(&name)).await?;
+        let read = async |secret: String| -> Result<Option<Secret>> {
+            Ok(read_any(secret).await?.filter(|s| !foreign(s)))
+        };
+        let admin_found = read_any(admin_secret_name(&name)).await?;
+        // Another owner's `<name>-admin` cannot be written back: no restore (it would be
+        // refused each time); the name conflict is reported by the children step.
+        let admin_foreign = admin_found.as_ref().is_some_and(&foreign);
+        let admin = admin_found.filter(|s| !foreign(s));
         let client = read(client_secret_name(&name)).await?;
         // Evidence of processes that know the passwords only if it is this very object's: an
         // earlier incarnation's ACL Secret (a delete + re-create, where the garbage collector
@@ -187,7 +193,7 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         let acl = read(acl_secret_name(&name))
             .await?
             .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
-        let remembered = known(ctx, cluster);
+        let remembered = known(ctx, cluster).filter(|_| !admin_foreign);
         let (mut credentials, overcame) = secrets::recover_or_restore(
             &name,
             admin.as_ref(),
@@ -198,7 +204,7 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         )?;
         if let Some(problem) = overcame {
             let note = format!(
-                "{problem}; written back from the passwords this operator recovered earlier, which the ACL files confirm"
+                "{problem}; writing it back from the passwords this operator recovered earlier, which the ACL files confirm"
             );
             tracing::warn!("{note}");
             events::publish_for_cluster(

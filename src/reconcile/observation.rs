@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -20,7 +20,7 @@ use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
-use crate::resources::names::{endpoints_config_map_name, slot_name};
+use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit};
 
 pub struct Observation {
@@ -33,10 +33,9 @@ pub struct Observation {
     /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
     /// left by an earlier incarnation of the cluster: its clients were told that).
     pub published_ttl: Option<Duration>,
-    /// How many servers that ConfigMap lists.
-    pub published_servers: Option<i32>,
-    /// Its `confirmedInstances` (`resize::Told`).
-    pub published_confirmed: Option<i32>,
+    /// What that ConfigMap and `<name>-client` tell clients (the lists and the
+    /// confirmation), the second record of a resize.
+    pub told: crate::resize::Told,
     /// What to remember of each probed member's clock once this observation's verdicts are on
     /// record: kept before then, a jump found by a reconcile whose status write fails would
     /// be judged against the post-jump sample next time, and never reported.
@@ -55,8 +54,12 @@ pub async fn observe(
 ) -> Result<Observation> {
     let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods.state());
     let published = published(ctx, cluster, ns);
-    let published_servers = published.servers;
-    look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;
+    let told = crate::resize::Told {
+        servers: published.servers,
+        confirmed: published.confirmed,
+        client_servers: client_servers(ctx, cluster, ns),
+    };
+    look_up_missing_by_name(ctx, cluster, ns, told.longest(), &mut slots).await?;
     find_tls_cas(ctx, cluster, ns, access, &mut slots).await?;
     // Side by side: an address that never answers (a partition that also cuts the operator
     // off) costs each reconcile one probe timeout, which must not delay the members' probes.
@@ -71,8 +74,7 @@ pub async fn observe(
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
         published_ttl: published.max_lock_ttl,
-        published_servers,
-        published_confirmed: published.confirmed,
+        told,
         slots,
         ttl,
         next_audit,
@@ -307,6 +309,17 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
             .and_then(|c| c.trim().parse().ok()),
         max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
     }
+}
+
+/// How many `urls` the cluster's `<name>-client` Secret lists (the operator's cache).
+fn client_servers(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<i32> {
+    let secret = ctx
+        .caches
+        .secrets
+        .get(&ObjectRef::<Secret>::new(&client_secret_name(&cluster.name_any())).within(ns))?;
+    let urls = secret.data.as_ref()?.get("urls")?;
+    let urls = String::from_utf8_lossy(&urls.0);
+    Some(urls.lines().filter(|l| !l.trim().is_empty()).count() as i32)
 }
 
 /// The maxLockTTL a `<name>-endpoints` ConfigMap tells clients. The operator never publishes

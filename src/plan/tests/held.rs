@@ -268,6 +268,21 @@ fn lost_members() {
                 ..held_unanswered(at(NOW - 1))
             },
         ),
+        // Its own process answers at last: the failure leaves the message.
+        Case::new(
+            "held, its own process answers at last",
+            Some(MemberStatus {
+                message: Some(format!("pod deleted{}connection refused", super::super::held::UNANSWERED)),
+                ..held_unanswered(at(NOW + 10))
+            }),
+            running("Q", false, "c2"),
+            MemberStatus {
+                run_id: Some("Q".into()),
+                message: Some("pod deleted".into()),
+                ..held_unanswered(at(NOW + 10))
+            },
+        )
+        .next(secs(10)),
         // 16
         Case::new(
             "lost, replacement up after the end",

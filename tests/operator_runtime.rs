@@ -316,3 +316,62 @@ async fn status_write_from_a_stale_view_is_refused() {
     .unwrap();
     assert_eq!(api.get("locks").await.unwrap().status.unwrap().quorum, Some(2));
 }
+
+/// Safety-review F16: the operator's deletes carry the UID the decision was about. A pod
+/// deleted and re-created under the same name meanwhile (a stale cache, a stale leader) is
+/// left alone; the old one, already gone, counts as deleted-not-by-us.
+#[tokio::test]
+async fn a_delete_decided_about_an_older_pod_leaves_the_newer_one_alone() {
+    use k8s_openapi::api::core::v1::Pod;
+    let cp = control_plane().await;
+    let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "locks-0"},
+        "spec": {"containers": [{"name": "redis", "image": "redis:7.0"}]},
+    }))
+    .unwrap();
+    let create = async || {
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap()
+    };
+    let old = create().await;
+    // Not bound to a node, so a delete removes it at once.
+    pods.delete("locks-0", &Default::default()).await.unwrap();
+    wait_for("old pod gone", Duration::from_secs(10), async || {
+        Ok(pods.get_opt("locks-0").await?.is_none().then_some(()))
+    })
+    .await;
+    let new = create().await;
+    assert_ne!(old, new);
+
+    let deleted = redlock_operator::apply::delete(&pods, "locks-0", Some(&old))
+        .await
+        .unwrap();
+    assert!(!deleted, "nothing deleted for the older pod");
+    let live = pods.get("locks-0").await.unwrap();
+    assert_eq!(
+        live.metadata.uid.as_deref(),
+        Some(new.as_str()),
+        "the newer pod stays"
+    );
+
+    assert!(
+        redlock_operator::apply::delete(&pods, "locks-0", Some(&new))
+            .await
+            .unwrap()
+    );
+    wait_for("newer pod gone", Duration::from_secs(10), async || {
+        Ok(pods.get_opt("locks-0").await?.is_none().then_some(()))
+    })
+    .await;
+    assert!(
+        !redlock_operator::apply::delete(&pods, "locks-0", Some(&new))
+            .await
+            .unwrap(),
+        "already gone"
+    );
+}

@@ -127,12 +127,24 @@ fn carries_labels_of<K: Resource>(live: &K, desired: &K) -> bool {
         .all(|l| desired.labels().get(*l).is_some() && live.labels().get(*l) == desired.labels().get(*l))
 }
 
+/// What an apply came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The cache shows the object as desired: nothing was sent.
+    InCache,
+    /// The object is as desired, found so by a read from the API server (the cache does not
+    /// show it).
+    ByRead,
+    /// Written (or, for a delete, sent).
+    Written,
+}
+
 /// Applies `desired` unless the copy in `cache` (the operator's watch of its own objects)
 /// already is it. Refuses ([`Error::OwnedByOther`]) to touch an object of that name that
 /// another owner controls, and adopts one that is [`Ownership::Adoptable`]: the cache holds
 /// only objects labelled as the operator's, so an object missing there is looked up by name
-/// before it is created. Returns whether it wrote.
-pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<bool> {
+/// before it is created. Returns whether it wrote, and how it knew when it did not.
+pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<Applied> {
     apply_if_changed_at(api, cache, desired, None).await
 }
 
@@ -147,14 +159,16 @@ pub async fn apply_if_changed_at<K: Child>(
     cache: &Store<K>,
     mut desired: K,
     read_at: Option<&str>,
-) -> Result<bool> {
+) -> Result<Applied> {
     let hash = desired_hash(&desired);
     let name = desired.name_any();
-    let live = match cache.get(&ObjectRef::from_obj(&desired)) {
-        Some(cached) => Some((*cached).clone()),
+    let cached = cache.get(&ObjectRef::from_obj(&desired));
+    let read = match &cached {
+        Some(_) => None,
         None => api.get_opt(&name).await?,
     };
-    match live.as_ref().map(|live| ownership(live, &desired)) {
+    let live = cached.as_deref().or(read.as_ref());
+    match live.map(|live| ownership(live, &desired)) {
         Some(Ownership::Other(owner)) => {
             return Err(Error::OwnedByOther {
                 kind: K::kind(&()).into_owned(),
@@ -164,7 +178,13 @@ pub async fn apply_if_changed_at<K: Child>(
         }
         // Adopted by applying: the owner reference becomes this cluster's.
         Some(Ownership::Adoptable) => {}
-        Some(Ownership::Ours) | None if is_current(live.as_ref(), &desired, &hash) => return Ok(false),
+        Some(Ownership::Ours) | None if is_current(live, &desired, &hash) => {
+            return Ok(if cached.is_some() {
+                Applied::InCache
+            } else {
+                Applied::ByRead
+            });
+        }
         _ => {}
     }
     desired.annotations_mut().insert(APPLIED_HASH.into(), hash);
@@ -181,7 +201,7 @@ pub async fn apply_if_changed_at<K: Child>(
         &Patch::Apply(&value),
     )
     .await?;
-    Ok(true)
+    Ok(Applied::Written)
 }
 
 /// Creates a slot's pod. Pods are never patched: their spec is immutable in the ways that

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod backoff;
+pub mod children_memo;
 pub mod cli;
 pub mod clock;
 pub mod clock_check;
@@ -20,6 +21,7 @@ pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;
 pub mod http;
+pub mod instance_index;
 pub mod leader;
 pub mod maintenance;
 pub mod member_clock;

@@ -147,10 +147,10 @@ pub fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
 ) -> BTreeMap<Slot, SlotObservation> {
-    let ns = cluster.namespace();
+    let ns = cluster.metadata.namespace.as_deref();
     let name = cluster.name_any();
     pods.iter()
-        .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
+        .filter(|p| p.metadata.namespace.as_deref() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
         .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
             let slot: Slot = p.labels().get(LABEL_SLOT)?.parse().ok()?;
@@ -162,10 +162,10 @@ pub fn pods_by_slot(
 }
 
 fn is_controlled_by(pod: &Pod, cluster: &RedlockCluster) -> bool {
-    let uid = cluster.uid();
+    let uid = cluster.metadata.uid.as_deref();
     pod.owner_references()
         .iter()
-        .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true))
+        .any(|o| Some(o.uid.as_str()) == uid && o.controller == Some(true))
 }
 
 /// A slot's observation from the pod found under the slot's name (a GET, not the filtered

@@ -143,6 +143,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     if let Some(uid) = uid {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
+        ctx.memory.children.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory
             .member_clocks

@@ -49,7 +49,7 @@ pub async fn observe(
     access: &AdminAccess,
     max_lock_ttl: Duration,
 ) -> Result<Observation> {
-    let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods.state());
+    let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods_of(ns, &cluster.name_any()));
     let published = published(ctx, cluster, ns);
     let published_servers = published.servers;
     look_up_missing_by_name(ctx, cluster, ns, published_servers, &mut slots).await?;

@@ -51,7 +51,7 @@ pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
 pub const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
 
 /// Where a client password rotation stands.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum RotationPhase {
     /// `next` is being added to every process (both passwords accepted); clients are still
     /// told the current one.
@@ -79,7 +79,7 @@ impl RotationPhase {
 }
 
 /// A client password rotation under way, for the request with `token`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Rotation {
     pub token: String,
     pub phase: RotationPhase,
@@ -93,7 +93,7 @@ impl std::fmt::Debug for Rotation {
 
 /// The two generated passwords. Generated once; afterwards always read back from the Secrets,
 /// and changed only by a rotation the user asks for.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Credentials {
     pub admin_password: String,
     pub client_password: String,

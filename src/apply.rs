@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::{ByteString, NamespaceResourceScope};
+use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -41,33 +41,40 @@ pub trait Child:
 // re-apply forever). Redis reads only the operator's keys.
 impl Child for ConfigMap {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        contains(
-            &live.data.clone().unwrap_or_default(),
-            &desired.data.clone().unwrap_or_default(),
-        ) && contains(
-            &live.binary_data.clone().unwrap_or_default(),
-            &desired.binary_data.clone().unwrap_or_default(),
-        )
+        contains(live.data.as_ref(), desired.data.as_ref())
+            && contains(live.binary_data.as_ref(), desired.binary_data.as_ref())
     }
 }
 
 impl Child for Secret {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        contains(&secret_bytes(live), &secret_bytes(desired)) && live.type_ == desired.type_
+        secret_contains(live, desired) && live.type_ == desired.type_
     }
 }
 
-fn contains<V: PartialEq>(live: &BTreeMap<String, V>, desired: &BTreeMap<String, V>) -> bool {
-    desired.iter().all(|(k, v)| live.get(k) == Some(v))
+fn contains<V: PartialEq>(live: Option<&BTreeMap<String, V>>, desired: Option<&BTreeMap<String, V>>) -> bool {
+    desired
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| live.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// A Secret's content as the API server stores it (`stringData` is folded into `data`).
-fn secret_bytes(s: &Secret) -> BTreeMap<String, ByteString> {
-    let mut data = s.data.clone().unwrap_or_default();
-    for (k, v) in s.string_data.clone().unwrap_or_default() {
-        data.insert(k, ByteString(v.into_bytes()));
+/// Whether `live` holds every key of `desired` with its value, as the API server stores a
+/// Secret (`stringData` folded into `data`, where it wins).
+fn secret_contains(live: &Secret, desired: &Secret) -> bool {
+    fn value<'a>(s: &'a Secret, k: &str) -> Option<&'a [u8]> {
+        match s.string_data.as_ref().and_then(|d| d.get(k)) {
+            Some(v) => Some(v.as_bytes()),
+            None => s.data.as_ref().and_then(|d| d.get(k)).map(|b| b.0.as_slice()),
+        }
     }
-    data
+    let keys = desired
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .chain(desired.string_data.iter().flatten().map(|(k, _)| k));
+    keys.into_iter().all(|k| value(live, k) == value(desired, k))
 }
 
 impl Child for Service {}
@@ -238,6 +245,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::ByteString;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn cm(value: &str) -> ConfigMap {

@@ -193,7 +193,8 @@ pub fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObserv
 
 /// The pod side of a slot's observation.
 pub fn slot_observation(pod: &Pod) -> SlotObservation {
-    let status = pod.status.clone().unwrap_or_default();
+    let none = PodStatus::default();
+    let status = pod.status.as_ref().unwrap_or(&none);
     let terminating = pod.metadata.deletion_timestamp.is_some();
     let ready = status
         .conditions
@@ -205,7 +206,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         .iter()
         .flatten()
         .find(|c| c.name == REDIS_CONTAINER);
-    let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
+    let phase = status.phase.as_deref().unwrap_or("Pending");
     let finished = phase == "Failed" || phase == "Succeeded";
     let stop_unconfirmed = finished
         && container
@@ -219,7 +220,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
             },
         }
     } else {
-        container_state(&status, container, &phase, ready, terminating)
+        container_state(status, container, phase, ready, terminating)
     };
     SlotObservation {
         pod: state,
@@ -246,7 +247,7 @@ fn container_state(
     ready: bool,
     terminating: bool,
 ) -> PodState {
-    match container.and_then(|c| c.state.clone()) {
+    match container.and_then(|c| c.state.as_ref()) {
         Some(s) if s.running.is_some() => PodState::Running {
             container_id: container.and_then(|c| c.container_id.clone()),
             ready: ready && !terminating,
@@ -255,10 +256,14 @@ fn container_state(
         Some(s) => PodState::NotRunning {
             reason: s
                 .waiting
-                .and_then(|w| w.reason)
+                .as_ref()
+                .and_then(|w| w.reason.clone())
                 .or_else(|| {
-                    s.terminated
-                        .map(|t| t.reason.unwrap_or_else(|| format!("exit code {}", t.exit_code)))
+                    s.terminated.as_ref().map(|t| {
+                        t.reason
+                            .clone()
+                            .unwrap_or_else(|| format!("exit code {}", t.exit_code))
+                    })
                 })
                 .unwrap_or_else(|| "not started".into()),
         },

@@ -59,8 +59,9 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let now = clock.wall;
     let accepted = facts.rejections.is_empty();
     let obs = facts.observation;
-    let previous = cluster.status.clone().unwrap_or_default();
-    let policy = hold_in_force(cluster, &previous, facts, accepted, clock);
+    let none = RedlockClusterStatus::default();
+    let previous = cluster.status.as_ref().unwrap_or(&none);
+    let policy = hold_in_force(cluster, previous, facts, accepted, clock);
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
@@ -106,7 +107,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     } else {
         limits
     };
-    let rollout = pod_changes(cluster, &previous, facts, hold, &mut plan);
+    let rollout = pod_changes(cluster, previous, facts, hold, &mut plan);
     let findings = status::Findings {
         rejections: facts.rejections.to_vec(),
         ttl: obs.ttl.clone(),

@@ -2,6 +2,7 @@
 //! credentials, and the TLS CA the operator's connections trust.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -164,13 +165,14 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         cluster,
         &Credentials::new(String::new(), String::new(), String::new()),
     );
-    let ours = |s: Option<Secret>| s.filter(|s| !matches!(ownership(s, &owner), Ownership::Other(_)));
+    let ours = |s: Option<Arc<Secret>>| s.filter(|s| !matches!(ownership(s.as_ref(), &owner), Ownership::Other(_)));
     let recover = async |fresh: bool| -> Result<Credentials> {
-        let read = async |secret: String| -> Result<Option<Secret>> {
+        let read = async |secret: String| -> Result<Option<Arc<Secret>>> {
             let found = if fresh {
                 Api::<Secret>::namespaced(ctx.client.clone(), ns)
                     .get_opt(&secret)
                     .await?
+                    .map(Arc::new)
             } else {
                 cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?
             };
@@ -184,16 +186,16 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         // this cluster never adopts; its clients keep their password from `<name>-client`.
         let acl = read(acl_secret_name(&name))
             .await?
-            .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
+            .filter(|s| matches!(ownership(s.as_ref(), &owner), Ownership::Ours));
         let mut credentials = secrets::recover_credentials(
             &name,
-            admin.as_ref(),
-            client.as_ref(),
-            acl.as_ref(),
+            admin.as_deref(),
+            client.as_deref(),
+            acl.as_deref(),
             generate_password,
         )?;
         if fresh {
-            credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version);
+            credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version.clone());
         }
         Ok(credentials)
     };
@@ -212,11 +214,12 @@ async fn cached_or_get(
     client: &kube::Client,
     ns: &str,
     name: &str,
-) -> Result<Option<Secret>> {
+) -> Result<Option<Arc<Secret>>> {
     if let Some(s) = store.get(&ObjectRef::new(name).within(ns)) {
-        return Ok(Some((*s).clone()));
+        return Ok(Some(s));
     }
     Ok(Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(name)
-        .await?)
+        .await?
+        .map(Arc::new))
 }

@@ -69,15 +69,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     {
         return Ok(Action::requeue(CACHE_LAG_RETRY));
     }
-    let cluster = (*cached).clone();
+    let cluster: &RedlockCluster = &cached;
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
         forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
         return Ok(Action::await_change());
     }
 
-    let inputs = inputs::read(&ctx, &cluster, &ns).await?;
-    let children = children::apply(&ctx, &cluster, &ns, &inputs).await?;
+    let inputs = inputs::read(&ctx, cluster, &ns).await?;
+    let children = children::apply(&ctx, cluster, &ns, &inputs).await?;
     // The TTL audit compares keys with the maxLockTTL in force before this reconcile.
     let in_force = cluster
         .status
@@ -86,16 +86,16 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .map_or(cluster.spec.max_lock_ttl, |h| {
             h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
         });
-    let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
+    let mut observation = observation::observe(&ctx, cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
     let password_rotation =
-        passwords::rotate(&ctx, &cluster, &ns, &inputs, &children, &observation.slots).await?;
+        passwords::rotate(&ctx, cluster, &ns, &inputs, &children, &observation.slots).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
     let decision = decide::decide(
-        &cluster,
+        cluster,
         &decide::Facts {
             rejections: &inputs.rejections,
             children: &children,
@@ -109,7 +109,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     );
     let mut after = decision.requeue;
     let next_timers = decision.timers.clone();
-    let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
+    let on_record = persist::persist(&ctx, &api, cluster, decision).await?;
     // The timers, and the clock samples the verdicts were judged from, belong to the status
     // now on record.
     ctx.memory.timers.keep(&uid, next_timers);
@@ -118,9 +118,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .lock()
         .expect("clock lock is never poisoned")
         .extend(std::mem::take(&mut observation.clock_tracks));
-    let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
+    let acted = act::act(&ctx, cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
 
-    ctx.memory.backoff.succeeded(&ObjectRef::from_obj(&cluster));
+    ctx.memory.backoff.succeeded(&ObjectRef::from_obj(cluster));
     if acted.released {
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));

@@ -176,7 +176,13 @@ pub fn generate_password() -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]): derived from
@@ -457,8 +463,9 @@ pub fn recover_credentials(
         match password {
             _ if entries.is_empty() => Ok(password.unwrap_or_else(&generate)),
             Some(password) => {
-                let explained =
-                    |e: &&str| *e == password_hash(&password) || also.iter().any(|a| *e == password_hash(a));
+                // Each hash computed once, not once per entry.
+                let hashes: Vec<String> = [&password].into_iter().chain(also).map(|p| password_hash(p)).collect();
+                let explained = |e: &&str| hashes.iter().any(|h| e == h);
                 if entries.iter().all(explained) {
                     Ok(password)
                 } else {

@@ -1,6 +1,7 @@
 //! redlock-operator: runs N independent Redis masters for Redlock clients and enforces the
 //! Redlock "delayed restart" rule (see docs/design.md).
 
+pub mod admin_connection;
 pub mod apply;
 pub mod backoff;
 pub mod children_memo;

@@ -4,9 +4,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::Value;
 
+use crate::admin_connection::{AdminConnection, Login};
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
@@ -121,30 +121,14 @@ impl AdminAccess {
 
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
-    async fn connect(&self, ip: IpAddr) -> redis::RedisResult<MultiplexedConnection> {
-        let addr = match self.tls_ca {
-            None => ConnectionAddr::Tcp(ip.to_string(), self.port),
-            Some(_) => ConnectionAddr::TcpTls {
-                host: ip.to_string(),
-                port: self.port,
-                insecure: false,
-                tls_params: None,
-            },
+    async fn connect(&self, ip: IpAddr) -> redis::RedisResult<AdminConnection> {
+        let login = Login {
+            user: &self.admin_user,
+            password: &self.admin_password,
+            tls_ca: self.tls_ca.as_deref(),
+            timeout: self.timeout,
         };
-        let info = addr.into_connection_info()?.set_redis_settings(
-            RedisConnectionInfo::default()
-                .set_username(&self.admin_user)
-                .set_password(&self.admin_password)
-                .set_skip_set_lib_name(),
-        );
-        let client = match &self.tls_ca {
-            None => redis::Client::open(info)?,
-            Some(ca) => tls_client(info, ca)?,
-        };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        client.get_multiplexed_async_connection_with_config(&config).await
+        AdminConnection::open(ip, self.port, &login).await
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
@@ -180,15 +164,15 @@ impl AdminAccess {
         uid: &str,
     ) -> Result<(RedisInfo, TimeSample), String> {
         let key = self.connection_key(ip);
-        if let Some(mut conn) = kept.get(uid, &key) {
+        if let Some(mut conn) = kept.take(uid, &key) {
             match self.probe_on(&mut conn).await {
-                Ok(found) => return Ok(found),
-                Err(e) => {
-                    kept.drop_connection(uid, &key);
-                    if e.timed_out() {
-                        return Err(e.to_string());
-                    }
+                Ok(found) => {
+                    kept.keep(uid, key, conn);
+                    return Ok(found);
                 }
+                // Dropped: the connection is not put back.
+                Err(e) if e.timed_out() => return Err(e.to_string()),
+                Err(_) => {}
             }
         }
         let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
@@ -197,36 +181,41 @@ impl AdminAccess {
         Ok(found)
     }
 
-    async fn probe_on(
-        &self,
-        conn: &mut MultiplexedConnection,
-    ) -> Result<(RedisInfo, TimeSample), ProbeError> {
-        // One round trip for what identifies the process and its fence (this runs for every
-        // member every probe period); `TIME` below gets its own, so that its timing is tight.
-        // Both users a lock client could log in as: a process of either auth mode must let
-        // neither in while it is held, and `default` turned on behind the operator's back
-        // serves clients as well as the client user would.
-        let (info, user, other_user, title): (String, redis::Value, redis::Value, Vec<String>) =
-            redis::pipe()
-                .cmd("INFO")
-                .arg("server")
-                .cmd("ACL")
-                .arg("GETUSER")
-                .arg(&self.client_user)
-                .cmd("ACL")
-                .arg("GETUSER")
-                .arg(self.other_client_user())
-                .cmd("CONFIG")
-                .arg("GET")
-                .arg(PROC_TITLE_TEMPLATE)
-                .query_async(conn)
-                .await?;
+    async fn probe_on(&self, conn: &mut AdminConnection) -> Result<(RedisInfo, TimeSample), ProbeError> {
+        // One round trip for what identifies the process, its fence and its clock (this runs
+        // for every member every probe period). `TIME` is read somewhere between the sending
+        // of the request and the arrival of its replies, which is all the clock check assumes
+        // (`member_clock`: half the round trip is its uncertainty). Both users a lock client
+        // could log in as: a process of either auth mode must let neither in while it is
+        // held, and `default` turned on behind the operator's back serves clients as well as
+        // the client user would.
+        let request = redis::pipe()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("ACL")
+            .arg("GETUSER")
+            .arg(&self.client_user)
+            .cmd("ACL")
+            .arg("GETUSER")
+            .arg(self.other_client_user())
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg(PROC_TITLE_TEMPLATE)
+            .cmd("TIME")
+            .get_packed_pipeline();
+        let sent = std::time::Instant::now();
+        let replies = conn.query(&request, 5).await?;
+        let received = std::time::Instant::now();
+        let [info, user, other_user, title, time]: [Value; 5] = replies
+            .try_into()
+            .map_err(|_| ProbeError::Invalid("not five replies"))?;
+        let info: String = decode(info)?;
+        let (user, other_user) = (user.extract_error()?, other_user.extract_error()?);
+        let title: Vec<String> = decode(title)?;
+        let (secs, micros): (i64, i64) = decode(time)?;
         let (run_id, version) =
             parse_info_server(&info).ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
         let pod_uid = pod_uid_of_config(&title);
-        let sent = std::time::Instant::now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
-        let received = std::time::Instant::now();
         Ok((
             RedisInfo {
                 run_id,
@@ -254,14 +243,13 @@ impl AdminAccess {
         &self,
         ip: IpAddr,
         expected_run_id: &str,
-    ) -> Result<(MultiplexedConnection, String), GuardedError> {
+    ) -> Result<(AdminConnection, String), GuardedError> {
         let mut conn = self
             .connect(ip)
             .await
             .map_err(|e| GuardedError::Unreachable(ip, e))?;
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
+        let info: String = conn
+            .ask(&redis::cmd("INFO").arg("server").get_packed_command())
             .await
             .map_err(|e| GuardedError::Unreachable(ip, e))?;
         let (run_id, version) = parse_info_server(&info)
@@ -299,11 +287,13 @@ impl AdminAccess {
                 });
             }
         }
-        let () = redis::cmd("ACL")
+        let release = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
             .arg(release_rules(&version))
-            .query_async(&mut conn)
+            .get_packed_command();
+        let () = conn
+            .ask(&release)
             .await
             .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
         Ok(())
@@ -317,12 +307,11 @@ impl AdminAccess {
     pub async fn fence(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
         let command = |e: redis::RedisError| GuardedError::Command(ip, e.to_string());
-        let other: redis::Value = redis::cmd("ACL")
+        let getuser = redis::cmd("ACL")
             .arg("GETUSER")
             .arg(self.other_client_user())
-            .query_async(&mut conn)
-            .await
-            .map_err(command)?;
+            .get_packed_command();
+        let other: Value = conn.ask(&getuser).await.map_err(command)?;
         let mut users = vec![self.client_user.as_str()];
         // `ACL SETUSER` would create a user the process does not have; `CLIENT KILL USER`
         // fails on one.
@@ -330,20 +319,10 @@ impl AdminAccess {
             users.push(self.other_client_user());
         }
         for user in users {
-            let () = redis::cmd("ACL")
-                .arg("SETUSER")
-                .arg(user)
-                .arg("off")
-                .query_async(&mut conn)
-                .await
-                .map_err(command)?;
-            let _killed: i64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("USER")
-                .arg(user)
-                .query_async(&mut conn)
-                .await
-                .map_err(command)?;
+            let off = redis::cmd("ACL").arg("SETUSER").arg(user).arg("off").get_packed_command();
+            let () = conn.ask(&off).await.map_err(command)?;
+            let kill = redis::cmd("CLIENT").arg("KILL").arg("USER").arg(user).get_packed_command();
+            let _killed: i64 = conn.ask(&kill).await.map_err(command)?;
         }
         Ok(())
     }
@@ -359,12 +338,14 @@ impl AdminAccess {
         hashes: &[String],
     ) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
-        let () = redis::cmd("ACL")
+        let set = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
             .arg("resetpass")
             .arg(hashes)
-            .query_async(&mut conn)
+            .get_packed_command();
+        let () = conn
+            .ask(&set)
             .await
             .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
         Ok(())
@@ -381,59 +362,67 @@ impl AdminAccess {
 
     /// Continues a `SCAN` from `cursor` for about `budget` keys and reads each key's `PTTL`
     /// (read-only commands). Returns the batch and the cursor to continue from (0: the
-    /// keyspace has been swept).
+    /// keyspace has been swept). On the connection kept for probes of `ip` when there is one
+    /// (the probe just before used it; these commands only read, see
+    /// [`crate::probe_connections`]), else on a fresh one.
     pub async fn sample_ttls(
         &self,
         ip: IpAddr,
-        mut cursor: u64,
+        kept: &ProbeConnections,
+        uid: &str,
+        cursor: u64,
         budget: u64,
     ) -> Result<(Vec<SampledKey>, u64), String> {
-        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
-        let mut sampled = Vec::new();
-        loop {
-            let count = (budget - sampled.len() as u64).clamp(1, 250);
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(count)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut pipe = redis::pipe();
-            for k in &keys {
-                pipe.cmd("PTTL").arg(k);
-            }
-            let ttls: Vec<i64> = if keys.is_empty() {
-                Vec::new()
-            } else {
-                pipe.query_async(&mut conn).await.map_err(|e| e.to_string())?
-            };
-            sampled.extend(
-                keys.into_iter()
-                    .zip(ttls)
-                    .map(|(key, pttl_ms)| SampledKey { key, pttl_ms }),
-            );
-            cursor = next;
-            if cursor == 0 || sampled.len() as u64 >= budget {
-                return Ok((sampled, cursor));
-            }
+        let key = self.connection_key(ip);
+        let (mut conn, was_kept) = match kept.take(uid, &key) {
+            Some(conn) => (conn, true),
+            None => (self.connect(ip).await.map_err(|e| e.to_string())?, false),
+        };
+        let sampled = sample_on(&mut conn, cursor, budget).await.map_err(|e| e.to_string())?;
+        // Put back only after a complete exchange: a failed one leaves replies unread.
+        if was_kept {
+            kept.keep(uid, key, conn);
+        }
+        Ok(sampled)
+    }
+}
+
+/// The TTL audit's `SCAN` from `cursor` for about `budget` keys, with each key's `PTTL`.
+async fn sample_on(
+    conn: &mut AdminConnection,
+    mut cursor: u64,
+    budget: u64,
+) -> redis::RedisResult<(Vec<SampledKey>, u64)> {
+    let mut sampled = Vec::new();
+    loop {
+        let count = (budget - sampled.len() as u64).clamp(1, 250);
+        let scan = redis::cmd("SCAN").arg(cursor).arg("COUNT").arg(count).get_packed_command();
+        let (next, keys): (u64, Vec<Vec<u8>>) = conn.ask(&scan).await?;
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("PTTL").arg(k);
+        }
+        let ttls = if keys.is_empty() {
+            Vec::new()
+        } else {
+            conn.query(&pipe.get_packed_pipeline(), keys.len()).await?
+        };
+        for (key, ttl) in keys.into_iter().zip(ttls) {
+            sampled.push(SampledKey {
+                key,
+                pttl_ms: redis::from_redis_value(ttl.extract_error()?)?,
+            });
+        }
+        cursor = next;
+        if cursor == 0 || sampled.len() as u64 >= budget {
+            return Ok((sampled, cursor));
         }
     }
 }
 
-/// A client that trusts only the cluster's CA. The operator dials pod IPs, which no
-/// certificate names (they are not known when it is issued), so the host name is not
-/// matched; the chain still has to lead to the cluster's own CA, which only the instances'
-/// certificate does.
-pub fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
-    let certificates = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(ca.to_vec()),
-    };
-    let built = redis::Client::build_with_tls(info, certificates)?;
-    let mut addr = built.get_connection_info().addr().clone();
-    addr.set_danger_accept_invalid_hostnames(true);
-    redis::Client::open(built.get_connection_info().clone().set_addr(addr))
+/// A reply as `T`; an error reply is the error.
+fn decode<T: redis::FromRedisValue>(reply: Value) -> redis::RedisResult<T> {
+    Ok(redis::from_redis_value(reply.extract_error()?)?)
 }
 
 /// `run_id` and `redis_version` from an `INFO server` reply.
@@ -496,12 +485,9 @@ fn text(v: &redis::Value) -> Option<&str> {
 
 /// What a process's `proc-title-template` says about the pod it was started for: the
 /// `pod=<uid>` word the pod's command line puts there ([`crate::resources::pod`]).
-async fn process_pod_uid(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
-    let pair: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(PROC_TITLE_TEMPLATE)
-        .query_async(conn)
-        .await?;
+async fn process_pod_uid(conn: &mut AdminConnection) -> redis::RedisResult<Option<String>> {
+    let get = redis::cmd("CONFIG").arg("GET").arg(PROC_TITLE_TEMPLATE).get_packed_command();
+    let pair: Vec<String> = conn.ask(&get).await?;
     Ok(pod_uid_of_config(&pair))
 }
 

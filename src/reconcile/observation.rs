@@ -326,6 +326,8 @@ async fn audit_ttls(
         Ok(cursors) => cursors,
         Err(not_due) => return not_due,
     };
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let kept = &ctx.memory.probe_connections;
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
         let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
         // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during
@@ -334,7 +336,9 @@ async fn audit_ttls(
         Some(async move {
             (
                 slot,
-                access.sample_ttls(*ip, cursor, ctx.settings.ttl_audit_keys).await,
+                access
+                    .sample_ttls(*ip, kept, uid, cursor, ctx.settings.ttl_audit_keys)
+                    .await,
             )
         })
     });

@@ -27,6 +27,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use crate::resp::{self, Reply};
+
 /// How a connection logs in and how long it waits.
 pub struct Login<'a> {
     pub user: &'a str,
@@ -87,9 +89,14 @@ impl AdminConnection {
         Ok(conn)
     }
 
-    /// Sends `request` (one or more packed commands) and reads `replies` replies; a reply that
-    /// is an error reply stays one (see [`Self::ask`] for one command whose error fails).
-    pub async fn query(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+    /// Sends `request` (one or more packed commands) and reads `replies` replies, which
+    /// `read` gets where they lie in the read buffer (see [`crate::resp`]).
+    pub async fn query_with<T>(
+        &mut self,
+        request: &[u8],
+        replies: usize,
+        read: impl FnOnce(&[Reply<'_>]) -> T,
+    ) -> RedisResult<T> {
         if self.broken {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -99,14 +106,23 @@ impl AdminConnection {
         }
         self.broken = true;
         let timeout = self.timeout;
-        let values = tokio::time::timeout(timeout, self.exchange(request, replies))
+        let len = tokio::time::timeout(timeout, self.exchange(request, replies))
             .await
             .map_err(|_| timed_out("waiting for a reply", timeout))??;
+        let read = read(&resp::replies(&self.buf[..len], replies)?);
+        self.buf.drain(..len);
         self.broken = false;
         if self.buf.is_empty() && self.buf.capacity() > KEPT_BUFFER {
             self.buf = Vec::new();
         }
-        Ok(values)
+        Ok(read)
+    }
+
+    /// Like [`Self::query_with`], the replies as values of their own; an error reply stays
+    /// one (see [`Self::ask`] for one command whose error fails).
+    pub async fn query(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+        self.query_with(request, replies, |replies| replies.iter().map(Reply::to_value).collect())
+            .await?
     }
 
     /// One command and its reply, as `T`; an error reply is the error.
@@ -115,33 +131,19 @@ impl AdminConnection {
         Ok(redis::from_redis_value(reply.extract_error()?)?)
     }
 
-    async fn exchange(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+    /// Writes `request` and reads until `replies` replies are complete; returns their length.
+    async fn exchange(&mut self, request: &[u8], replies: usize) -> RedisResult<usize> {
         self.stream.write_all(request).await?;
         self.stream.flush().await?;
-        let mut values = Vec::with_capacity(replies);
-        let mut taken = 0;
-        while values.len() < replies {
-            match parse(&self.buf[taken..])? {
-                Some((value, n)) => {
-                    values.push(value);
-                    taken += n;
-                }
-                None => {
-                    self.buf.drain(..taken);
-                    taken = 0;
-                    self.buf.reserve(1024);
-                    if self.stream.read_buf(&mut self.buf).await? == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "the server closed the connection",
-                        )
-                        .into());
-                    }
-                }
+        loop {
+            if let Some(len) = resp::complete(&self.buf, replies)? {
+                return Ok(len);
+            }
+            self.buf.reserve(1024);
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection").into());
             }
         }
-        self.buf.drain(..taken);
-        Ok(values)
     }
 }
 
@@ -170,87 +172,6 @@ impl Stream {
 
 fn timed_out(what: &str, after: Duration) -> RedisError {
     io::Error::new(io::ErrorKind::TimedOut, format!("timed out {what} after {after:?}")).into()
-}
-
-/// The complete RESP2 reply at the start of `buf` and its length, `None` while it is
-/// incomplete. (A connection that never sends `HELLO 3` only ever gets RESP2.) Values as the
-/// `redis` crate's own parser makes them, which this one replaces on the probes' path: its
-/// general parser cost more than the rest of a probe.
-pub fn parse(buf: &[u8]) -> RedisResult<Option<(Value, usize)>> {
-    value_at(buf, 0, 0)
-}
-
-/// Replies nest this deep at most (`ACL GETUSER` nests three); deeper is not a Redis reply.
-const MAX_DEPTH: usize = 16;
-
-/// The reply starting at `at` and where it ends, `None` while it is incomplete.
-fn value_at(buf: &[u8], at: usize, depth: usize) -> RedisResult<Option<(Value, usize)>> {
-    let Some(&kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    let Some(line_end) = buf[at..].windows(2).position(|w| w == b"\r\n").map(|p| at + p) else {
-        return Ok(None);
-    };
-    let line = &buf[at + 1..line_end];
-    let next = line_end + 2;
-    let value = match kind {
-        b'+' if line == b"OK" => Value::Okay,
-        b'+' => Value::SimpleString(text(line)?.to_owned()),
-        // Rare: the crate's parser makes the error value (it has no public constructor).
-        b'-' => redis::parse_redis_value(&buf[at..next])?,
-        b':' => Value::Int(text(line)?.parse().map_err(|_| protocol_error("bad integer"))?),
-        b'$' => match length(line)? {
-            None => Value::Nil,
-            Some(n) => {
-                let end = next + n;
-                if buf.len() < end + 2 {
-                    return Ok(None);
-                }
-                if &buf[end..end + 2] != b"\r\n" {
-                    return Err(protocol_error("bulk string not terminated"));
-                }
-                return Ok(Some((Value::BulkString(buf[next..end].to_vec()), end + 2)));
-            }
-        },
-        b'*' if depth < MAX_DEPTH => match length(line)? {
-            None => Value::Nil,
-            Some(n) => {
-                let mut items = Vec::with_capacity(n.min(1024));
-                let mut pos = next;
-                for _ in 0..n {
-                    match value_at(buf, pos, depth + 1)? {
-                        Some((item, end)) => {
-                            items.push(item);
-                            pos = end;
-                        }
-                        None => return Ok(None),
-                    }
-                }
-                return Ok(Some((Value::Array(items), pos)));
-            }
-        },
-        _ => return Err(protocol_error("not a RESP2 reply")),
-    };
-    Ok(Some((value, next)))
-}
-
-fn text(line: &[u8]) -> RedisResult<&str> {
-    std::str::from_utf8(line).map_err(|_| protocol_error("not UTF-8"))
-}
-
-/// A bulk string's or an array's length; `None` for -1 (nil).
-fn length(digits: &[u8]) -> RedisResult<Option<usize>> {
-    let n: i64 = text(digits)?.parse().map_err(|_| protocol_error("bad length"))?;
-    match n {
-        -1 => Ok(None),
-        n => usize::try_from(n)
-            .map(Some)
-            .map_err(|_| protocol_error("bad length")),
-    }
-}
-
-fn protocol_error(what: &'static str) -> RedisError {
-    io::Error::new(io::ErrorKind::InvalidData, what).into()
 }
 
 /// A TLS configuration that trusts only `ca` and does not match the server's name: the
@@ -331,61 +252,6 @@ impl ServerCertVerifier for AnyName {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const REPLIES: &[&[u8]] = &[
-        b"+OK\r\n",
-        b"+PONG\r\n",
-        b"-ERR no such user\r\n",
-        b":42\r\n",
-        b":-7\r\n",
-        b"$5\r\nhello\r\n",
-        b"$0\r\n\r\n",
-        b"$-1\r\n",
-        b"*-1\r\n",
-        b"*0\r\n",
-        b"*2\r\n$5\r\nflags\r\n*2\r\n$2\r\non\r\n$7\r\nallkeys\r\n",
-        b"*2\r\n:1\r\n*1\r\n-ERR inner\r\n",
-    ];
-
-    #[test]
-    fn replies_parse_as_the_redis_crate_parses_them() {
-        for reply in REPLIES {
-            let (value, n) = parse(reply).unwrap().unwrap();
-            assert_eq!(n, reply.len(), "{reply:?}");
-            assert_eq!(value, redis::parse_redis_value(reply).unwrap(), "{reply:?}");
-        }
-    }
-
-    #[test]
-    fn a_reply_is_complete_only_when_all_of_it_arrived() {
-        for reply in REPLIES {
-            for cut in 0..reply.len() {
-                assert!(parse(&reply[..cut]).unwrap().is_none(), "{reply:?} cut at {cut}");
-            }
-            // What follows belongs to the next reply.
-            let mut two = reply.to_vec();
-            two.extend_from_slice(b":1\r\n");
-            assert_eq!(parse(&two).unwrap().unwrap().1, reply.len());
-        }
-    }
-
-    #[test]
-    fn a_bulk_string_may_hold_line_breaks() {
-        let reply = b"$8\r\nab\r\ncd\r\n\r\n";
-        let (value, n) = parse(reply).unwrap().unwrap();
-        assert_eq!(n, reply.len());
-        assert_eq!(value, Value::BulkString(b"ab\r\ncd\r\n".to_vec()));
-    }
-
-    #[test]
-    fn what_is_not_a_resp2_reply_is_refused() {
-        assert!(parse(b"%1\r\n").is_err(), "RESP3 map");
-        assert!(parse(b"$x\r\n").is_err());
-        assert!(parse(b"*-2\r\n").is_err());
-        assert!(parse(b"$2\r\nabcd\r\n").is_err(), "longer than it says");
-        let deep = "*1\r\n".repeat(MAX_DEPTH + 1);
-        assert!(parse(deep.as_bytes()).is_err());
-    }
 
     #[test]
     fn tls_trusts_nothing_without_a_ca() {

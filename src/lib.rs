@@ -37,6 +37,7 @@ pub mod reasons;
 pub mod reconcile;
 pub mod redis_admin;
 pub mod resize;
+pub mod resp;
 pub mod resources;
 pub mod rollout;
 pub mod status;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::admin_connection::{AdminConnection, Login};
+use crate::resp::{self, Reply};
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
@@ -189,51 +190,57 @@ impl AdminAccess {
         // could log in as: a process of either auth mode must let neither in while it is
         // held, and `default` turned on behind the operator's back serves clients as well as
         // the client user would.
-        let request = redis::pipe()
-            .cmd("INFO")
-            .arg("server")
-            .cmd("ACL")
-            .arg("GETUSER")
-            .arg(&self.client_user)
-            .cmd("ACL")
-            .arg("GETUSER")
-            .arg(self.other_client_user())
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg(PROC_TITLE_TEMPLATE)
-            .cmd("TIME")
-            .get_packed_pipeline();
+        let request = resp::pack(&[
+            &["INFO", "server"],
+            &["ACL", "GETUSER", &self.client_user],
+            &["ACL", "GETUSER", self.other_client_user()],
+            &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
+            &["TIME"],
+        ]);
         let sent = std::time::Instant::now();
-        let replies = conn.query(&request, 5).await?;
-        let received = std::time::Instant::now();
-        let [info, user, other_user, title, time]: [Value; 5] = replies
-            .try_into()
-            .map_err(|_| ProbeError::Invalid("not five replies"))?;
-        let info: String = decode(info)?;
-        let (user, other_user) = (user.extract_error()?, other_user.extract_error()?);
-        let title: Vec<String> = decode(title)?;
-        let (secs, micros): (i64, i64) = decode(time)?;
-        let (run_id, version) =
-            parse_info_server(&info).ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
-        let pod_uid = pod_uid_of_config(&title);
+        let (info, member_micros, received) = conn
+            .query_with(&request, 5, |replies| {
+                let received = std::time::Instant::now();
+                self.read_probe(replies).map(|(info, micros)| (info, micros, received))
+            })
+            .await??;
         Ok((
-            RedisInfo {
-                run_id,
-                version,
-                client_enabled: user_is_enabled(&user) || user_is_enabled(&other_user),
-                pod_uid,
-                // A process without the user (`Nil`) has no passwords to set: creating the user
-                // is not the sync's business (as a fence does not create one either).
-                client_password_hashes: (self.client_user == CLIENT_USER
-                    && !matches!(user, redis::Value::Nil))
-                .then(|| user_password_hashes(&user)),
-            },
+            info,
             TimeSample {
-                member_micros: secs * 1_000_000 + micros,
+                member_micros,
                 sent,
                 received,
             },
         ))
+    }
+
+    /// What a probe's replies say: the process, and its clock (µs).
+    fn read_probe(&self, replies: &[Reply<'_>]) -> Result<(RedisInfo, i64), ProbeError> {
+        let [info, user, other_user, title, time] = replies else {
+            return Err(ProbeError::Invalid("not five replies"));
+        };
+        let (run_id, version) = parse_info_server(info.checked()?.text()?)
+            .ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
+        let (user, other_user) = (user.checked()?, other_user.checked()?);
+        // `CONFIG GET` answers [name, value], or nothing for an unknown setting.
+        let pod_uid = match title.checked()?.items()? {
+            [_, value] => pod_uid_of_title(value.text()?),
+            _ => None,
+        };
+        let [secs, micros] = time.checked()?.items()? else {
+            return Err(ProbeError::Invalid("TIME is not two numbers"));
+        };
+        let info = RedisInfo {
+            run_id,
+            version,
+            client_enabled: user_is_enabled(user) || user_is_enabled(other_user),
+            pod_uid,
+            // A process without the user (`Nil`) has no passwords to set: creating the user
+            // is not the sync's business (as a fence does not create one either).
+            client_password_hashes: (self.client_user == CLIENT_USER && *user != Reply::Nil)
+                .then(|| user_password_hashes(user)),
+        };
+        Ok((info, secs.int()? * 1_000_000 + micros.int()?))
     }
 
     /// A fresh connection to `ip` that has checked the process is `expected_run_id`, and that
@@ -405,13 +412,13 @@ async fn sample_on(
         let ttls = if keys.is_empty() {
             Vec::new()
         } else {
-            conn.query(&pipe.get_packed_pipeline(), keys.len()).await?
+            let ints = |replies: &[Reply<'_>]| -> redis::RedisResult<Vec<i64>> {
+                replies.iter().map(|r| r.checked()?.int()).collect()
+            };
+            conn.query_with(&pipe.get_packed_pipeline(), keys.len(), ints).await??
         };
-        for (key, ttl) in keys.into_iter().zip(ttls) {
-            sampled.push(SampledKey {
-                key,
-                pttl_ms: redis::from_redis_value(ttl.extract_error()?)?,
-            });
+        for (key, pttl_ms) in keys.into_iter().zip(ttls) {
+            sampled.push(SampledKey { key, pttl_ms });
         }
         cursor = next;
         if cursor == 0 || sampled.len() as u64 >= budget {
@@ -420,10 +427,6 @@ async fn sample_on(
     }
 }
 
-/// A reply as `T`; an error reply is the error.
-fn decode<T: redis::FromRedisValue>(reply: Value) -> redis::RedisResult<T> {
-    Ok(redis::from_redis_value(reply.extract_error()?)?)
-}
 
 /// `run_id` and `redis_version` from an `INFO server` reply.
 pub fn parse_info_server(info: &str) -> Option<(String, String)> {
@@ -438,21 +441,17 @@ pub fn parse_info_server(info: &str) -> Option<(String, String)> {
     Some((field("run_id")?, field("redis_version").unwrap_or_default()))
 }
 
-/// The list field `name` of an `ACL GETUSER` reply (RESP2: a flat list of name/value pairs;
-/// RESP3: a map); empty when the user or the field is missing.
-fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
-    use redis::Value;
-    let items: Vec<&Value> = match reply {
-        Value::Array(items) => items.iter().collect(),
-        Value::Map(kv) => kv.iter().flat_map(|(k, v)| [k, v]).collect(),
-        _ => return Vec::new(),
+/// The list field `name` of an `ACL GETUSER` reply (a flat list of name/value pairs); empty
+/// when the user or the field is missing.
+fn user_field<'a>(reply: &Reply<'a>, name: &str) -> Vec<&'a str> {
+    let Reply::Array(items) = reply else {
+        return Vec::new();
     };
     items
         .chunks(2)
         .find_map(|kv| match kv {
-            // `flags` is a set in RESP3.
-            [key, Value::Array(values) | Value::Set(values)] if text(key) == Some(name) => {
-                Some(values.iter().filter_map(text).collect())
+            [key, Reply::Array(values)] if key.text().ok() == Some(name) => {
+                Some(values.iter().filter_map(|v| v.text().ok()).collect())
             }
             _ => None,
         })
@@ -460,27 +459,19 @@ fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
 }
 
 /// Whether an `ACL GETUSER` reply has the `on` flag.
-fn user_is_enabled(reply: &redis::Value) -> bool {
+fn user_is_enabled(reply: &Reply<'_>) -> bool {
     user_field(reply, "flags").contains(&"on")
 }
 
 /// The passwords an `ACL GETUSER` reply lists (SHA-256 hex), as the ACL file names them
 /// (`#<hex>`), sorted.
-fn user_password_hashes(reply: &redis::Value) -> Vec<String> {
+fn user_password_hashes(reply: &Reply<'_>) -> Vec<String> {
     let mut hashes: Vec<String> = user_field(reply, "passwords")
         .into_iter()
         .map(|h| format!("#{h}"))
         .collect();
     hashes.sort();
     hashes
-}
-
-fn text(v: &redis::Value) -> Option<&str> {
-    match v {
-        redis::Value::BulkString(b) => std::str::from_utf8(b).ok(),
-        redis::Value::SimpleString(s) => Some(s),
-        _ => None,
-    }
 }
 
 /// What a process's `proc-title-template` says about the pod it was started for: the
@@ -521,7 +512,6 @@ mod tests {
         assert_eq!(pod_uid_of_title("{title} pod="), None);
     }
     use super::*;
-    use redis::Value;
 
     #[test]
     fn parses_run_id_and_version() {
@@ -530,17 +520,12 @@ mod tests {
         assert_eq!(parse_info_server("# Server\r\n"), None);
     }
 
-    fn getuser(flags: &[&str]) -> Value {
-        Value::Array(vec![
-            Value::BulkString(b"flags".to_vec()),
-            Value::Array(
-                flags
-                    .iter()
-                    .map(|f| Value::BulkString(f.as_bytes().to_vec()))
-                    .collect(),
-            ),
-            Value::BulkString(b"passwords".to_vec()),
-            Value::Array(vec![]),
+    fn getuser(flags: &[&'static str]) -> Reply<'static> {
+        Reply::Array(vec![
+            Reply::Bulk(b"flags"),
+            Reply::Array(flags.iter().map(|f| Reply::Bulk(f.as_bytes())).collect()),
+            Reply::Bulk(b"passwords"),
+            Reply::Array(vec![]),
         ])
     }
 
@@ -548,28 +533,58 @@ mod tests {
     fn reads_the_on_flag() {
         assert!(user_is_enabled(&getuser(&["on", "allkeys"])));
         assert!(!user_is_enabled(&getuser(&["off", "allkeys"])));
-        assert!(!user_is_enabled(&Value::Nil));
+        assert!(!user_is_enabled(&Reply::Nil));
     }
 
     #[test]
-    fn reads_the_password_hashes_in_either_protocol() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let passwords = Value::Array(vec![bulk("bb"), bulk("aa")]);
-        let resp2 = Value::Array(vec![
-            bulk("flags"),
-            Value::Array(vec![bulk("off")]),
-            bulk("passwords"),
-            passwords.clone(),
+    fn reads_the_password_hashes() {
+        let reply = Reply::Array(vec![
+            Reply::Bulk(b"flags"),
+            Reply::Array(vec![Reply::Bulk(b"off")]),
+            Reply::Bulk(b"passwords"),
+            Reply::Array(vec![Reply::Bulk(b"bb"), Reply::Bulk(b"aa")]),
         ]);
-        let resp3 = Value::Map(vec![
-            (bulk("flags"), Value::Set(vec![bulk("on")])),
-            (bulk("passwords"), passwords),
-        ]);
-        assert!(user_is_enabled(&resp3));
-        for reply in [resp2, resp3] {
-            assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
-        }
+        assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
         assert!(user_password_hashes(&getuser(&["on"])).is_empty());
-        assert!(user_password_hashes(&Value::Nil).is_empty());
+        assert!(user_password_hashes(&Reply::Nil).is_empty());
+    }
+
+    #[test]
+    fn reads_a_probe() {
+        let access = AdminAccess {
+            admin_user: "redlock-admin".into(),
+            admin_password: "pw".into(),
+            client_user: CLIENT_USER.into(),
+            port: 6379,
+            timeout: Duration::from_secs(1),
+            tls_ca: None,
+        };
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n";
+        let replies = vec![
+            Reply::Bulk(info.as_bytes()),
+            Reply::Array(vec![
+                Reply::Bulk(b"flags"),
+                Reply::Array(vec![Reply::Bulk(b"off")]),
+                Reply::Bulk(b"passwords"),
+                Reply::Array(vec![Reply::Bulk(b"aa")]),
+            ]),
+            Reply::Nil,
+            Reply::Array(vec![
+                Reply::Bulk(b"proc-title-template"),
+                Reply::Bulk(b"{title} pod=0f1e"),
+            ]),
+            Reply::Array(vec![Reply::Bulk(b"1700000000"), Reply::Bulk(b"250")]),
+        ];
+        let (info, micros) = access.read_probe(&replies).unwrap();
+        assert_eq!(info.run_id, "abc123");
+        assert_eq!(info.version, "7.0.15");
+        assert!(!info.client_enabled);
+        assert_eq!(info.pod_uid.as_deref(), Some("0f1e"));
+        assert_eq!(info.client_password_hashes, Some(vec!["#aa".to_owned()]));
+        assert_eq!(micros, 1_700_000_000_000_250);
+        // An error reply fails the probe.
+        let mut failed = replies.clone();
+        failed[1] = Reply::Error(b"-NOPERM no\r\n");
+        assert!(access.read_probe(&failed).is_err());
     }
 }

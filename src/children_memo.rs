@@ -1,5 +1,6 @@
 //! Remembers, per cluster, that its children (Secrets, ConfigMaps, Services, PDB,
-//! NetworkPolicy) were all found current, and from what: applying them builds every object
+//! NetworkPolicy; and apart, the endpoints ConfigMap, which also depends on which members
+//! serve) were all found current, and from what: applying them builds every object
 //! (password hashes, redis.conf, a content hash of each) and compares it with the cache, which
 //! costs more than the rest of a steady-state reconcile together, once a probe period per
 //! cluster.
@@ -17,19 +18,18 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use crate::crd::RedlockCluster;
-use crate::resources::secrets::Credentials;
 
-/// What the children were built from: the cluster object's version and the credentials,
-/// hashed (the key keeps no password).
+/// What children were built from: the cluster object's version and whatever else they
+/// depend on (the credentials, what the endpoints list), hashed (the key keeps no password).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint(u64);
 
 impl Fingerprint {
-    pub fn of(cluster: &RedlockCluster, credentials: &Credentials) -> Self {
+    pub fn of(cluster: &RedlockCluster, inputs: &impl Hash) -> Self {
         let mut h = DefaultHasher::new();
         cluster.metadata.uid.hash(&mut h);
         cluster.metadata.resource_version.hash(&mut h);
-        credentials.hash(&mut h);
+        inputs.hash(&mut h);
         Self(h.finish())
     }
 }
@@ -72,6 +72,7 @@ impl ChildrenMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::secrets::Credentials;
 
     fn cluster(uid: &str, version: &str) -> RedlockCluster {
         let mut c: RedlockCluster = serde_json::from_value(serde_json::json!({

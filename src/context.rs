@@ -113,6 +113,8 @@ pub struct Memory {
     pub status_writes: StatusWrites,
     /// Per cluster UID, what its children were last all found current from.
     pub children: crate::children_memo::ChildrenMemo,
+    /// The same for its endpoints ConfigMap (written after the status, from what serves).
+    pub endpoints: crate::children_memo::ChildrenMemo,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
     pub probe_connections: crate::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.

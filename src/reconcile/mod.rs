@@ -144,6 +144,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
         ctx.memory.children.forget(uid);
+        ctx.memory.endpoints.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory
             .member_clocks
@@ -166,7 +167,9 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let find = |list: &[Condition], t: ConditionType| list.iter().find(|c| c.type_ == t.as_str()).cloned();
+    fn find(list: &[Condition], t: ConditionType) -> Option<&Condition> {
+        list.iter().find(|c| c.type_ == t.as_str())
+    }
     for (type_, bad_reason, good_reason) in [
         (
             ConditionType::SpecAccepted,
@@ -194,13 +197,13 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         };
         let bad_status = conditions::status_str(type_.true_is_bad());
         let before = find(old, type_);
-        let was_bad = before.as_ref().map(|c| c.status == bad_status);
+        let was_bad = before.map(|c| c.status == bad_status);
         let is_bad = new.status == bad_status;
         let (reason, warning) = match (was_bad, is_bad) {
             // A changed message of a rejected spec or a conflict is a new problem: tell again.
             (Some(true), true)
                 if type_ != ConditionType::TtlPolicy
-                    && before.as_ref().map(|c| &c.message) != Some(&new.message) =>
+                    && before.map(|c| &c.message) != Some(&new.message) =>
             {
                 (bad_reason, true)
             }

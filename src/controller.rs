@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
 use crate::clock_check::ClockCheck;
+use crate::cache_trim::Trim;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
@@ -331,6 +332,7 @@ fn cached_watch<K>(
 )
 where
     K: Resource<DynamicType = ()>
+        + Trim
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -341,27 +343,12 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
-        .modify(trim)
+        .modify(Trim::trim)
         .reflect(writer)
         .inspect_ok(move |event| on_event(event))
         .touched_objects();
     (store, events)
 }
-
-/// What no plan reads is not kept: the cache holds one copy of every watched object for the
-/// life of the process, and managedFields (an entry per writer, rewritten on every status
-/// write) and the client-side-apply annotation (a second copy of the object) are often
-/// larger than the rest of it. Every write is a server-side apply built from scratch, so
-/// nothing is ever written back from a trimmed object.
-fn trim<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
-
-/// The annotation `kubectl apply` (client-side) keeps the whole applied object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A watch event handler that counts events into `version`.
 fn counted<K>(version: &Arc<AtomicU64>) -> impl Fn(&watcher::Event<K>) + Send + 'static {

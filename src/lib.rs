@@ -4,6 +4,7 @@
 pub mod admin_connection;
 pub mod apply;
 pub mod backoff;
+pub mod cache_trim;
 pub mod children_memo;
 pub mod cli;
 pub mod clock;

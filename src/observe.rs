@@ -239,6 +239,76 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
     }
 }
 
+/// Keeps of a pod only what [`slot_observation`] and [`pods_by_slot`] read (the watch cache
+/// holds every pod for the life of the process; the rest of a pod, its command line, probes,
+/// mounts, resources and the other containers' and conditions' details, is most of it): the
+/// metadata, the node, the `tls` volume, the Redis container's two environment variables read
+/// here, and of the status the phase, reason, address, the `Ready` and `PodScheduled`
+/// conditions and the Redis container's state and id. A unit test checks that the
+/// observation of a trimmed pod is the observation of the pod.
+pub fn trim_to_observed(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        let redis = spec
+            .containers
+            .iter_mut()
+            .find(|c| c.name == REDIS_CONTAINER)
+            .map(|c| k8s_openapi::api::core::v1::Container {
+                name: std::mem::take(&mut c.name),
+                env: c.env.take().map(|env| {
+                    env.into_iter()
+                        .filter(|e| e.name == CLIENT_USER_ENV || e.name == PROBE_PASSWORD_ENV)
+                        .collect()
+                }),
+                ..Default::default()
+            });
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name.take(),
+            volumes: spec
+                .volumes
+                .take()
+                .map(|v| v.into_iter().filter(|v| v.name == TLS_VOLUME).collect()),
+            containers: redis.into_iter().collect(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            reason: status.reason.take(),
+            pod_ip: status.pod_ip.take(),
+            conditions: status.conditions.take().map(|c| {
+                c.into_iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled")
+                    .map(|c| k8s_openapi::api::core::v1::PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: status.container_statuses.take().map(|s| {
+                s.into_iter()
+                    .filter(|s| s.name == REDIS_CONTAINER)
+                    .map(|s| ContainerStatus {
+                        name: s.name,
+                        state: s.state,
+                        container_id: s.container_id,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        };
+    }
+}
+
+/// The pod volume of the certificate a TLS-only pod listens with.
+const TLS_VOLUME: &str = "tls";
+/// The readiness probe's password variable of the Redis container.
+const PROBE_PASSWORD_ENV: &str = "REDISCLI_AUTH";
+
 /// The state of a pod that has not finished, from its Redis container's state.
 fn container_state(
     status: &PodStatus,
@@ -281,7 +351,7 @@ fn tls_secret_of(pod: &Pod) -> Option<String> {
         .volumes
         .iter()
         .flatten()
-        .find(|v| v.name == "tls")?
+        .find(|v| v.name == TLS_VOLUME)?
         .secret
         .as_ref()?
         .secret_name
@@ -303,7 +373,7 @@ fn redis_env<'a>(pod: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core:
 
 /// The Secret key `REDISCLI_AUTH` of the pod's Redis container reads.
 fn probe_password_key_of(pod: &Pod) -> Option<String> {
-    let from = redis_env(pod, "REDISCLI_AUTH")?.value_from.as_ref()?;
+    let from = redis_env(pod, PROBE_PASSWORD_ENV)?.value_from.as_ref()?;
     from.secret_key_ref.as_ref().map(|r| r.key.clone())
 }
 
@@ -416,6 +486,54 @@ mod tests {
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
         let built = crate::resources::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
+    }
+
+    #[test]
+    fn a_trimmed_pod_is_observed_as_the_pod() {
+        let cluster: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team", "uid": "u1"},
+            "spec": {"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}}
+        }))
+        .unwrap();
+        let statuses = [
+            json!({"phase": "Running", "podIP": "127.1.1.2",
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "other", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                        "state": {"waiting": {"reason": "Nope"}}},
+                    {"name": "redis", "image": "redis:7.4", "imageID": "sha", "ready": true,
+                        "restartCount": 2, "containerID": "cri://abc",
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                        "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
+            json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available"}]}),
+            json!({"phase": "Running", "containerStatuses": [
+                {"name": "redis", "image": "", "imageID": "", "ready": false, "restartCount": 1,
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+            json!({"phase": "Failed", "reason": "NodeLost"}),
+        ];
+        for auth in [true, false] {
+            for status in &statuses {
+                let mut c = cluster.clone();
+                c.spec.auth.enabled = auth;
+                let mut pod = crate::resources::pod::pod(&c, Slot::new(0));
+                pod.metadata.uid = Some("p1".into());
+                pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+                pod.status = Some(serde_json::from_value(status.clone()).unwrap());
+                let mut trimmed = pod.clone();
+                trim_to_observed(&mut trimmed);
+                assert_eq!(slot_observation(&trimmed), slot_observation(&pod), "{status}");
+                let one = |p: Pod| pods_by_slot(&cluster, &[std::sync::Arc::new(p)]);
+                assert_eq!(one(trimmed.clone()), one(pod.clone()));
+                let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
+                assert!(size(&trimmed) * 2 < size(&pod), "{} of {}", size(&trimmed), size(&pod));
+            }
+        }
     }
 
     #[test]

@@ -121,8 +121,10 @@ impl AdminConnection {
     /// Like [`Self::query_with`], the replies as values of their own; an error reply stays
     /// one (see [`Self::ask`] for one command whose error fails).
     pub async fn query(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
-        self.query_with(request, replies, |replies| replies.iter().map(Reply::to_value).collect())
-            .await?
+        self.query_with(request, replies, |replies| {
+            replies.iter().map(Reply::to_value).collect()
+        })
+        .await?
     }
 
     /// One command and its reply, as `T`; an error reply is the error.
@@ -141,7 +143,9 @@ impl AdminConnection {
             }
             self.buf.reserve(1024);
             if self.stream.read_buf(&mut self.buf).await? == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection").into());
+                return Err(
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection").into(),
+                );
             }
         }
     }
@@ -171,7 +175,11 @@ impl Stream {
 }
 
 fn timed_out(what: &str, after: Duration) -> RedisError {
-    io::Error::new(io::ErrorKind::TimedOut, format!("timed out {what} after {after:?}")).into()
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("timed out {what} after {after:?}"),
+    )
+    .into()
 }
 
 /// A TLS configuration that trusts only `ca` and does not match the server's name: the

@@ -79,7 +79,9 @@ mod tests {
     /// its own once trimmed: what `apply_if_changed` decides from the cache does not change.
     fn still_current<K: crate::apply::Child + Trim>(mut desired: K) {
         let hash = desired_hash(&desired);
-        desired.annotations_mut().insert(APPLIED_HASH.into(), hash.clone());
+        desired
+            .annotations_mut()
+            .insert(APPLIED_HASH.into(), hash.clone());
         let mut cached = desired.clone();
         cached.trim();
         assert!(is_current(Some(&cached), &desired, &hash));
@@ -95,7 +97,10 @@ mod tests {
         }))
         .unwrap();
         still_current(crate::resources::service::headless_service(&cluster));
-        still_current(crate::resources::service::slot_service(&cluster, crate::model::Slot::new(1)));
+        still_current(crate::resources::service::slot_service(
+            &cluster,
+            crate::model::Slot::new(1),
+        ));
         still_current(crate::resources::pdb::pod_disruption_budget(&cluster));
         still_current(crate::resources::network_policy::network_policy(&cluster, None).unwrap());
     }

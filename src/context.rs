@@ -111,6 +111,10 @@ pub struct Memory {
     pub member_clocks: Mutex<HashMap<(String, Slot), ClockTrack>>,
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
+    /// Per cluster UID, its spec hash as of the cluster object's last version.
+    pub spec_hashes: crate::spec_hashes::SpecHashes,
+    /// Per cluster UID, the credentials last recovered from its cached Secrets.
+    pub credentials: crate::credentials_memo::CredentialsMemo,
     /// Per cluster UID, what its children were last all found current from.
     pub children: crate::children_memo::ChildrenMemo,
     /// The same for its endpoints ConfigMap (written after the status, from what serves).

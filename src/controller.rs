@@ -15,9 +15,9 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
+use crate::cache_trim::Trim;
 use crate::cli::RunArgs;
 use crate::clock_check::ClockCheck;
-use crate::cache_trim::Trim;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
@@ -146,7 +146,9 @@ fn watch(
     let managed = watcher::Config::default().labels(&managed_selector());
     let pod_index = Arc::new(InstanceIndex::default());
     let index = pod_index.clone();
-    let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone(), move |e| index.apply(e));
+    let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone(), move |e| {
+        index.apply(e)
+    });
     // Any change to a child other than a pod: what `Caches::children_version` counts.
     let children_version = Arc::new(AtomicU64::new(0));
     let (secrets, secret_events) = cached_watch(

@@ -2,7 +2,8 @@
 //! (members by state, seconds left on each hold, losses, releases, actual hold lengths, TTL
 //! audit findings).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
@@ -62,6 +63,27 @@ struct ClusterSeries {
     release_lateness: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     /// Member names with a hold-remaining series, per (namespace, cluster).
     known_members: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
+    /// What `observe_members` last set, per namespace and cluster, while none of it depended
+    /// on the time (no member held): setting the same again is skipped (it builds a label set
+    /// per series, once a probe period per cluster).
+    observed: Mutex<HashMap<String, HashMap<String, u64>>>,
+}
+
+/// What `observe_members` sets from a status with no member held: the members' names, slots,
+/// states and maintenance, and the instances and quorum.
+fn series_fingerprint(status: &RedlockClusterStatus, instances: i32) -> u64 {
+    let mut h = DefaultHasher::new();
+    (instances, status.quorum).hash(&mut h);
+    for m in &status.members {
+        (
+            &m.name,
+            m.slot,
+            std::mem::discriminant(&m.state),
+            m.maintenance.is_some(),
+        )
+            .hash(&mut h);
+    }
+    h.finish()
 }
 
 fn hold_length_histogram() -> Histogram {
@@ -131,6 +153,7 @@ impl Default for Metrics {
             release_overdue: Family::default(),
             release_lateness: Family::new_with_constructor(release_lateness_histogram),
             known_members: Mutex::default(),
+            observed: Mutex::default(),
         };
         registry.register(
             "members",
@@ -284,6 +307,18 @@ impl Metrics {
     ) {
         let c = &self.clusters;
         let members = status.members.as_slice();
+        // Hold-remaining and overdue seconds change with the time only for held members.
+        let timeless = !members
+            .iter()
+            .any(|m| m.state.is_holding() && m.held_until.is_some());
+        let fingerprint = timeless.then(|| series_fingerprint(status, instances));
+        {
+            let observed = c.observed.lock().expect("metrics lock is never poisoned");
+            if fingerprint.is_some() && observed.get(ns).and_then(|o| o.get(cluster)) == fingerprint.as_ref()
+            {
+                return;
+            }
+        }
         for (state, label) in STATES {
             let n = members
                 .iter()
@@ -332,6 +367,21 @@ impl Metrics {
                 .set(overdue);
         }
         *names = current;
+        drop(known);
+        let mut observed = c.observed.lock().expect("metrics lock is never poisoned");
+        match fingerprint {
+            Some(f) => {
+                observed
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .insert(cluster.to_owned(), f);
+            }
+            None => {
+                if let Some(o) = observed.get_mut(ns) {
+                    o.remove(cluster);
+                }
+            }
+        }
     }
 
     pub fn member_clock_jump(&self, ns: &str, cluster: &str) {
@@ -374,6 +424,14 @@ impl Metrics {
     /// Drops every series of a deleted cluster.
     pub fn forget_cluster(&self, ns: &str, cluster: &str) {
         let c = &self.clusters;
+        if let Some(o) = c
+            .observed
+            .lock()
+            .expect("metrics lock is never poisoned")
+            .get_mut(ns)
+        {
+            o.remove(cluster);
+        }
         for (_, label) in STATES {
             c.members.remove(&StateLabels {
                 namespace: ns.into(),

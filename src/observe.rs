@@ -531,7 +531,12 @@ mod tests {
                 let one = |p: Pod| pods_by_slot(&cluster, &[std::sync::Arc::new(p)]);
                 assert_eq!(one(trimmed.clone()), one(pod.clone()));
                 let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
-                assert!(size(&trimmed) * 2 < size(&pod), "{} of {}", size(&trimmed), size(&pod));
+                assert!(
+                    size(&trimmed) * 2 < size(&pod),
+                    "{} of {}",
+                    size(&trimmed),
+                    size(&pod)
+                );
             }
         }
     }

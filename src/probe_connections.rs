@@ -93,9 +93,7 @@ impl ProbeConnections {
         self.len() == 0
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<ConnectionKey, AdminConnection>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<ConnectionKey, AdminConnection>>> {
         self.by_cluster
             .lock()
             .expect("probe connections lock is never poisoned")

@@ -7,12 +7,12 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::admin_connection::{AdminConnection, Login};
-use crate::resp::{self, Reply};
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
 use crate::resources::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
 use crate::resources::secrets::release_rules;
+use crate::resp::{self, Reply};
 use crate::ttl_audit::SampledKey;
 
 /// Credentials and timeouts for admin connections.
@@ -201,7 +201,8 @@ impl AdminAccess {
         let (info, member_micros, received) = conn
             .query_with(&request, 5, |replies| {
                 let received = std::time::Instant::now();
-                self.read_probe(replies).map(|(info, micros)| (info, micros, received))
+                self.read_probe(replies)
+                    .map(|(info, micros)| (info, micros, received))
             })
             .await??;
         Ok((
@@ -326,9 +327,17 @@ impl AdminAccess {
             users.push(self.other_client_user());
         }
         for user in users {
-            let off = redis::cmd("ACL").arg("SETUSER").arg(user).arg("off").get_packed_command();
+            let off = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(user)
+                .arg("off")
+                .get_packed_command();
             let () = conn.ask(&off).await.map_err(command)?;
-            let kill = redis::cmd("CLIENT").arg("KILL").arg("USER").arg(user).get_packed_command();
+            let kill = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("USER")
+                .arg(user)
+                .get_packed_command();
             let _killed: i64 = conn.ask(&kill).await.map_err(command)?;
         }
         Ok(())
@@ -385,7 +394,9 @@ impl AdminAccess {
             Some(conn) => (conn, true),
             None => (self.connect(ip).await.map_err(|e| e.to_string())?, false),
         };
-        let sampled = sample_on(&mut conn, cursor, budget).await.map_err(|e| e.to_string())?;
+        let sampled = sample_on(&mut conn, cursor, budget)
+            .await
+            .map_err(|e| e.to_string())?;
         // Put back only after a complete exchange: a failed one leaves replies unread.
         if was_kept {
             kept.keep(uid, key, conn);
@@ -403,7 +414,11 @@ async fn sample_on(
     let mut sampled = Vec::new();
     loop {
         let count = (budget - sampled.len() as u64).clamp(1, 250);
-        let scan = redis::cmd("SCAN").arg(cursor).arg("COUNT").arg(count).get_packed_command();
+        let scan = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count)
+            .get_packed_command();
         let (next, keys): (u64, Vec<Vec<u8>>) = conn.ask(&scan).await?;
         let mut pipe = redis::pipe();
         for k in &keys {
@@ -415,7 +430,8 @@ async fn sample_on(
             let ints = |replies: &[Reply<'_>]| -> redis::RedisResult<Vec<i64>> {
                 replies.iter().map(|r| r.checked()?.int()).collect()
             };
-            conn.query_with(&pipe.get_packed_pipeline(), keys.len(), ints).await??
+            conn.query_with(&pipe.get_packed_pipeline(), keys.len(), ints)
+                .await??
         };
         for (key, pttl_ms) in keys.into_iter().zip(ttls) {
             sampled.push(SampledKey { key, pttl_ms });
@@ -426,7 +442,6 @@ async fn sample_on(
         }
     }
 }
-
 
 /// `run_id` and `redis_version` from an `INFO server` reply.
 pub fn parse_info_server(info: &str) -> Option<(String, String)> {
@@ -477,7 +492,10 @@ fn user_password_hashes(reply: &Reply<'_>) -> Vec<String> {
 /// What a process's `proc-title-template` says about the pod it was started for: the
 /// `pod=<uid>` word the pod's command line puts there ([`crate::resources::pod`]).
 async fn process_pod_uid(conn: &mut AdminConnection) -> redis::RedisResult<Option<String>> {
-    let get = redis::cmd("CONFIG").arg("GET").arg(PROC_TITLE_TEMPLATE).get_packed_command();
+    let get = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(PROC_TITLE_TEMPLATE)
+        .get_packed_command();
     let pair: Vec<String> = conn.ask(&get).await?;
     Ok(pod_uid_of_config(&pair))
 }

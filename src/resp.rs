@@ -74,7 +74,9 @@ impl<'a> Reply<'a> {
             Reply::Int(n) => Value::Int(*n),
             Reply::Bulk(b) => Value::BulkString(b.to_vec()),
             Reply::Nil => Value::Nil,
-            Reply::Array(items) => Value::Array(items.iter().map(Reply::to_value).collect::<RedisResult<_>>()?),
+            Reply::Array(items) => {
+                Value::Array(items.iter().map(Reply::to_value).collect::<RedisResult<_>>()?)
+            }
         })
     }
 }
@@ -170,7 +172,10 @@ fn reply_at(buf: &[u8], at: usize) -> RedisResult<(Reply<'_>, usize)> {
     Ok(match kind {
         b'+' => (Reply::Status(line), next),
         b'-' => (Reply::Error(&buf[at..next]), next),
-        b':' => (Reply::Int(text(line)?.parse().map_err(|_| protocol_error("bad integer"))?), next),
+        b':' => (
+            Reply::Int(text(line)?.parse().map_err(|_| protocol_error("bad integer"))?),
+            next,
+        ),
         b'$' => match length(line)? {
             None => (Reply::Nil, next),
             Some(n) => (Reply::Bulk(&buf[next..next + n]), next + n + 2),
@@ -260,7 +265,10 @@ mod tests {
         let all: Vec<u8> = REPLIES.concat();
         assert_eq!(complete(&all, REPLIES.len()).unwrap(), Some(all.len()));
         for cut in 0..all.len() {
-            assert!(complete(&all[..cut], REPLIES.len()).unwrap().is_none(), "cut at {cut}");
+            assert!(
+                complete(&all[..cut], REPLIES.len()).unwrap().is_none(),
+                "cut at {cut}"
+            );
         }
         let parsed = replies(&all, REPLIES.len()).unwrap();
         assert_eq!(parsed.len(), REPLIES.len());
@@ -293,7 +301,14 @@ mod tests {
 
     #[test]
     fn typed_reads() {
-        assert_eq!(one(b"*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n").items().unwrap()[0].int().unwrap(), 1_700_000_000);
+        assert_eq!(
+            one(b"*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n")
+                .items()
+                .unwrap()[0]
+                .int()
+                .unwrap(),
+            1_700_000_000
+        );
         assert_eq!(one(b"$3\r\nabc\r\n").text().unwrap(), "abc");
         assert!(one(b"$-1\r\n").items().unwrap().is_empty());
         assert!(one(b":1\r\n").text().is_err());

@@ -86,7 +86,11 @@ pub async fn apply(
     // Read before applying: an event during the apply leaves the memo behind it.
     let version = ctx.caches.children_version.load(Ordering::Acquire);
     // A rotation's conditional write is decided afresh each time (its read is not the cache's).
-    let memo = inputs.credentials.admin_read_at.is_none().then_some(&ctx.memory.children);
+    let memo = inputs
+        .credentials
+        .admin_read_at
+        .is_none()
+        .then_some(&ctx.memory.children);
     if memo.is_some_and(|m| m.current(uid, fingerprint, version)) {
         return Ok(ChildrenReport::current());
     }

@@ -51,6 +51,8 @@ pub struct Facts<'a> {
     pub release_blocked: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
     pub password_rotation: Option<crate::conditions::Desired>,
+    /// The cluster's spec hash (`resources::hash::spec_hash`), which pods of the spec carry.
+    pub spec_hash: &'a str,
 }
 
 /// The decision's steps in their order, each feeding the next: the hold in force, the
@@ -186,12 +188,7 @@ fn pod_changes(
         &mut plan.create_pods,
         &mut plan.delete_pods,
     );
-    let rollout = rollout::decide(
-        cluster.spec.instances,
-        &plan.members,
-        slots,
-        &crate::resources::hash::spec_hash(&cluster.spec),
-    );
+    let rollout = rollout::decide(cluster.spec.instances, &plan.members, slots, facts.spec_hash);
     if !facts.rejections.is_empty() {
         // A rejected spec changes nothing that runs.
         plan.create_pods.clear();
@@ -361,6 +358,7 @@ mod tests {
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
                 password_rotation: None,
+                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(now),
         )
@@ -546,6 +544,7 @@ mod tests {
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
                 password_rotation: None,
+                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(at(100)),
         );

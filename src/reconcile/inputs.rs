@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -12,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::apply::{Ownership, ownership};
 use crate::context::Context;
 use crate::crd::{RedlockCluster, UnstoppedProcess};
+use crate::credentials_memo::Versions;
 use crate::error::{Error, Result};
 use crate::events;
 use crate::reasons::ClusterReason;
@@ -161,11 +163,18 @@ pub async fn accesses_for_unstopped<'a>(
 /// replaced (`secrets::recover_credentials`): the reconcile stops here, as without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    // Steady state: the same three Secrets cached as when the credentials were last recovered
+    // from them (`credentials_memo`).
+    let versions = cached_versions(&ctx.caches.secrets, ns, &name);
+    let remembered = versions.as_ref().and_then(|v| ctx.memory.credentials.get(uid, v));
     let owner = secrets::admin_secret(
         cluster,
         &Credentials::new(String::new(), String::new(), String::new()),
     );
-    let ours = |s: Option<Arc<Secret>>| s.filter(|s| !matches!(ownership(s.as_ref(), &owner), Ownership::Other(_)));
+    let ours =
+        |s: Option<Arc<Secret>>| s.filter(|s| !matches!(ownership(s.as_ref(), &owner), Ownership::Other(_)));
+    let generated = AtomicBool::new(false);
     let recover = async |fresh: bool| -> Result<Credentials> {
         let read = async |secret: String| -> Result<Option<Arc<Secret>>> {
             let found = if fresh {
@@ -187,19 +196,28 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         let acl = read(acl_secret_name(&name))
             .await?
             .filter(|s| matches!(ownership(s.as_ref(), &owner), Ownership::Ours));
-        let mut credentials = secrets::recover_credentials(
-            &name,
-            admin.as_deref(),
-            client.as_deref(),
-            acl.as_deref(),
-            generate_password,
-        )?;
+        let mut credentials =
+            secrets::recover_credentials(&name, admin.as_deref(), client.as_deref(), acl.as_deref(), || {
+                generated.store(true, Ordering::Relaxed);
+                generate_password()
+            })?;
         if fresh {
             credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version.clone());
         }
         Ok(credentials)
     };
-    let cached = recover(false).await?;
+    let cached = match remembered {
+        Some(credentials) => credentials,
+        None => {
+            let recovered = recover(false).await?;
+            // Only if recovered from these very cached Secrets alone.
+            let unchanged = versions.is_some() && cached_versions(&ctx.caches.secrets, ns, &name) == versions;
+            if let Some(v) = versions.filter(|_| unchanged && !generated.load(Ordering::Relaxed)) {
+                ctx.memory.credentials.keep(uid, v, recovered.clone());
+            }
+            recovered
+        }
+    };
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
     // one that lags this process's last write would take a step back (a new password
     // generated twice). Only while one runs or is asked for.
@@ -207,6 +225,20 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         return recover(true).await;
     }
     Ok(cached)
+}
+
+/// The UIDs and resourceVersions of the cluster's three Secrets in the cache; `None` unless
+/// all three are there (a missing one is read from the API server).
+fn cached_versions(store: &Store<Secret>, ns: &str, name: &str) -> Option<Versions> {
+    let version = |secret: String| {
+        let s = store.get(&ObjectRef::new(&secret).within(ns))?;
+        Some((s.metadata.uid.clone()?, s.metadata.resource_version.clone()?))
+    };
+    Some([
+        version(admin_secret_name(name))?,
+        version(client_secret_name(name))?,
+        version(acl_secret_name(name))?,
+    ])
 }
 
 async fn cached_or_get(

@@ -94,6 +94,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
+    let spec_hash = ctx.memory.spec_hashes.of(cluster);
     let decision = decide::decide(
         cluster,
         &decide::Facts {
@@ -104,6 +105,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
             password_rotation,
+            spec_hash: &spec_hash,
         },
         clock,
     );
@@ -144,6 +146,8 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
         ctx.memory.children.forget(uid);
+        ctx.memory.credentials.forget(uid);
+        ctx.memory.spec_hashes.forget(uid);
         ctx.memory.endpoints.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory
@@ -202,8 +206,7 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         let (reason, warning) = match (was_bad, is_bad) {
             // A changed message of a rejected spec or a conflict is a new problem: tell again.
             (Some(true), true)
-                if type_ != ConditionType::TtlPolicy
-                    && before.map(|c| &c.message) != Some(&new.message) =>
+                if type_ != ConditionType::TtlPolicy && before.map(|c| &c.message) != Some(&new.message) =>
             {
                 (bad_reason, true)
             }

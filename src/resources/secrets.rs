@@ -464,7 +464,11 @@ pub fn recover_credentials(
             _ if entries.is_empty() => Ok(password.unwrap_or_else(&generate)),
             Some(password) => {
                 // Each hash computed once, not once per entry.
-                let hashes: Vec<String> = [&password].into_iter().chain(also).map(|p| password_hash(p)).collect();
+                let hashes: Vec<String> = [&password]
+                    .into_iter()
+                    .chain(also)
+                    .map(|p| password_hash(p))
+                    .collect();
                 let explained = |e: &&str| hashes.iter().any(|h| e == h);
                 if entries.iter().all(explained) {
                     Ok(password)

@@ -90,7 +90,10 @@ fn requests_by_kind(cp: &ControlPlane, ns: &str, from: Timestamp, to: Timestamp)
 /// The operator binary, or with `BENCH_OPERATOR_WRAPPER` (e.g. `heaptrack -o /tmp/op`) a
 /// script at `script` that runs it under that command, for profiling a run.
 fn wrapped_operator(script: &std::path::Path) -> std::path::PathBuf {
-    let Some(wrapper) = std::env::var("BENCH_OPERATOR_WRAPPER").ok().filter(|w| !w.trim().is_empty()) else {
+    let Some(wrapper) = std::env::var("BENCH_OPERATOR_WRAPPER")
+        .ok()
+        .filter(|w| !w.trim().is_empty())
+    else {
         return operator_bin();
     };
     let text = format!("#!/bin/sh\nexec {wrapper} {} \"$@\"\n", operator_bin().display());
@@ -109,7 +112,8 @@ fn operator_process() -> Option<u32> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
         let mut args = cmdline.split(|b| *b == 0);
         let first = args.next()?;
-        (first == binary.as_os_str().as_encoded_bytes() && args.next() == Some(b"run".as_slice())).then_some(pid)
+        (first == binary.as_os_str().as_encoded_bytes() && args.next() == Some(b"run".as_slice()))
+            .then_some(pid)
     })
 }
 
@@ -209,7 +213,11 @@ async fn main() {
             // (a pod would restart), and nothing would become Available any more.
             if let Some(status) = env.operator.exited() {
                 let log = env.operator.log();
-                let last = log.lines().rev().find(|l| l.contains("ERROR")).unwrap_or_default();
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("ERROR"))
+                    .unwrap_or_default();
                 println!("K={k}: the operator exited ({status}) with {n} of {k} Available; stopping. {last}");
                 return;
             }

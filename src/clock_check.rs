@@ -14,10 +14,18 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Reading, SystemClock};
 use crate::clock_offset::{Offset, OffsetTracker, Sample, release_blocked};
 use crate::metrics::Metrics;
+use crate::server_clock::{ServerClock, ServerTime, TimedDate};
+
+/// Samples taken at start, [`START_BURST_STEP`] apart.
+const START_BURST: u64 = 8;
+const START_BURST_STEP: Duration = Duration::from_millis(125);
 
 pub struct ClockCheck {
     clock: SystemClock,
     offsets: Mutex<OffsetTracker>,
+    /// The same samples placed on the monotonic clock: the reference members' clocks are
+    /// recorded against, so that another leader can compare them (§9.3).
+    server: Mutex<ServerClock>,
     /// The largest offset to the API server at which releases go on.
     bound: Duration,
     /// Pause between two samples.
@@ -30,6 +38,9 @@ impl ClockCheck {
             clock: SystemClock::new(),
             // Samples older than a few periods say nothing about now.
             offsets: Mutex::new(OffsetTracker::new(period * 4)),
+            // Longer than the offset's: members' clocks are compared with this one across
+            // leaders, and more samples (at more phases of the server's second) narrow it.
+            server: Mutex::new(ServerClock::new(period * 12)),
             bound,
             period,
         }
@@ -41,6 +52,14 @@ impl ClockCheck {
 
     pub fn offset(&self) -> Option<Offset> {
         self.lock().offset(self.clock.uptime())
+    }
+
+    /// The API server's clock at the monotonic instant `at`, if recently measured.
+    pub fn server_time(&self, at: std::time::Instant) -> Option<ServerTime> {
+        self.server
+            .lock()
+            .expect("server clock lock is never poisoned")
+            .at(at)
     }
 
     /// Why releases must wait now, if they must.
@@ -55,7 +74,9 @@ impl ClockCheck {
             .body(Body::empty())
             .map_err(|e| e.to_string())?;
         let sent = self.clock.now().wall;
+        let sent_mono = std::time::Instant::now();
         let response = client.send(request).await.map_err(|e| e.to_string())?;
+        let received_mono = std::time::Instant::now();
         let received = self.clock.now().wall;
         let date = response
             .headers()
@@ -66,6 +87,14 @@ impl ClockCheck {
         let date: Timestamp = DateTimeParser::new()
             .parse_timestamp(date)
             .map_err(|e| format!("Date header {date:?}: {e}"))?;
+        self.server
+            .lock()
+            .expect("server clock lock is never poisoned")
+            .add(TimedDate {
+                sent: sent_mono,
+                received: received_mono,
+                date,
+            });
         let mut offsets = self.lock();
         offsets.add(Sample { sent, received, date }, self.clock.uptime());
         offsets
@@ -86,11 +115,18 @@ impl ClockCheck {
             }
             metrics.clock_steps(self.clock.skipped().as_secs_f64());
             n = n.wrapping_add(1);
-            // A fixed pattern of phases is enough: 0, 0.37, 0.74, 0.11 ... of a second.
-            let jitter = Duration::from_millis((n * 370) % 1000);
+            // At start, a burst at eight phases of the server's second narrows the estimate to
+            // about 125 ms within a second (members' clocks are compared with it, and a new
+            // leader's first comparison should not wait); then a fixed pattern of phases is
+            // enough: 0, 0.37, 0.74, 0.11 ... of a second.
+            let pause = if n < START_BURST {
+                START_BURST_STEP
+            } else {
+                self.period + Duration::from_millis((n * 370) % 1000)
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(self.period + jitter) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }

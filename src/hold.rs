@@ -28,10 +28,17 @@ pub fn hold_for(spec: &RedlockClusterSpec) -> Duration {
 
 /// When a hold that starts at `observed_at` ends, rounded *up* to the microsecond, the
 /// precision status stores (`MicroTime`): rounding down would shorten the hold.
+/// A hold too long to represent ends at the last representable instant: never sooner (the
+/// spec bounds maxLockTTL to 24 h, and what clients are told is bounded the same way, so this
+/// is a guard against a panic in the reconcile, not a rule).
 pub fn held_until(observed_at: Timestamp, hold: Duration) -> Timestamp {
-    let end = observed_at
-        .checked_add(SignedDuration::try_from(hold).expect("hold fits a SignedDuration (≤ 25h)"))
-        .expect("hold end is a representable time");
+    let end = SignedDuration::try_from(hold)
+        .ok()
+        .and_then(|h| observed_at.checked_add(h).ok())
+        .unwrap_or(Timestamp::MAX);
+    if end == Timestamp::MAX {
+        return floor_micros(end);
+    }
     ceil_micros(end)
 }
 
@@ -102,6 +109,14 @@ mod tests {
         let spec: RedlockClusterSpec =
             serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap();
         assert_eq!(hold_for(&spec), ms(31_300));
+    }
+
+    #[test]
+    fn a_hold_too_long_to_represent_ends_at_the_last_instant_instead_of_panicking() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let end = held_until(now, Duration::from_secs(u64::MAX / 4));
+        assert!(end > now + SignedDuration::from_hours(24 * 365 * 7000), "{end}");
+        assert_eq!(end.as_nanosecond() % 1000, 0);
     }
 
     #[test]

@@ -17,6 +17,8 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
+
 /// Scheduling noise of reading `TIME` (the reply is formed some time after the server's clock
 /// is read) and of this process taking its monotonic reading.
 pub const READ_SLACK: Duration = Duration::from_millis(2);
@@ -34,10 +36,10 @@ pub struct TimeSample {
 }
 
 impl TimeSample {
-    fn middle(&self) -> Instant {
+    pub fn middle(&self) -> Instant {
         self.sent + (self.received - self.sent) / 2
     }
-    fn half_rtt(&self) -> Duration {
+    pub fn half_rtt(&self) -> Duration {
         (self.received - self.sent) / 2
     }
 }
@@ -52,6 +54,9 @@ pub struct ClockTrack {
     first: TimeSample,
     /// Drift is reported once per process.
     drift_reported: bool,
+    /// Whether this leader compared the process with the clock on record
+    /// ([`crate::clock_record`]); set by the caller, kept while the run id is.
+    pub compared: bool,
 }
 
 /// What one sample says about a member's clock.
@@ -59,9 +64,14 @@ pub struct ClockTrack {
 pub enum Verdict {
     /// Nothing to report (also: the first sample of a process).
     Steady,
-    /// The member's clock advanced `by` more than real time allows since the last probe:
-    /// locks on it may have expired early.
-    JumpedForward { by: Duration },
+    /// The member's clock advanced `by` more than real time allows since the last probe, or
+    /// (`unwatched_since`: when the record it was compared with was read) at least `by` more
+    /// than drift explains since a reading on record, while no leader probed it: locks on it
+    /// may have expired early.
+    JumpedForward {
+        by: Duration,
+        unwatched_since: Option<Timestamp>,
+    },
     /// The member's clock advanced `by` less than real time since the last probe (a backward
     /// step): locks expire late, which is safe.
     SteppedBack { by: Duration },
@@ -90,6 +100,7 @@ pub fn judge(
         last: sample,
         first: sample,
         drift_reported: false,
+        compared: false,
     };
     let Some(prev) = prev.filter(|p| p.run_id == run_id && sample.sent >= p.last.received) else {
         return (Verdict::Steady, fresh);
@@ -105,6 +116,7 @@ pub fn judge(
         return (
             Verdict::JumpedForward {
                 by: Duration::from_micros(excess as u64),
+                unwatched_since: None,
             },
             fresh,
         );
@@ -122,6 +134,7 @@ pub fn judge(
         last: sample,
         first: prev.first,
         drift_reported: prev.drift_reported,
+        compared: prev.compared,
     };
     let over = sample.middle() - prev.first.middle();
     if over >= DRIFT_WINDOW && !prev.drift_reported {
@@ -182,7 +195,8 @@ mod tests {
         assert_eq!(
             v[2],
             Verdict::JumpedForward {
-                by: Duration::from_secs(60)
+                by: Duration::from_secs(60),
+                unwatched_since: None,
             }
         );
         // The next probe judges against the new reading: no second report.

@@ -118,6 +118,9 @@ pub struct SlotObservation {
     pub pod_uid: Option<String>,
     /// What this probe's `TIME` said about the member's clock.
     pub clock: Option<crate::member_clock::Verdict>,
+    /// What the member's record should carry of its clock against the API server's
+    /// (`crate::clock_record`); `None` when nothing is known.
+    pub clock_record: Option<crate::crd::ClockRecord>,
     /// The recorded process that was never seen to stop (`unstopped`), looked for at its last
     /// address: what answered there, or why nothing did.
     pub unstopped: Option<Result<RedisInfo, String>>,
@@ -230,6 +233,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         pod_uid: pod.uid(),
         clock: None,
+        clock_record: None,
         unstopped: None,
         client_user: client_user_of(pod),
         probe_password_key: probe_password_key_of(pod),

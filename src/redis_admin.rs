@@ -275,12 +275,15 @@ impl AdminAccess {
     /// Lets lock clients in — only if `ip` still runs `expected_run_id`, started for the pod
     /// `expected_pod` (an address reused by another slot's process is never released). The
     /// checks and the command travel on one fresh connection, so a restart in between makes
-    /// the command fail instead of unfencing the new, empty process.
+    /// the command fail instead of unfencing the new, empty process. `passwords` (hashes,
+    /// `#<sha256 hex>`), when given, become exactly the client user's passwords in the same
+    /// command (empty: its passwords are left as they are, e.g. `default` with auth off).
     pub async fn release(
         &self,
         ip: IpAddr,
         expected_run_id: &str,
         expected_pod: Option<&str>,
+        passwords: &[String],
     ) -> Result<(), GuardedError> {
         let (mut conn, version) = self.connect_to_process(ip, expected_run_id).await?;
         if let Some(expected) = expected_pod {
@@ -295,9 +298,21 @@ impl AdminAccess {
                 });
             }
         }
+        // The passwords on record go in the same command as `on`: a process whose last
+        // password sync failed (or that someone gave another password) never serves with
+        // passwords other than those on record, not even until the next probe syncs it.
+        let passwords = (!passwords.is_empty())
+            .then_some(
+                ["resetpass"]
+                    .into_iter()
+                    .chain(passwords.iter().map(String::as_str)),
+            )
+            .into_iter()
+            .flatten();
         let release = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
+            .arg(passwords.collect::<Vec<_>>())
             .arg(release_rules(&version))
             .get_packed_command();
         let () = conn

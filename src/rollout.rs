@@ -52,6 +52,23 @@ pub fn decide(
         return Rollout::default();
     };
     let serving = serving_slots(members, observed, instances);
+    // An outdated member the operator itself keeps from clients (held, e.g. crash-looping under
+    // the old spec, which the new one may be meant to fix) is replaced first and without
+    // waiting: that costs no availability, and waiting for it to serve could wait forever.
+    // Only by its record: a Ready member whose pod merely reads not ready may still serve.
+    let fenced = |slot: &&Slot| {
+        members
+            .iter()
+            .find(|m| m.slot == **slot)
+            .is_none_or(|m| m.state != MemberState::Ready)
+    };
+    if let Some(&idle) = outdated.iter().find(fenced) {
+        return Rollout {
+            replace: Some(idle),
+            outdated,
+            waiting: None,
+        };
+    }
     let not_serving: Vec<&str> = Slot::all(instances)
         .filter(|slot| !serving.contains(slot))
         .map(|slot| {
@@ -192,6 +209,37 @@ mod tests {
         assert_eq!(r.replace, None);
         assert_eq!(r.outdated, slots(&[1, 2]));
         assert!(r.waiting.unwrap().contains("locks-0"));
+    }
+
+    /// A member crash-looping under the old spec never serves: waiting for it would stall the
+    /// rollout (the new spec may be its fix). It is replaced at once; that costs nothing.
+    #[test]
+    fn an_outdated_member_that_does_not_serve_is_replaced_without_waiting() {
+        let mut observed = BTreeMap::from([
+            (Slot::new(0), ready_pod(HASH)),
+            (Slot::new(1), ready_pod("old")),
+            (Slot::new(2), ready_pod("old")),
+        ]);
+        observed.get_mut(&Slot::new(2)).unwrap().pod = PodState::Running {
+            container_id: None,
+            ready: false,
+            terminating: false,
+        };
+        let held = members(&[MemberState::Ready, MemberState::Ready, MemberState::Held]);
+        let r = decide(3, &held, &observed, HASH);
+        assert_eq!((r.replace, r.waiting), (Some(Slot::new(2)), None));
+        // A Ready member whose pod merely reads not ready (a readiness flap) may still serve
+        // clients: the rollout waits for it as before.
+        let r = decide(3, &members(&[MemberState::Ready; 3]), &observed, HASH);
+        assert_eq!(r.replace, None);
+        assert!(r.waiting.unwrap().contains("locks-2"));
+        // Also where one fewer serving member would leave no quorum (N = 2): it serves no one.
+        let two = BTreeMap::from([
+            (Slot::new(0), ready_pod("old")),
+            (Slot::new(1), observed[&Slot::new(2)].clone()),
+        ]);
+        let r = decide(2, &members(&[MemberState::Ready, MemberState::Held]), &two, HASH);
+        assert_eq!(r.replace, Some(Slot::new(1)));
     }
 
     #[test]

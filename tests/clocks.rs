@@ -232,3 +232,77 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     )
     .await;
 }
+
+/// Issue 15: a member's clock jumps while no operator leader probes it (here: between one
+/// operator's exit and the next one's start, as across a leader change). The first lock's key
+/// on that member expires early. The new operator has no probe history of its own: it compares
+/// its first reading with the one on record (`status.members[].clock`), fences the member and
+/// holds it in full, so no second client gets a majority while the first lock is valid.
+#[tokio::test]
+async fn a_member_clock_jump_while_no_leader_probes_is_found_by_the_next_one() {
+    let ttl = Duration::from_secs(20);
+    let mut env = Env::start_config(
+        redlock_testenv::ControlPlaneConfig {
+            nodes: 3,
+            node_clocks: Some(redis_under_faketime()),
+            ..Default::default()
+        },
+        &["--leader-elect=false"],
+    )
+    .await;
+    env.serving_with_ttl(NAME, 3, "20s").await;
+    let before = env
+        .wait_member(
+            NAME,
+            1,
+            "member 1's clock on record",
+            Duration::from_secs(10),
+            |m| {
+                m.clock
+                    .as_ref()
+                    .is_some_and(|c| Some(&c.run_id) == m.run_id.as_ref())
+            },
+        )
+        .await;
+    let expiry = env.first_lock(NAME, &[1, 2], ttl).await;
+    env.operator.terminate(Duration::from_secs(10)).await.unwrap();
+    let node = env.node_of(NAME, 1).await;
+    env.cp.kubelet().set_node_clock(&node, "+60s").unwrap();
+    // libfaketime shows the member the new offset within 1 s: its copy of the lock expires.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    env.operator = start_operator_env(&env.cp, "operator-next.log", &["--leader-elect=false"], &[]).await;
+    // The next operator's first probes (one probe period, after its first clock sample).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+    assert!(attempts > 20, "{attempts}");
+    let m = env
+        .wait_member(
+            NAME,
+            1,
+            "member 1 held for its clock jump",
+            Duration::from_secs(5),
+            |m| {
+                m.state == MemberState::Held
+                    && m.message
+                        .as_deref()
+                        .is_some_and(|t| t.contains("no leader probed it in between"))
+            },
+        )
+        .await;
+    assert_eq!(m.run_id, before.run_id, "the same process, held: {m:?}");
+    let recorded = m.clock.expect("the reading after the jump is on record");
+    let was = before.clock.unwrap();
+    assert!(
+        recorded.offset_low_millis - was.offset_high_millis > 55_000,
+        "{recorded:?} vs {was:?}"
+    );
+    env.wait_event("ClockJump").await;
+    let ip = env.pod_ip(NAME, 1).await;
+    assert!(
+        connect(ip, &env.client_login(NAME).await).await.is_err(),
+        "fenced"
+    );
+}

@@ -301,7 +301,14 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
     let ip = env.pod_ip(NAME, 0).await;
     let client = env.client_login(NAME).await;
     let admin = env.admin_login(NAME).await;
-    let mut a = connect(ip, &admin).await.unwrap();
+    // Held is on record as soon as the loss is seen, which can be before the restarted
+    // process listens (CI under load: connection refused).
+    let mut a = wait_for(
+        "the restarted process answers",
+        Duration::from_secs(20),
+        async || Ok(connect(ip, &admin).await.ok()),
+    )
+    .await;
     // Let a client in behind the operator's back, and keep its connection open (a fence must
     // also end connections already logged in, not only refuse new logins).
     let mut logged_in = None;

@@ -513,15 +513,20 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
 /// failover to an operator 20 s ahead, a partitioned node's pod force-deleted, a partitioned
 /// node deleted (healed by a new kubelet that registers it again), a resize) with
 /// rslock, go-redsync and node-redlock, on real nodes: faults hit the containers' processes
-/// and the kubelets, clients reach the members through kube-proxy.
+/// and the kubelets, clients reach the members through kube-proxy. A member's clock jump is
+/// not run here (the images have no libfaketime; the run prints why).
 async fn safety_short_run_on_real_nodes() {
+    use redlock_safety::schedule::FaultKind;
     use redlock_test_support::safety_harness::{Settings, assert_safe, run};
-    let mut settings = Settings::from_env(
-        redlock_safety::schedule::FaultKind::ALL.len(),
-        1,
-        "safety-real-nodes",
-    );
-    settings.real_nodes = true;
+    let settings = Settings::one_round(1, "safety-real-nodes", true);
+    // Every other kind, once.
+    let others: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !k.needs_member_clocks())
+        .collect();
+    if std::env::var("SAFETY_KINDS").is_err() {
+        assert_eq!(settings.kinds, others);
+    }
     let report = run(&settings).await.expect("safety run");
     assert_safe(&report, &settings);
 }

@@ -42,6 +42,9 @@ pub const ALLOWED_REDIS_CONFIG: &[&str] = &[
 /// for the CEL rule; the operator applies the same class in `resources::config::entry_problem`).
 pub const REDIS_CONFIG_VALUE_PATTERN: &str = "^[ !#-&(-~]*$";
 
+/// The largest maxLockTTL a spec may ask for (its CEL rule says the same).
+pub const MAX_LOCK_TTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// A set of N independent Redis masters serving Redlock clients, with the Redlock
 /// "delayed restart" rule enforced: an instance that lost its keys serves again only after
 /// every lock it could have granted has expired.

@@ -199,6 +199,28 @@ pub struct MemberStatus {
     /// hold has run, until it is unfenced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<String>,
+
+    /// The process's wall clock against the API server's, as last put on record: another
+    /// operator leader compares its own first reading with it, so that a forward jump of the
+    /// member's clock while no leader probed it is found too. Written when the process is
+    /// first read, after a jump, as the clocks drift apart, and at least hourly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockRecord>,
+}
+
+/// A member process's clock minus the API server's clock: somewhere in
+/// `[offsetLowMillis, offsetHighMillis]` at `readAt` (the API server's time then, roughly).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClockRecord {
+    /// The Redis `run_id` of the process it was read from.
+    pub run_id: String,
+    /// The least the member's clock was ahead of the API server's (negative: behind), ms.
+    pub offset_low_millis: i64,
+    /// The most the member's clock was ahead of the API server's, ms.
+    pub offset_high_millis: i64,
+    /// When it was read, on the API server's clock.
+    pub read_at: MicroTime,
 }
 
 /// A process that outlived its pod object as far as the operator knows.
@@ -248,6 +270,7 @@ impl MemberStatus {
             listener: None,
             unstopped: None,
             maintenance: None,
+            clock: None,
         }
     }
 }

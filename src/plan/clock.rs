@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
+
 use super::holds::start_hold;
 use super::input::PlanInput;
 use super::step::Step;
@@ -52,10 +54,20 @@ pub(super) fn clock_jumped(
     obs: &SlotObservation,
     run_id: &str,
     by: Duration,
+    unwatched_since: Option<Timestamp>,
     step: &mut Step,
 ) -> MemberStatus {
+    let when = match unwatched_since {
+        None => "since the last probe".to_owned(),
+        // Found by comparing with the reading on record (crate::clock_record): no leader
+        // probed it in between, e.g. across an operator leader change.
+        Some(at) => format!(
+            "at least, beyond drift, since its clock was read at {} (by an earlier operator leader; no leader probed it in between)",
+            at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        ),
+    };
     let why = format!(
-        "its clock jumped {:.3} s forward since the last probe: locks on it may have expired early, as if it had lost its keys",
+        "its clock jumped {:.3} s forward {when}: locks on it may have expired early, as if it had lost its keys",
         by.as_secs_f64()
     );
     step.fence = Some(run_id.to_owned());

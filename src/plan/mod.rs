@@ -46,6 +46,7 @@ pub use holds::{hold_start, hold_timer_keys};
 pub use input::{NO_MAINTENANCE, PlanInput, Timing};
 pub use step::{MemberEvent, Plan};
 
+use crate::clock_record;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::remaining;
 use crate::model::Slot;
@@ -91,7 +92,14 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         {
             plan.awaiting_process = true;
         }
-        if let Some(m) = step.member {
+        if let Some(mut m) = step.member {
+            // The clock on record follows the process the record is about, whichever state
+            // built it (crate::clock_record).
+            m.clock = clock_record::for_process(
+                m.run_id.as_deref(),
+                obs.clock_record.as_ref(),
+                prev.and_then(|p| p.clock.as_ref()),
+            );
             if m.state.is_holding()
                 && let Some(until) = &m.held_until
                 && until.0 > input.now

@@ -24,12 +24,12 @@ pub(super) fn ready(
         return next;
     }
     let process = running_process(obs);
-    if let Some(Verdict::JumpedForward { by }) = obs.clock
+    if let Some(Verdict::JumpedForward { by, unwatched_since }) = obs.clock
         && let Some(p) = &process
         && let Some(run_id) = p.run_id
         && !is_other_process(prev, p)
     {
-        return clock_jumped(input, prev, obs, run_id, by, step);
+        return clock_jumped(input, prev, obs, run_id, by, unwatched_since, step);
     }
     report_clock(prev, obs, step);
     let lost = lost_why(prev, obs, process.as_ref());

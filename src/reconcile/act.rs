@@ -24,7 +24,7 @@ use crate::model::Slot;
 use crate::observe::SlotObservation;
 use crate::reasons::{ClusterReason, MemberReason};
 use crate::redis_admin::AdminAccess;
-use crate::resources::names::slot_name;
+use crate::resources::names::{CLIENT_USER, slot_name};
 use crate::resources::{endpoints, pod};
 
 /// What acting came to.
@@ -58,7 +58,7 @@ pub async fn act(
     } else {
         None
     };
-    let released = release(ctx, cluster, ns, &inputs.access, observed, &on_record, now).await?;
+    let released = release(ctx, cluster, ns, inputs, observed, &on_record, now).await?;
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
@@ -207,7 +207,7 @@ async fn release(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    access: &AdminAccess,
+    inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
     now: Timestamp,
@@ -226,8 +226,14 @@ async fn release(
         // its own, because a release names the run_id whose hold ended and is sent on the
         // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
-        let access = access.for_slot(o);
-        match access.release(ip, run_id, o.pod_uid.as_deref()).await {
+        let access = inputs.access.for_slot(o);
+        // With auth on, the passwords on record (as a password sync sets them).
+        let passwords = if access.client_user == CLIENT_USER {
+            inputs.credentials.accepted_client_hashes()
+        } else {
+            Vec::new()
+        };
+        match access.release(ip, run_id, o.pod_uid.as_deref(), &passwords).await {
             Ok(()) => {
                 released = true;
                 let previous = cluster

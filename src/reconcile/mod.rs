@@ -76,7 +76,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     }
 
-    let inputs = inputs::read(&ctx, cluster, &ns).await?;
+    let mut inputs = inputs::read(&ctx, cluster, &ns).await?;
     let children = children::apply(&ctx, cluster, &ns, &inputs).await?;
     // The TTL audit compares keys with the maxLockTTL in force before this reconcile.
     let in_force = cluster
@@ -89,7 +89,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let mut observation = observation::observe(&ctx, cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
     let password_rotation =
-        passwords::rotate(&ctx, cluster, &ns, &inputs, &children, &observation.slots).await?;
+        passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);

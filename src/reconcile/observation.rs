@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::clock_record;
 use crate::context::Context;
+use crate::crd::ClockRecord;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
 use crate::member_clock::{self, ClockTrack};
@@ -237,21 +239,44 @@ async fn probe_all(
             }
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
-                let (verdict, track) = member_clock::judge(
-                    clocks.get(&key),
-                    &info.run_id,
-                    time,
-                    cluster.spec.clock_drift_factor,
+                let prev = clocks.get(&key);
+                let factor = cluster.spec.clock_drift_factor;
+                let (verdict, mut track) =
+                    member_clock::judge(prev, &info.run_id, time, factor, max_lock_ttl);
+                // Against the reading on record, once per process and leader: a jump while no
+                // leader probed it (docs/design.md §9.3).
+                let across = clock_record::across_leaders(
+                    recorded_clock(cluster, slot),
+                    ctx.clock
+                        .server_time(time.middle())
+                        .and_then(|server| clock_record::reading(&info.run_id, &time, server)),
+                    prev.is_some_and(|p| p.run_id == info.run_id && p.compared),
+                    verdict,
+                    factor,
                     max_lock_ttl,
                 );
+                track.compared = across.compared;
                 tracks.push((key, track));
-                o.clock = Some(verdict);
+                o.clock = Some(across.verdict);
+                o.clock_record = across.record;
                 o.probe = Probe::Answered(info);
             }
             Err(e) => o.probe = Probe::Failed(e),
         }
     }
     tracks
+}
+
+/// The clock reading on record for `slot` (any process: the comparison checks whose).
+fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> {
+    cluster
+        .status
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| m.slot == slot)?
+        .clock
+        .as_ref()
 }
 
 /// What the cluster's `<name>-endpoints` ConfigMap tells clients (the operator's cache).
@@ -273,11 +298,17 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
         servers: data
             .get("servers")
             .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as i32),
-        max_lock_ttl: data
-            .get(MAX_LOCK_TTL_MILLIS)
-            .and_then(|m| m.trim().parse::<u64>().ok())
-            .map(Duration::from_millis),
+        max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
     }
+}
+
+/// The maxLockTTL a `<name>-endpoints` ConfigMap tells clients. The operator never publishes
+/// more than the spec allows (24 h); a larger value can only be a hand edit, and is read as
+/// that maximum (holds then last up to 24 h and more, never an absurd or unrepresentable
+/// time).
+fn published_ttl(millis: &str) -> Option<Duration> {
+    let ttl = Duration::from_millis(millis.trim().parse::<u64>().ok()?);
+    Some(ttl.min(crate::crd::MAX_LOCK_TTL_LIMIT))
 }
 
 /// Members per node and zone, from the pods' nodes and the nodes' zone labels.
@@ -431,4 +462,20 @@ fn absorb_samples(
         }
         ttl_audit::report(&audit.members)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_ttl_beyond_what_the_spec_allows_is_read_as_the_maximum() {
+        assert_eq!(published_ttl("30000"), Some(Duration::from_secs(30)));
+        assert_eq!(published_ttl(" 1500\n"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            published_ttl("250000000000000"),
+            Some(crate::crd::MAX_LOCK_TTL_LIMIT)
+        );
+        assert_eq!(published_ttl("30s"), None);
+    }
 }

@@ -21,12 +21,14 @@ use crate::password_rotation::{self, Coverage, ProcessPasswords, Timing};
 use crate::resources::names::CLIENT_USER;
 use crate::resources::secrets::{Credentials, PROBE_PASSWORD_KEY, client_user, generate_password};
 
-/// Returns the rotation's condition for the status.
+/// Returns the rotation's condition for the status. A step taken replaces `inputs`'
+/// credentials with those now on record: what follows in this reconcile (a release sets the
+/// client user's passwords) must use them, never the ones read before the step.
 pub async fn rotate(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    inputs: &Inputs,
+    inputs: &mut Inputs,
     children: &ChildrenReport,
     observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Desired>> {
@@ -67,7 +69,9 @@ pub async fn rotate(
         }
     }
     sync(ctx, inputs, &creds, &found, observed).await?;
-    Ok(condition(&creds))
+    let desired = condition(&creds);
+    inputs.credentials = creds;
+    Ok(desired)
 }
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the

@@ -501,12 +501,20 @@ pub fn recover_credentials(
     {
         other.push(p.clone());
     }
-    // The operator's copy first: it is the one clients cannot edit by accident.
-    let (client_password, from) = match stored(admin, CLIENT_PASSWORD_KEY) {
-        Some(p) => (Some(p), admin_secret_name(cluster_name)),
-        None => (stored(client, "password"), client_secret_name(cluster_name)),
+    // The operator's copy first: it is the one clients cannot edit by accident. When it does
+    // not match the ACL files but the clients' copy does (e.g. `<name>-admin` restored from a
+    // backup taken before a rotation), the processes accept the clients' copy: that one is
+    // on record, and `<name>-admin` is written with it again.
+    let client_copy = stored(client, "password");
+    let client_password = match stored(admin, CLIENT_PASSWORD_KEY) {
+        Some(p) => match known(CLIENT_USER, Some(p), &other, admin_secret_name(cluster_name)) {
+            Err(mismatch @ CredentialsProblem::Mismatch { .. }) => client_copy
+                .and_then(|c| known(CLIENT_USER, Some(c), &other, client_secret_name(cluster_name)).ok())
+                .ok_or(mismatch)?,
+            found => found?,
+        },
+        None => known(CLIENT_USER, client_copy, &other, client_secret_name(cluster_name))?,
     };
-    let client_password = known(CLIENT_USER, client_password, &other, from)?;
     Ok(Credentials {
         admin_password,
         client_password,
@@ -718,6 +726,28 @@ mod tests {
         let admin = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "rotated")]);
         assert_eq!(
             recover(Some(&admin), None, Some(&acl)),
+            Err(CredentialsProblem::Mismatch {
+                user: CLIENT_USER,
+                secret: "locks-admin".into(),
+                acl: "locks-acl".into(),
+            })
+        );
+    }
+
+    /// `<name>-admin` restored from a backup taken before a rotation: its copy of the client
+    /// password is the old one, but `<name>-client` holds the one the processes accept.
+    #[test]
+    fn a_stale_operator_copy_of_the_client_password_gives_way_to_the_clients_matching_one() {
+        let rotated = Credentials::new("adminpw".into(), "rotated".into(), probe_password_of("adminpw"));
+        let acl = acl_of(true, &rotated);
+        let restored = stored_secret(&[("password", "adminpw"), (CLIENT_PASSWORD_KEY, "clientpw")]);
+        let client = stored_secret(&[("password", "rotated")]);
+        let got = recover(Some(&restored), Some(&client), Some(&acl)).unwrap();
+        assert_eq!(got.client_password, "rotated");
+        // Neither copy matches: still refused, naming the operator's copy.
+        let edited = stored_secret(&[("password", "edited")]);
+        assert_eq!(
+            recover(Some(&restored), Some(&edited), Some(&acl)),
             Err(CredentialsProblem::Mismatch {
                 user: CLIENT_USER,
                 secret: "locks-admin".into(),

@@ -115,7 +115,10 @@ fn releases_wait_while_the_clock_is_not_trusted() {
 fn a_member_clock_jump_fences_and_holds_a_serving_member() {
     let members = [ready(0, "A", "c1")];
     let jumped = SlotObservation {
-        clock: Some(Verdict::JumpedForward { by: secs(60) }),
+        clock: Some(Verdict::JumpedForward {
+            by: secs(60),
+            unwatched_since: None,
+        }),
         ..running("A", true, "c1")
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, jumped)]));
@@ -179,4 +182,67 @@ fn a_lengthened_hold_keeps_its_cause_in_the_message() {
         lengthened_message(None, step, t1),
         format!("{step}; held until {t1}")
     );
+}
+
+/// A jump found against the reading on record (no leader probed the member in between) is
+/// handled as any jump, and the message says how it was found.
+#[test]
+fn a_jump_found_against_the_record_fences_and_says_no_leader_probed() {
+    let members = [ready(0, "A", "c1")];
+    let jumped = SlotObservation {
+        clock: Some(Verdict::JumpedForward {
+            by: secs(60),
+            unwatched_since: Some(at(NOW - 30)),
+        }),
+        ..running("A", true, "c1")
+    };
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, jumped)]));
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
+    let m = &p.members[0];
+    assert_eq!(m.state, MemberState::Held);
+    let text = m.message.as_deref().unwrap();
+    assert!(
+        text.contains("jumped 60.000 s forward at least") && text.contains("no leader probed it in between"),
+        "{text}"
+    );
+}
+
+/// The clock on record follows the process a record is about, whichever state built the
+/// record: a new reading of that process replaces it, a record about another process is
+/// dropped, and a member without a known process carries none.
+#[test]
+fn the_clock_on_record_follows_the_records_process() {
+    let reading = |run: &str, low: i64| ClockRecord {
+        run_id: run.into(),
+        offset_low_millis: low,
+        offset_high_millis: low + 100,
+        read_at: MicroTime(at(NOW)),
+    };
+    let mut member = ready(0, "A", "c1");
+    member.clock = Some(reading("A", 0));
+    let members = [member];
+    // Nothing new read: the record stays.
+    let p = plan(
+        &input(1, &members, at(NOW)),
+        &observed([(0, running("A", true, "c1"))]),
+    );
+    assert_eq!(p.members[0].clock, Some(reading("A", 0)));
+    // A new reading of the same process replaces it.
+    let read = SlotObservation {
+        clock_record: Some(reading("A", 500)),
+        ..running("A", true, "c1")
+    };
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, read)]));
+    assert_eq!(p.members[0].clock, Some(reading("A", 500)));
+    // Another process (a restart): held, with its own reading, never the old one.
+    let restarted = SlotObservation {
+        clock_record: Some(reading("B", 7)),
+        ..running("B", false, "c2")
+    };
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, restarted)]));
+    assert_eq!(p.members[0].run_id.as_deref(), Some("B"));
+    assert_eq!(p.members[0].clock, Some(reading("B", 7)));
+    let unread = running("B", false, "c2");
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, unread)]));
+    assert_eq!(p.members[0].clock, None, "{:?}", p.members[0]);
 }

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
 use crate::clock::Reading;
-use crate::crd::{Listener, UnstoppedProcess};
+use crate::crd::{ClockRecord, Listener, UnstoppedProcess};
 use crate::hold::held_until;
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;

@@ -110,6 +110,7 @@ fn retired_slots() {
                 listener: None,
                 unstopped: None,
                 maintenance: None,
+                clock: None,
             }),
             true,
         ),

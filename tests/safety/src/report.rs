@@ -16,11 +16,38 @@ pub struct FaultRecord {
     pub kind: FaultKind,
     pub members: Vec<usize>,
     pub injected: u64,
-    /// When the harness undid it (SIGCONT, node restored, operator restarted); = injected for
-    /// faults that heal by themselves.
+    /// When the harness undid it (SIGCONT, node restored, operator restarted, the member's
+    /// clock back at true time); = injected for faults that heal by themselves.
     pub healed: u64,
     /// When every member served again (operator run) or the servers were back (control).
     pub recovered: u64,
+    /// How far the member's clock jumped (`member-clock-jump`), in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_jump_s: Option<u64>,
+    /// When the member's own clock (`TIME`) first showed the jump (`member-clock-jump`): its
+    /// locks have expired from then on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_jump_visible: Option<u64>,
+    /// When the operator had the fault on record (`member-clock-jump`: the member held for its
+    /// clock jump, the same process; the fence follows at once). From `clock_jump_visible` to
+    /// here, clients could still take the member's expired locks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detected: Option<u64>,
+    /// `member-clock-jump`: whether, just before its clock showed the jump, the member had a lock
+    /// whose holder had it on a bare quorum ([`on_bare_quorum`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exposed: Option<bool>,
+}
+
+/// Whether `member` has a lock (the value of one key on each member, `None` where absent)
+/// whose holder has it on exactly `quorum` members: only then can that member losing its keys
+/// let a second client take the lock (on it and the members without the lock) while the
+/// holder works on. A holder with more than a quorum keeps the second client below one.
+pub fn on_bare_quorum<T: PartialEq>(values: &[Option<T>], member: usize, quorum: usize) -> bool {
+    values
+        .get(member)
+        .and_then(Option::as_ref)
+        .is_some_and(|v| values.iter().filter(|o| o.as_ref() == Some(v)).count() == quorum)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,6 +138,38 @@ pub fn violations_after(violations: &[Violation], faults: &[FaultRecord]) -> BTr
     out
 }
 
+/// How many `violations` began (the second holder acquired) inside a member clock jump's
+/// window: the member had a lock on a bare quorum when its clock showed the jump, and the
+/// operator had not yet held it for that (`detected`; without an operator, until the clock was
+/// stepped back). That is the limit README "Clocks" states (a jump is found at the next probe,
+/// not prevented): such a violation is reported, and does not fail the run; any other does.
+pub fn in_clock_jump_windows(violations: &[Violation], faults: &[FaultRecord]) -> usize {
+    violations
+        .iter()
+        .filter(|v| {
+            faults.iter().any(|f| {
+                f.exposed == Some(true)
+                    && f.clock_jump_visible
+                        .is_some_and(|from| (from..=f.detected.unwrap_or(f.healed)).contains(&v.at))
+            })
+        })
+        .count()
+}
+
+/// The updates `mismatches` lost (a counter above its critical sections counts in full: no
+/// overlap explains it), less `explained` (one per in-window overlap).
+pub fn lost_updates_beyond(mismatches: &[CounterMismatch], explained: usize) -> i64 {
+    let missing: i64 = mismatches
+        .iter()
+        .map(|m| (m.critical_sections - m.counter).max(0))
+        .sum();
+    let surplus: i64 = mismatches
+        .iter()
+        .map(|m| (m.counter - m.critical_sections).max(0))
+        .sum();
+    (missing - explained as i64).max(0) + surplus
+}
+
 /// One phase (the operator run or the control run) as checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseReport {
@@ -119,6 +178,8 @@ pub struct PhaseReport {
     pub faults: usize,
     pub violations: Vec<Violation>,
     pub violations_after_fault_kind: BTreeMap<String, usize>,
+    /// Violations that began inside a member clock jump's window ([`in_clock_jump_windows`]).
+    pub violations_in_clock_jump_windows: usize,
     pub counter_mismatches: Vec<CounterMismatch>,
     pub fault_kinds: BTreeMap<FaultKind, KindStats>,
     pub fault_log: Vec<FaultRecord>,
@@ -139,6 +200,7 @@ impl PhaseReport {
             successful_operations: ops.iter().filter(|o| o.acquired()).count(),
             faults: faults.len(),
             violations_after_fault_kind: violations_after(&violations, faults),
+            violations_in_clock_jump_windows: in_clock_jump_windows(&violations, faults),
             violations,
             counter_mismatches,
             fault_kinds: kind_stats(ops, faults),
@@ -159,6 +221,12 @@ pub struct Report {
     pub faults: usize,
     pub violations: usize,
     pub counter_mismatches: usize,
+    /// The operator run's violations its stated limits do not explain: all but those that
+    /// began inside an exposed member clock jump's window ([`in_clock_jump_windows`]).
+    pub violations_beyond_limits: usize,
+    /// Lost updates beyond what those in-window overlaps explain (an overlap loses at most one
+    /// update).
+    pub lost_updates_beyond_limits: i64,
     pub control_violations: usize,
     pub control_counter_mismatches: usize,
     pub fault_kinds: BTreeMap<FaultKind, KindStats>,
@@ -183,6 +251,11 @@ impl Report {
             faults: operator.faults,
             violations: operator.violations.len(),
             counter_mismatches: operator.counter_mismatches.len(),
+            violations_beyond_limits: operator.violations.len() - operator.violations_in_clock_jump_windows,
+            lost_updates_beyond_limits: lost_updates_beyond(
+                &operator.counter_mismatches,
+                operator.violations_in_clock_jump_windows,
+            ),
             control_violations: control.violations.len(),
             control_counter_mismatches: control.counter_mismatches.len(),
             fault_kinds: operator.fault_kinds.clone(),
@@ -192,10 +265,13 @@ impl Report {
         }
     }
 
-    /// The suite passes when the operator run is clean and the control run is not: the
-    /// checker demonstrably sees what the operator prevents.
+    /// The suite passes when the operator run is clean but for its stated limit (overlaps that
+    /// began inside a member clock jump's window, and the updates they lost) and the control
+    /// run is not: the checker demonstrably sees what the operator prevents.
     pub fn passed(&self) -> bool {
-        self.violations == 0 && self.counter_mismatches == 0 && self.control_violations >= 1
+        self.violations_beyond_limits == 0
+            && self.lost_updates_beyond_limits == 0
+            && self.control_violations >= 1
     }
 
     pub fn summary_markdown(&self) -> String {
@@ -258,6 +334,69 @@ impl Report {
                 k.longest_unavailability_ms / 1000.0
             ));
         }
+        let secs = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e9;
+        let range = |v: &[f64]| {
+            let lo = format!("{:.1}", v.iter().copied().reduce(f64::min)?);
+            let hi = format!("{:.1}", v.iter().copied().reduce(f64::max)?);
+            Some(if lo == hi {
+                format!("{lo} s")
+            } else {
+                format!("{lo}–{hi} s")
+            })
+        };
+        let windows: Vec<f64> = o
+            .fault_log
+            .iter()
+            .filter_map(|f| Some(secs(f.clock_jump_visible?, f.detected?)))
+            .collect();
+        let shows: Vec<f64> = o
+            .fault_log
+            .iter()
+            .filter_map(|f| Some(secs(f.injected, f.clock_jump_visible?)))
+            .collect();
+        if let (Some(window), Some(show)) = (range(&windows), range(&shows)) {
+            s.push_str(&format!(
+                "\nMember clock jumps (operator run): {}, each member on record as held for it {window} after its \
+                 clock showed the jump (the window in which clients could still take its expired locks; the fence \
+                 follows the record at once). The step took {show} to show (libfaketime re-reads its offset file \
+                 about once a second).\n",
+                windows.len()
+            ));
+        }
+        let exposure = |p: &PhaseReport| {
+            let jumps: Vec<&FaultRecord> = p
+                .fault_log
+                .iter()
+                .filter(|f| f.kind == FaultKind::MemberClockJump)
+                .collect();
+            let exposed = jumps.iter().filter(|f| f.exposed == Some(true)).count();
+            let unknown = jumps.iter().filter(|f| f.exposed.is_none()).count();
+            (jumps.len(), exposed, unknown)
+        };
+        let ((on, oe, ou), (cn, ce, cu)) = (exposure(o), exposure(c));
+        if on + cn > 0 {
+            s.push_str(&format!(
+                "\nA member's lost keys let a second client in only where a holder had its lock on a bare quorum \
+                 including that member. Clock jumps that hit such a lock: operator run {oe} of {on}, control {ce} of \
+                 {cn}{}.\n",
+                if ou + cu > 0 {
+                    format!(" ({} not read)", ou + cu)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if o.violations_in_clock_jump_windows > 0 {
+            s.push_str(&format!(
+                "\n{} of the operator run's violations began inside a member clock jump's window (a lock on the \
+                 member was on a bare quorum when its clock showed the jump, and the operator had not held it \
+                 yet): the limit README \"Clock jumps\" states, reported and not failing the run. Violations \
+                 beyond it: {}; lost updates beyond it: {}.\n",
+                o.violations_in_clock_jump_windows,
+                self.violations_beyond_limits,
+                self.lost_updates_beyond_limits
+            ));
+        }
         if !c.violations_after_fault_kind.is_empty() {
             let by_kind: Vec<String> = c
                 .violations_after_fault_kind
@@ -300,7 +439,27 @@ mod tests {
             injected: from_ms * MS,
             healed: from_ms * MS,
             recovered: to_ms * MS,
+            clock_jump_s: None,
+            clock_jump_visible: None,
+            detected: None,
+            exposed: None,
         }
+    }
+
+    #[test]
+    fn a_lock_on_a_bare_quorum_is_exposed_to_one_members_loss() {
+        let v = |s: &[&str]| -> Vec<Option<String>> {
+            s.iter().map(|x| (!x.is_empty()).then(|| x.to_string())).collect()
+        };
+        // A holds on 0, 1, 2: losing 0 lets B in on 0, 3, 4.
+        assert!(on_bare_quorum(&v(&["a", "a", "a", "", ""]), 0, 3));
+        // Not on member 3; and with 4 members A keeps B at 2.
+        assert!(!on_bare_quorum(&v(&["a", "a", "a", "", ""]), 3, 3));
+        assert!(!on_bare_quorum(&v(&["a", "a", "a", "a", ""]), 0, 3));
+        // A loser's leftover on the others does not count for A.
+        assert!(on_bare_quorum(&v(&["a", "a", "a", "b", "b"]), 1, 3));
+        assert!(!on_bare_quorum(&v(&["a", "a", "a", "b", "b"]), 3, 3));
+        assert!(!on_bare_quorum::<String>(&[], 0, 3));
     }
 
     #[test]
@@ -425,5 +584,99 @@ mod tests {
             md.contains("PASSED") && md.contains("Example control violation"),
             "{md}"
         );
+        assert!(!md.contains("Member clock jumps"), "{md}");
+    }
+
+    #[test]
+    fn the_summary_gives_how_soon_clock_jumps_were_fenced() {
+        let jump = |from_ms: u64, found_ms: u64, exposed: bool| FaultRecord {
+            kind: FaultKind::MemberClockJump,
+            clock_jump_s: Some(30),
+            clock_jump_visible: Some((from_ms + 500) * MS),
+            detected: Some(found_ms * MS),
+            exposed: Some(exposed),
+            ..fault(FaultKind::MemberClockJump, from_ms, found_ms + 4000)
+        };
+        let faults = vec![
+            jump(0, 1200, true),
+            fault(FaultKind::KillOne, 6000, 6500),
+            jump(7000, 7800, false),
+        ];
+        let o = PhaseReport::new(&[], &faults, vec![], vec![], 1.0);
+        let c = PhaseReport::new(&[], &faults[..2], vec![], vec![], 1.0);
+        let r = Report::new(1, vec![], serde_json::json!({}), o, c);
+        let md = r.summary_markdown();
+        assert!(
+            md.contains(
+                "Member clock jumps (operator run): 2, each member on record as held for it 0.3–0.7 s after"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("The step took 0.5 s to show"), "{md}");
+        assert!(
+            md.contains("Clock jumps that hit such a lock: operator run 1 of 2, control 1 of 1."),
+            "{md}"
+        );
+        assert!(!md.contains("began inside a member clock jump's window"), "{md}");
+        let json = serde_json::to_value(&r.operator.fault_log).unwrap();
+        assert_eq!(json[0]["clock_jump_s"], 30);
+        assert!(json[1].get("detected").is_none(), "{json}");
+    }
+
+    #[test]
+    fn violations_inside_an_exposed_clock_jump_window_are_told_apart() {
+        let v = |at_ms: u64| Violation {
+            key: "k".into(),
+            first: 1,
+            second: 2,
+            first_client: "a".into(),
+            second_client: "b".into(),
+            at: at_ms * MS,
+            overlap_ns: 1,
+        };
+        let jump = |from_ms: u64, exposed: bool, detected_ms: Option<u64>| FaultRecord {
+            clock_jump_visible: Some((from_ms + 500) * MS),
+            detected: detected_ms.map(|d| d * MS),
+            exposed: Some(exposed),
+            healed: (from_ms + 3000) * MS,
+            ..fault(FaultKind::MemberClockJump, from_ms, from_ms + 5000)
+        };
+        // Operator run: the window is from the jump showing (500) to the hold on record (900).
+        let faults = vec![jump(0, true, Some(900)), jump(10_000, false, Some(10_900))];
+        let vs = [v(400), v(600), v(900), v(950), v(10_600)];
+        assert_eq!(in_clock_jump_windows(&vs, &faults), 2);
+        // Control: no operator, so until the clock was stepped back (3000).
+        assert_eq!(in_clock_jump_windows(&vs, &[jump(0, true, None)]), 3);
+        let o = PhaseReport::new(&[], &faults, vs[1..2].to_vec(), vec![], 1.0);
+        assert_eq!(o.violations_in_clock_jump_windows, 1);
+        let report = Report::new(1, vec![], serde_json::json!({}), o.clone(), o);
+        let md = report.summary_markdown();
+        assert!(
+            md.contains("1 of the operator run's violations began inside a member clock jump's window"),
+            "{md}"
+        );
+        // The stated limit: reported, not failing (the control has its violation).
+        assert_eq!(report.violations_beyond_limits, 0);
+        assert!(report.passed() && md.contains("PASSED"), "{md}");
+        // One outside the window fails the run.
+        let o = PhaseReport::new(&[], &faults, vs[1..4].to_vec(), vec![], 1.0);
+        let report = Report::new(1, vec![], serde_json::json!({}), o.clone(), o);
+        assert_eq!(report.violations_beyond_limits, 1);
+        assert!(!report.passed());
+    }
+
+    #[test]
+    fn only_updates_the_in_window_overlaps_can_have_lost_are_excused() {
+        let m = |sections: i64, counter: i64| CounterMismatch {
+            key: "k".into(),
+            critical_sections: sections,
+            counter,
+        };
+        assert_eq!(lost_updates_beyond(&[m(10, 9)], 1), 0);
+        assert_eq!(lost_updates_beyond(&[m(10, 8)], 1), 1);
+        assert_eq!(lost_updates_beyond(&[m(10, 9)], 0), 1);
+        // A counter above its critical sections: nothing explains it.
+        assert_eq!(lost_updates_beyond(&[m(10, 11)], 5), 1);
+        assert_eq!(lost_updates_beyond(&[m(10, 11)], 0), 1);
     }
 }

@@ -55,10 +55,16 @@ pub enum FaultKind {
     /// clients have (clients on the new list), confirmed once the operator asks for it. The
     /// members hit are the highest slots, the ones a scale-down removes.
     Resize,
+    /// The wall clock of one member's host steps `clock_jump_s` forward (more than any lock's
+    /// TTL, so every lock on it expires at once) while its process keeps serving; healed by
+    /// stepping it back to true time once the member serves again after the operator's hold
+    /// (in the control, after `duration_ms`). Needs Redis under libfaketime (the process
+    /// kubelet's per-node clocks); not run on real nodes.
+    MemberClockJump,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -72,6 +78,7 @@ impl FaultKind {
         FaultKind::Partition,
         FaultKind::PartitionDeleteNode,
         FaultKind::Resize,
+        FaultKind::MemberClockJump,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,7 +96,19 @@ impl FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::PartitionDeleteNode => "partition-delete-node",
             FaultKind::Resize => "resize",
+            FaultKind::MemberClockJump => "member-clock-jump",
         }
+    }
+
+    /// The kind named `name` (as `name()` spells it).
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether the fault needs members whose host clock the harness can step (Redis under
+    /// libfaketime), which real nodes' images do not have.
+    pub fn needs_member_clocks(self) -> bool {
+        self == FaultKind::MemberClockJump
     }
 
     /// How many of `n` members the fault hits.
@@ -113,44 +132,59 @@ pub struct Fault {
     /// Member slots hit, sorted.
     pub members: Vec<usize>,
     /// How long the fault lasts before the harness heals it (SIGCONT, node restore, operator
-    /// restart after the hold); 0 for faults that heal on their own.
+    /// restart after the hold, a clock stepped back); 0 for faults that heal on their own.
     pub duration_ms: u64,
+    /// How far a member's clock jumps forward (`MemberClockJump`), in seconds; 0 otherwise.
+    pub clock_jump_s: u64,
     /// Pause after the previous fault recovered, before this one is injected.
     pub gap_ms: u64,
 }
 
 /// Tunables of the schedule.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ScheduleConfig {
     pub members: usize,
+    /// The kinds dealt, each once per round (default: all of them).
+    pub kinds: Vec<FaultKind>,
     pub gap_ms: (u64, u64),
     pub stop_ms: (u64, u64),
     pub node_loss_ms: (u64, u64),
     /// How long the operator stays down beyond the hold.
     pub operator_down_extra_ms: (u64, u64),
+    /// How far a member's clock jumps: beyond the longest lock TTL of either run (the
+    /// operator run's 3 s and the control's 10 s), so every lock on it expires at once.
+    pub clock_jump_s: (u64, u64),
+    /// How long a jumped clock stays ahead at least (in the operator run also until the
+    /// member serves again after its hold).
+    pub clock_ahead_ms: (u64, u64),
 }
 
 impl Default for ScheduleConfig {
     fn default() -> Self {
         Self {
             members: 5,
+            kinds: FaultKind::ALL.to_vec(),
             gap_ms: (200, 1500),
             stop_ms: (500, 3000),
             // Shorter than the control plane's node-monitor grace period (8 s in envtest):
             // the pod is never evicted while its node is away.
             node_loss_ms: (1500, 5000),
             operator_down_extra_ms: (200, 2000),
+            clock_jump_s: (15, 60),
+            // About what the operator run's detection and hold take (1–2 s + 3.53 s).
+            clock_ahead_ms: (3000, 6000),
         }
     }
 }
 
 pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
+    assert!(!cfg.kinds.is_empty(), "a schedule needs at least one fault kind");
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(count);
     let mut deck: Vec<FaultKind> = Vec::new();
     while out.len() < count {
         if deck.is_empty() {
-            deck = FaultKind::ALL.to_vec();
+            deck = cfg.kinds.clone();
             rng.shuffle(&mut deck);
         }
         let kind = deck.pop().expect("refilled above");
@@ -163,6 +197,11 @@ pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
             FaultKind::StopCont => rng.range(cfg.stop_ms.0, cfg.stop_ms.1),
             FaultKind::NodeLoss => rng.range(cfg.node_loss_ms.0, cfg.node_loss_ms.1),
             FaultKind::OperatorKill => rng.range(cfg.operator_down_extra_ms.0, cfg.operator_down_extra_ms.1),
+            FaultKind::MemberClockJump => rng.range(cfg.clock_ahead_ms.0, cfg.clock_ahead_ms.1),
+            _ => 0,
+        };
+        let clock_jump_s = match kind {
+            FaultKind::MemberClockJump => rng.range(cfg.clock_jump_s.0, cfg.clock_jump_s.1),
             _ => 0,
         };
         let gap_ms = rng.range(cfg.gap_ms.0, cfg.gap_ms.1);
@@ -171,6 +210,7 @@ pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
             kind,
             members,
             duration_ms,
+            clock_jump_s,
             gap_ms,
         });
     }
@@ -232,9 +272,38 @@ mod tests {
                 FaultKind::StopCont => cfg.stop_ms,
                 FaultKind::NodeLoss => cfg.node_loss_ms,
                 FaultKind::OperatorKill => cfg.operator_down_extra_ms,
+                FaultKind::MemberClockJump => cfg.clock_ahead_ms,
                 _ => (0, 0),
             };
             assert!((lo..=hi).contains(&f.duration_ms), "{f:?}");
+            let (lo, hi) = match f.kind {
+                FaultKind::MemberClockJump => cfg.clock_jump_s,
+                _ => (0, 0),
+            };
+            assert!((lo..=hi).contains(&f.clock_jump_s), "{f:?}");
         }
+    }
+
+    #[test]
+    fn only_the_configured_kinds_are_dealt() {
+        let kinds: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|k| !k.needs_member_clocks())
+            .collect();
+        let cfg = ScheduleConfig {
+            kinds: kinds.clone(),
+            ..Default::default()
+        };
+        let s = schedule(9, kinds.len() * 5, &cfg);
+        for round in s.chunks(kinds.len()) {
+            let mut dealt: Vec<FaultKind> = round.iter().map(|f| f.kind).collect();
+            dealt.sort();
+            assert_eq!(dealt, kinds);
+        }
+        assert!(s.iter().all(|f| f.kind != FaultKind::MemberClockJump));
+        for k in FaultKind::ALL {
+            assert_eq!(FaultKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(FaultKind::from_name("no-such-kind"), None);
     }
 }

@@ -162,6 +162,10 @@ mod tests {
             injected: 200_000_000,
             healed: 200_000_000,
             recovered: 900_000_000,
+            clock_jump_s: None,
+            clock_jump_visible: None,
+            detected: None,
+            exposed: None,
         }];
         let clients = vec!["c1".to_string(), "c2".to_string(), "c3".to_string()];
         let phase = Phase {

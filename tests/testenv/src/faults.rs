@@ -80,4 +80,16 @@ impl Nodes<'_> {
             Self::Real(r) => r.restore_node(node),
         }
     }
+
+    /// Steps the wall clock of every Redis process on `node` to `offset` from true time (a
+    /// libfaketime offset such as "+30s"); only the process kubelet started with
+    /// `node_clocks` can. Real nodes' Redis images have no libfaketime.
+    pub fn set_node_clock(&self, node: &str, offset: &str) -> Result<()> {
+        match self {
+            Self::Process(k) => k.set_node_clock(node, offset),
+            Self::Real(_) => anyhow::bail!(
+                "real nodes cannot step a member's clock: their Redis images have no libfaketime"
+            ),
+        }
+    }
 }

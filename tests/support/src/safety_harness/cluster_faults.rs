@@ -1,22 +1,24 @@
 //! Faults against the RedlockCluster on the control plane, and the wait until it serves
 //! fully again. Each fault is injected the way it happens in a cluster: a signal to the pod's
 //! redis-server on its node, a pod deletion through the API, the operator process killed, a
-//! node that stops reporting.
+//! node that stops reporting, a node's wall clock stepped.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
+use redlock_operator::crd::{MemberState, MemberStatus};
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
 use redlock_safety::rng::Rng;
 use redlock_safety::schedule::{Fault, FaultKind};
 use serde_json::json;
 
+use super::clock_jump;
 use super::mounts::{self, Mounts};
 use super::workers::{self, ClientKind, Group, OpShape, Workload};
 use crate::{Env, start_operator, start_operator_env, wait_for, wait_held};
@@ -58,6 +60,14 @@ impl ListClients<'_> {
 /// shorter list published with the removed pods gone; the longer list back, its new members
 /// waiting for the confirmation), beyond the time the operator takes anyway.
 const BOTH_LISTS: Duration = Duration::from_secs(3);
+
+/// A clock jump as it went (CLOCK_MONOTONIC ns): what the harness saw when the member's clock
+/// showed it, when the operator had it on record, and when the clock was stepped back.
+struct ClockJumpRecord {
+    seen: clock_jump::Jumped,
+    detected: u64,
+    healed: u64,
+}
 
 pub struct ClusterTarget<'a> {
     pub env: &'a mut Env,
@@ -108,6 +118,7 @@ impl<'a> ClusterTarget<'a> {
         let injected = mono_ns();
         // Members whose process this fault replaces: recovery means a new run id there.
         let mut replaced = f.members.clone();
+        let mut clock_jump = None;
         match f.kind {
             FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority => {
                 for &m in &f.members {
@@ -245,6 +256,11 @@ impl<'a> ClusterTarget<'a> {
                 tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
                 self.env.cp.nodes().restore_node(&node).await?;
             }
+            FaultKind::MemberClockJump => {
+                // The same process serves on: nothing is replaced.
+                replaced.clear();
+                clock_jump = Some(self.clock_jump(f, &before).await?);
+            }
         }
         // Kills and deletions need no undoing: they are healed the moment they happen.
         let healed = match f.kind {
@@ -256,6 +272,7 @@ impl<'a> ClusterTarget<'a> {
             | FaultKind::Partition
             | FaultKind::PartitionDeleteNode
             | FaultKind::Resize => mono_ns(),
+            FaultKind::MemberClockJump => clock_jump.as_ref().map_or(injected, |j| j.healed),
             _ => injected,
         };
         self.wait_recovered(&replaced, &before).await;
@@ -266,7 +283,134 @@ impl<'a> ClusterTarget<'a> {
             injected,
             healed,
             recovered: mono_ns(),
+            clock_jump_s: (f.kind == FaultKind::MemberClockJump).then_some(f.clock_jump_s),
+            clock_jump_visible: clock_jump.as_ref().map(|j| j.seen.visible),
+            detected: clock_jump.as_ref().map(|j| j.detected),
+            exposed: clock_jump.as_ref().map(|j| j.seen.exposed),
         })
+    }
+
+    /// One member's host clock steps `clock_jump_s` forward while its process serves (every
+    /// lock on it expires once the process sees the step). The operator must find the jump at a
+    /// probe and hold the same process (fenced, README "Clocks"). Healed once the member serves
+    /// again after that hold, and at least `duration_ms` after the jump, by stepping the clock
+    /// back to true time: a backward step only makes the locks taken meanwhile expire late, and
+    /// the operator reports it (`ClockStepBack`) without fencing, so healing is no second
+    /// jump; checked.
+    async fn clock_jump(&self, f: &Fault, before: &[Option<String>]) -> Result<ClockJumpRecord> {
+        let slot = f.members[0];
+        let pod = self.pod(slot);
+        let run_id = before[slot]
+            .clone()
+            .with_context(|| format!("{pod} has no run id on record"))?;
+        let node = self.env.node_of(&self.name, slot as i32).await;
+        // The harness reads every member's locks as the operator's admin user.
+        let admin = self.env.admin_login(&self.name).await;
+        let mut conns = Vec::new();
+        for s in 0..self.members {
+            let ip = self.env.pod_ip(&self.name, s as i32).await;
+            conns.push(crate::connect(ip, &admin).await?);
+        }
+        let jumped = std::time::Instant::now();
+        let nodes = self.env.cp.nodes();
+        let seen = clock_jump::step_and_watch(
+            &mut conns,
+            slot,
+            &self.clients.shape.keys,
+            Duration::from_secs(f.clock_jump_s),
+            || nodes.set_node_clock(&node, &format!("+{}s", f.clock_jump_s)),
+        )
+        .await?;
+        let same_process = |m: &MemberStatus| m.run_id.as_deref() == Some(run_id.as_str());
+        // The next probe (every second) finds it.
+        self.env
+            .wait_member(
+                &self.name,
+                slot as i32,
+                "member held for its clock jump",
+                Duration::from_secs(20),
+                |m| {
+                    m.state == MemberState::Held
+                        && same_process(m)
+                        && m.message.as_deref().is_some_and(|t| t.contains("clock jumped"))
+                },
+            )
+            .await;
+        let detected = mono_ns();
+        self.env
+            .wait_member(
+                &self.name,
+                slot as i32,
+                "member serving again after its clock-jump hold",
+                Duration::from_secs(60),
+                |m| m.state == MemberState::Ready && same_process(m),
+            )
+            .await;
+        let ahead = Duration::from_millis(f.duration_ms);
+        tokio::time::sleep(ahead.saturating_sub(jumped.elapsed())).await;
+
+        let jumps = self.slot_events("ClockJump", &pod).await?;
+        let steps_back = self.slot_events("ClockStepBack", &pod).await?;
+        self.env.cp.nodes().set_node_clock(&node, "+0")?;
+        clock_jump::wait_stepped_back(&mut conns[slot], Duration::from_secs(f.clock_jump_s)).await?;
+        let healed = mono_ns();
+        let env = &*self.env;
+        wait_for("the step back reported", Duration::from_secs(30), async || {
+            Ok((self.slot_events("ClockStepBack", &pod).await? > steps_back).then_some(()))
+        })
+        .await;
+        let m = env
+            .member(&self.name, slot as i32)
+            .await
+            .with_context(|| format!("{pod} not on record"))?;
+        let jumps_after = self.slot_events("ClockJump", &pod).await?;
+        if m.state != MemberState::Ready || !same_process(&m) || jumps_after != jumps {
+            bail!(
+                "{pod}: its clock stepped back to true time after a jump, which must be reported, not fenced; now {:?} (run id {:?}, was {run_id}), ClockJump events {jumps} -> {jumps_after}: {:?}",
+                m.state,
+                m.run_id,
+                m.message
+            );
+        }
+        Ok(ClockJumpRecord {
+            seen,
+            detected,
+            healed,
+        })
+    }
+
+    /// How often the operator published `reason` about pod `pod` (events of one slot with the
+    /// same reason are one series while they repeat within minutes).
+    async fn slot_events(&self, reason: &str, pod: &str) -> Result<u32> {
+        self.events(reason, Some(pod)).await
+    }
+
+    /// How often the operator published `reason`, about any pod or only `pod`.
+    async fn events(&self, reason: &str, pod: Option<&str>) -> Result<u32> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.env.cp.client(), &self.env.ns);
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && pod.is_none_or(|p| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(p))
+            })
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u32))
+            .sum())
+    }
+
+    /// What the operator said about members' clocks over the run: every event of
+    /// `ClockJump`, `ClockStepBack` and `ClockDrift` (a run whose Redis processes run under
+    /// libfaketime should have none beyond its `member-clock-jump` faults).
+    pub async fn clock_events(&self) -> Result<String> {
+        let mut out = Vec::new();
+        for reason in ["ClockJump", "ClockStepBack", "ClockDrift"] {
+            out.push(format!("{reason} {}", self.events(reason, None).await?));
+        }
+        Ok(out.join(", "))
     }
 
     /// Scale-down by `removed` (the highest slots) with every worker on the full list until

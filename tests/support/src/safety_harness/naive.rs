@@ -1,7 +1,8 @@
 //! The control experiment's server set: the same redis-server, N masters, no persistence,
 //! the same client user and password, but no fence and no hold. A crashed member is restarted
 //! at once, empty, and serves clients immediately: what a StatefulSet with `restartPolicy:
-//! Always` and no delayed-restart rule does.
+//! Always` and no delayed-restart rule does. When members' clocks jump in the run, each runs
+//! under libfaketime with its own offset file, as the operator run's pods do on their nodes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,10 @@ use nix::sys::signal::Signal;
 use redlock_safety::clock::mono_ns;
 use redlock_safety::report::FaultRecord;
 use redlock_safety::schedule::{Fault, FaultKind};
+use redlock_testenv::operator::{faketime_env, set_clock_offset};
 use redlock_testenv::procs::{ManagedChild, free_port};
+
+use super::clock_jump;
 
 /// How long "the kubelet" waits before restarting a crashed member (the envtest kubelet's
 /// first restart is immediate; a little delay keeps the port free for the new process).
@@ -25,10 +29,20 @@ pub struct NaiveSet {
     user: String,
     password: String,
     dir: PathBuf,
+    /// A redis-server that runs under libfaketime, when members' clocks can be stepped.
+    faketime_redis: Option<PathBuf>,
 }
 
 impl NaiveSet {
-    pub async fn start(n: usize, user: &str, password: &str, dir: &Path) -> Result<Self> {
+    /// `faketime_redis`: a redis-server that runs under libfaketime; each member then runs it
+    /// with its own clock (`set_clock`), true at first.
+    pub async fn start(
+        n: usize,
+        user: &str,
+        password: &str,
+        dir: &Path,
+        faketime_redis: Option<PathBuf>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut set = NaiveSet {
             ports: (0..n).map(|_| free_port()).collect::<Result<_>>()?,
@@ -36,8 +50,12 @@ impl NaiveSet {
             user: user.to_owned(),
             password: password.to_owned(),
             dir: dir.to_owned(),
+            faketime_redis,
         };
         for i in 0..n {
+            if set.faketime_redis.is_some() {
+                set.set_clock(i, "+0")?;
+            }
             set.launch(i)?;
         }
         for i in 0..n {
@@ -46,8 +64,28 @@ impl NaiveSet {
         Ok(set)
     }
 
+    fn clock_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("naive-{i}.clock"))
+    }
+
+    /// Steps member `i`'s wall clock to `offset` from true time (a libfaketime offset such as
+    /// "+30s"); its process sees it within about two seconds (libfaketime re-reads the file).
+    fn set_clock(&self, i: usize, offset: &str) -> Result<()> {
+        if self.faketime_redis.is_none() {
+            bail!("the control's members do not run under libfaketime");
+        }
+        set_clock_offset(&self.clock_file(i), offset)
+    }
+
     fn launch(&mut self, i: usize) -> Result<()> {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = match &self.faketime_redis {
+            Some(redis) => {
+                let mut cmd = Command::new(redis);
+                cmd.envs(faketime_env(&self.clock_file(i)));
+                cmd
+            }
+            None => Command::new("redis-server"),
+        };
         cmd.args(["--bind", "127.0.0.1", "--port"])
             .arg(self.ports[i].to_string())
             .args([
@@ -136,7 +174,8 @@ impl NaiveSet {
 
     /// The same fault as on the cluster, as it plays out without fencing: every loss of a
     /// process is a restart that serves at once, empty.
-    pub async fn inject(&mut self, f: &Fault) -> Result<FaultRecord> {
+    pub async fn inject(&mut self, f: &Fault, keys: &[String]) -> Result<FaultRecord> {
+        let mut seen = None;
         let injected = mono_ns();
         match f.kind {
             FaultKind::KillOne | FaultKind::KillMinority | FaultKind::KillMajority | FaultKind::DeletePod => {
@@ -162,9 +201,36 @@ impl NaiveSet {
                 tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
                 self.signal(f.members[0], Signal::SIGCONT)?;
             }
+            // Nothing notices the jump: the member serves on, its locks expired, until its
+            // clock is stepped back (which only makes the locks taken meanwhile expire late).
+            FaultKind::MemberClockJump => {
+                let m = f.members[0];
+                let jumped = std::time::Instant::now();
+                let mut conns = Vec::new();
+                for port in &self.ports {
+                    let url = format!("redis://{}:{}@127.0.0.1:{port}", self.user, self.password);
+                    conns.push(
+                        redis::Client::open(url)?
+                            .get_multiplexed_async_connection()
+                            .await?,
+                    );
+                }
+                let jump = Duration::from_secs(f.clock_jump_s);
+                seen = Some(
+                    clock_jump::step_and_watch(&mut conns, m, keys, jump, || {
+                        self.set_clock(m, &format!("+{}s", f.clock_jump_s))
+                    })
+                    .await?,
+                );
+                let ahead = Duration::from_millis(f.duration_ms);
+                tokio::time::sleep(ahead.saturating_sub(jumped.elapsed())).await;
+                self.set_clock(m, "+0")?;
+                // Healed once the member's clock shows true time again.
+                clock_jump::wait_stepped_back(&mut conns[m], jump).await?;
+            }
         }
         let healed = match f.kind {
-            FaultKind::StopCont | FaultKind::NodeLoss => mono_ns(),
+            FaultKind::StopCont | FaultKind::NodeLoss | FaultKind::MemberClockJump => mono_ns(),
             _ => injected,
         };
         for &m in &f.members {
@@ -177,6 +243,10 @@ impl NaiveSet {
             injected,
             healed,
             recovered: mono_ns(),
+            clock_jump_s: (f.kind == FaultKind::MemberClockJump).then_some(f.clock_jump_s),
+            clock_jump_visible: seen.as_ref().map(|j| j.visible),
+            detected: None,
+            exposed: seen.as_ref().map(|j| j.exposed),
         })
     }
 }

@@ -250,17 +250,26 @@ pub async fn renew_lease(client: &kube::Client, node: &str) -> Result<()> {
     let now = Timestamp::now();
     let renew = json!({ "spec": { "renewTime": MicroTime(now), "holderIdentity": node } });
     match leases
-        .patch(node, &PatchParams::default(), &Patch::Merge(renew))
+        .patch(node, &PatchParams::default(), &Patch::Merge(&renew))
         .await
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.is_not_found() => {
             let uid = Api::<Node>::all(client.clone()).get(node).await?.metadata.uid;
-            leases
+            match leases
                 .create(&PostParams::default(), &lease_object(node, uid, now))
                 .await
-                .with_context(|| format!("create lease of node {node}"))?;
-            Ok(())
+            {
+                Ok(_) => Ok(()),
+                // Created meanwhile: a node's restore and its heartbeat both renew the lease
+                // of a node that comes back after its Node (and lease) were deleted.
+                Err(kube::Error::Api(s)) if s.is_already_exists() => leases
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&renew))
+                    .await
+                    .map(|_| ())
+                    .with_context(|| format!("renew lease of node {node}")),
+                Err(e) => Err(e).with_context(|| format!("create lease of node {node}")),
+            }
         }
         Err(e) => Err(e).with_context(|| format!("renew lease of node {node}")),
     }

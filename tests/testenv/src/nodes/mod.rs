@@ -5,13 +5,15 @@
 //! whose containers keep serving, a lost node is a killed kubelet with its containers.
 //!
 //! Layout: `layout` (addresses and names, pure), `config` (config files, pure), `namespace`
-//! (the run's namespaces), `cgroups` (cgroup roots), `node` (one node's processes).
+//! (the run's namespaces), `cgroups` (cgroup roots), `node` (one node's processes),
+//! `port_forward` (a port outside forwarded into the namespaces, for `make demo`).
 
 pub mod cgroups;
 pub mod config;
 pub mod layout;
 pub mod namespace;
 mod node;
+pub mod port_forward;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -43,26 +43,80 @@ pub fn enter() -> Result<()> {
     if inside() {
         return Ok(());
     }
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let err = unshare(&args, false)?.exec();
+    Err(err).context("exec unshare (util-linux)")
+}
+
+/// Runs the current program again, with `args`, inside new namespaces as a *child*, so that
+/// the caller stays outside (e.g. to forward a port into them, [`super::port_forward`]).
+/// Returns the `unshare` process: its own network namespace is the new one, and its forked
+/// child (PID 1 of the new PID namespace) is the program. `--kill-child`: if `unshare` dies,
+/// the program dies too, and with it every process of the namespace.
+pub fn spawn_inside(args: &[std::ffi::OsString]) -> Result<std::process::Child> {
+    let mut cmd = unshare(args, true)?;
+    // If the caller dies without stopping it, `unshare` is killed, and with it (`--kill-child`)
+    // the whole namespace: no process of it outlives the caller.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().context("spawn unshare (util-linux)")
+}
+
+/// `unshare` running this program with `args` in new network, mount and PID namespaces
+/// (`kill_child`: the program dies if `unshare` does).
+fn unshare(args: &[std::ffi::OsString], kill_child: bool) -> Result<Command> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("real nodes need root (network, mount and PID namespaces, cgroups)");
     }
     let exe = std::env::current_exe().context("own executable")?;
-    let err = Command::new("unshare")
-        .args([
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--",
-        ])
-        .arg(exe)
-        .args(std::env::args_os().skip(1))
-        .env(MARKER, "1")
-        .exec();
-    Err(err).context("exec unshare (util-linux)")
+    let mut cmd = Command::new("unshare");
+    if kill_child {
+        cmd.arg("--kill-child");
+    }
+    cmd.args([
+        "--net",
+        "--mount",
+        "--propagation",
+        "private",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--",
+    ])
+    .arg(exe)
+    .args(args)
+    .env(MARKER, "1");
+    Ok(cmd)
+}
+
+/// The program `unshare` (process `unshare_pid`) forked into the new namespaces, by its PID
+/// on this side, once it exists.
+pub fn program_of(unshare_pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A TCP connection to `addr` made inside the network namespace of process `pid` (a socket
+/// stays in the namespace it was made in; only the connecting thread enters it).
+pub fn connect_inside(pid: u32, addr: std::net::SocketAddr) -> Result<std::net::TcpStream> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .with_context(|| format!("open the network namespace of {pid}"))?;
+    std::thread::spawn(move || -> Result<std::net::TcpStream> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+        std::net::TcpStream::connect(addr).with_context(|| format!("connect to {addr} inside"))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the connecting thread panicked"))?
 }
 
 /// Sets up the namespaces once per process: loopback up, forwarding between the nodes'

@@ -604,6 +604,82 @@ mod tests {
         assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());
     }
 
+    /// The member series are set again, despite the memo of what was last set, whenever
+    /// anything they show changed: a state, maintenance, the instances, the quorum, the
+    /// members' names; a held member's hold (it changes with the time) every time; and after
+    /// the cluster was forgotten.
+    #[test]
+    fn member_series_follow_every_change_despite_the_memo() {
+        let m = Metrics::default();
+        let at = |s| Timestamp::from_second(s).unwrap();
+        let line = |state: &str, n: i32| {
+            format!(r#"redlock_members{{namespace="ns",cluster="locks",state="{state}"}} {n}"#)
+        };
+        let has = |m: &Metrics, l: &str| m.render().contains(l);
+        let ready = [
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Ready, None),
+        ];
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(100));
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(101));
+        assert!(has(&m, &line("ready", 2)));
+        let starting = [
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Starting, None),
+        ];
+        m.observe_members("ns", "locks", &status(&starting, 2), 2, at(102));
+        assert!(
+            has(&m, &line("ready", 1)) && has(&m, &line("starting", 1)),
+            "a state changed"
+        );
+        let maintained = [
+            member(0, MemberState::Ready, None),
+            MemberStatus {
+                maintenance: Some("kernel".into()),
+                ..member(1, MemberState::Starting, None)
+            },
+        ];
+        m.observe_members("ns", "locks", &status(&maintained, 2), 2, at(103));
+        assert!(has(
+            &m,
+            r#"redlock_members_in_maintenance{namespace="ns",cluster="locks"} 1"#
+        ));
+        m.observe_members("ns", "locks", &status(&maintained, 1), 2, at(104));
+        assert!(has(
+            &m,
+            r#"redlock_cluster_quorum{namespace="ns",cluster="locks"} 1"#
+        ));
+        m.observe_members("ns", "locks", &status(&maintained, 1), 3, at(105));
+        assert!(has(
+            &m,
+            r#"redlock_cluster_instances{namespace="ns",cluster="locks"} 3"#
+        ));
+        let renamed = [
+            member(0, MemberState::Ready, None),
+            member(2, MemberState::Starting, None),
+        ];
+        m.observe_members("ns", "locks", &status(&renamed, 1), 3, at(106));
+        assert!(
+            !has(&m, r#"member="locks-1""#) && has(&m, r#"member="locks-2""#),
+            "names"
+        );
+        let held = [
+            member(0, MemberState::Ready, None),
+            member(2, MemberState::Held, Some(130)),
+        ];
+        m.observe_members("ns", "locks", &status(&held, 1), 3, at(110));
+        m.observe_members("ns", "locks", &status(&held, 1), 3, at(120));
+        let left = r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-2"} 10.0"#;
+        assert!(has(&m, left), "a hold counts down with the time\n{}", m.render());
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(130));
+        m.forget_cluster("ns", "locks");
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(131));
+        assert!(
+            has(&m, &line("ready", 2)),
+            "set again after the cluster was forgotten"
+        );
+    }
+
     #[test]
     fn a_member_unfenced_after_its_hold_is_overdue_from_the_unfencing() {
         let m = Metrics::default();

@@ -63,4 +63,29 @@ mod tests {
         assert_eq!(hashes.of(&b), spec_hash(&b.spec));
         assert_ne!(hashes.of(&a), hashes.of(&b));
     }
+
+    /// Another cluster at the same resourceVersion (or the same name created again) has its
+    /// own hash; a forgotten cluster's is computed again; without a UID or resourceVersion
+    /// nothing is remembered.
+    #[test]
+    fn kept_per_cluster_uid_and_forgotten_with_it() {
+        let hashes = SpecHashes::default();
+        let a = cluster("1", "redis:7.4");
+        assert_eq!(hashes.of(&a), spec_hash(&a.spec));
+        let mut other = cluster("1", "redis:8.0");
+        other.metadata.uid = Some("u2".into());
+        assert_eq!(hashes.of(&other), spec_hash(&other.spec));
+        hashes.forget("u1");
+        let mut edited_while_forgotten = cluster("1", "valkey:9");
+        assert_eq!(
+            hashes.of(&edited_while_forgotten),
+            spec_hash(&edited_while_forgotten.spec)
+        );
+        edited_while_forgotten.metadata.resource_version = None;
+        edited_while_forgotten.spec.image = "redis:6".into();
+        assert_eq!(
+            hashes.of(&edited_while_forgotten),
+            spec_hash(&edited_while_forgotten.spec)
+        );
+    }
 }

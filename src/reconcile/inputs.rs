@@ -210,9 +210,8 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         Some(credentials) => credentials,
         None => {
             let recovered = recover(false).await?;
-            // Only if recovered from these very cached Secrets alone.
-            let unchanged = versions.is_some() && cached_versions(&ctx.caches.secrets, ns, &name) == versions;
-            if let Some(v) = versions.filter(|_| unchanged && !generated.load(Ordering::Relaxed)) {
+            let after = cached_versions(&ctx.caches.secrets, ns, &name);
+            if let Some(v) = rememberable(versions, after, generated.load(Ordering::Relaxed)) {
                 ctx.memory.credentials.keep(uid, v, recovered.clone());
             }
             recovered
@@ -241,6 +240,14 @@ fn cached_versions(store: &Store<Secret>, ns: &str, name: &str) -> Option<Versio
     ])
 }
 
+/// What credentials just recovered may be remembered under: the cached Secrets they were
+/// recovered from, only if the cache showed all three before and after recovering (none was
+/// read from the API server, none changed meanwhile) and no password was generated (a new
+/// one each time until it is written).
+fn rememberable(before: Option<Versions>, after: Option<Versions>, generated: bool) -> Option<Versions> {
+    before.filter(|b| !generated && after.as_ref() == Some(b))
+}
+
 async fn cached_or_get(
     store: &Store<Secret>,
     client: &kube::Client,
@@ -254,4 +261,82 @@ async fn cached_or_get(
         .get_opt(name)
         .await?
         .map(Arc::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    fn secret(name: &str, uid: &str, version: &str) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("team".into());
+        s.metadata.uid = Some(uid.into());
+        s.metadata.resource_version = Some(version.into());
+        s
+    }
+
+    /// Every change to one of the three Secrets (an edit, a delete, a delete and create again)
+    /// gives other versions, and so misses the credentials memo.
+    #[test]
+    fn the_cached_versions_change_with_each_secret() {
+        let (store, mut writer) = reflector::store::<Secret>();
+        let mut apply = |s: Secret| writer.apply_watcher_event(&watcher::Event::Apply(s));
+        apply(secret("locks-admin", "a", "1"));
+        apply(secret("locks-client", "c", "2"));
+        assert_eq!(
+            cached_versions(&store, "team", "locks"),
+            None,
+            "the ACL Secret is not cached"
+        );
+        apply(secret("locks-acl", "l", "3"));
+        let first = cached_versions(&store, "team", "locks").unwrap();
+        assert_eq!(first[0], ("a".to_owned(), "1".to_owned()));
+        assert_eq!(
+            cached_versions(&store, "team", "other"),
+            None,
+            "another cluster's"
+        );
+        apply(secret("locks-client", "c", "4"));
+        let edited = cached_versions(&store, "team", "locks").unwrap();
+        assert_ne!(edited, first, "the client Secret edited");
+        apply(secret("locks-acl", "l2", "3"));
+        let recreated = cached_versions(&store, "team", "locks").unwrap();
+        assert_ne!(recreated, edited, "the ACL Secret created again");
+        writer.apply_watcher_event(&watcher::Event::Delete(secret("locks-admin", "a", "1")));
+        assert_eq!(
+            cached_versions(&store, "team", "locks"),
+            None,
+            "the admin Secret deleted"
+        );
+    }
+
+    #[test]
+    fn only_credentials_recovered_from_unchanged_cached_secrets_are_remembered() {
+        let v = |admin: &str| -> Versions {
+            [
+                ("a".into(), admin.into()),
+                ("c".into(), "2".into()),
+                ("l".into(), "3".into()),
+            ]
+        };
+        assert_eq!(rememberable(Some(v("1")), Some(v("1")), false), Some(v("1")));
+        assert_eq!(
+            rememberable(Some(v("1")), Some(v("1")), true),
+            None,
+            "a password generated"
+        );
+        assert_eq!(
+            rememberable(Some(v("1")), Some(v("5")), false),
+            None,
+            "changed meanwhile"
+        );
+        assert_eq!(rememberable(Some(v("1")), None, false), None, "deleted meanwhile");
+        assert_eq!(
+            rememberable(None, Some(v("1")), false),
+            None,
+            "one was read from the API server"
+        );
+    }
 }

@@ -87,6 +87,46 @@ fn requests_by_kind(cp: &ControlPlane, ns: &str, from: Timestamp, to: Timestamp)
     out
 }
 
+/// The operator binary, or with `BENCH_OPERATOR_WRAPPER` (e.g. `heaptrack -o /tmp/op`) a
+/// script at `script` that runs it under that command, for profiling a run.
+fn wrapped_operator(script: &std::path::Path) -> std::path::PathBuf {
+    let Some(wrapper) = std::env::var("BENCH_OPERATOR_WRAPPER")
+        .ok()
+        .filter(|w| !w.trim().is_empty())
+    else {
+        return operator_bin();
+    };
+    let text = format!("#!/bin/sh\nexec {wrapper} {} \"$@\"\n", operator_bin().display());
+    std::fs::write(script, text).unwrap();
+    std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    println!("operator run under: {wrapper}");
+    script.to_owned()
+}
+
+/// The process running the operator binary itself (`redlock-operator run`), found by its
+/// command line: under a wrapper it is not the process the benchmark started.
+fn operator_process() -> Option<u32> {
+    let binary = operator_bin();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let mut args = cmdline.split(|b| *b == 0);
+        let first = args.next()?;
+        (first == binary.as_os_str().as_encoded_bytes() && args.next() == Some(b"run".as_slice()))
+            .then_some(pid)
+    })
+}
+
+/// The operator's reconciles so far (its `redlock_reconciles_total`).
+async fn reconciles(env: &Env) -> f64 {
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("redlock_reconciles_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn available(env: &Env) -> usize {
     let list = env.clusters().list(&ListParams::default()).await.unwrap();
     list.items
@@ -136,16 +176,22 @@ async fn main() {
     // setting costs.
     let operator_args = std::env::var("BENCH_OPERATOR_ARGS").unwrap_or_default();
     let operator_args: Vec<&str> = operator_args.split_whitespace().collect();
+    let binary = wrapped_operator(&cp.dir().join("operator-wrapped.sh"));
     let mut operator = OperatorProcess::start(
-        &operator_bin(),
+        &binary,
         &kubeconfig,
         &cp.dir().join("operator.log"),
         &operator_args,
     )
     .unwrap();
     operator.wait_ready(Duration::from_secs(60)).await.unwrap();
-    let env = Env { operator, ns, cp };
-    let pid = env.operator.pid();
+    let mut env = Env { operator, ns, cp };
+    // Under a wrapper, the operator is the wrapper's descendant: its usage is read from it.
+    let pid = if binary == operator_bin() {
+        env.operator.pid()
+    } else {
+        operator_process().expect("the wrapped operator runs")
+    };
 
     let mut created = 0;
     for &k in &ks {
@@ -163,6 +209,18 @@ async fn main() {
             if n >= k {
                 break;
             }
+            // E.g. its Lease not renewed in time on a saturated machine: it exits by design
+            // (a pod would restart), and nothing would become Available any more.
+            if let Some(status) = env.operator.exited() {
+                let log = env.operator.log();
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("ERROR"))
+                    .unwrap_or_default();
+                println!("K={k}: the operator exited ({status}) with {n} of {k} Available; stopping. {last}");
+                return;
+            }
             if started.elapsed() > Duration::from_secs(1800) {
                 println!("K={k}: only {n} of {k} Available after 30 min; stopping");
                 return;
@@ -176,11 +234,21 @@ async fn main() {
 
         tokio::time::sleep(Duration::from_secs(10)).await;
         let (cpu0, _, _) = usage(pid);
+        let reconciles0 = reconciles(&env).await;
         let from = Timestamp::now();
         tokio::time::sleep(window).await;
         let to = Timestamp::now();
         let (cpu1, rss, peak) = usage(pid);
+        let reconciles1 = reconciles(&env).await;
         let minutes = window.as_secs_f64() / 60.0;
+        // Per reconcile as well: on a saturated machine reconciles come late, and fewer of
+        // them cost less CPU.
+        let rate = (reconciles1 - reconciles0) / window.as_secs_f64();
+        println!(
+            "K={k}: steady state: {rate:.1} reconciles/s ({:.2} per cluster), {:.0} µs CPU per reconcile",
+            rate / k as f64,
+            (cpu1 - cpu0) / (reconciles1 - reconciles0).max(1.0) * 1e6
+        );
         println!(
             "K={k}: steady state: operator RSS {rss:.1} MiB (peak {peak:.1} MiB), CPU {:.1}% of a core; machine load average {}",
             (cpu1 - cpu0) / window.as_secs_f64() * 100.0,

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::{ByteString, NamespaceResourceScope};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -41,33 +41,40 @@ pub trait Child:
 // re-apply forever). Redis reads only the operator's keys.
 impl Child for ConfigMap {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        contains(
-            &live.data.clone().unwrap_or_default(),
-            &desired.data.clone().unwrap_or_default(),
-        ) && contains(
-            &live.binary_data.clone().unwrap_or_default(),
-            &desired.binary_data.clone().unwrap_or_default(),
-        )
+        contains(live.data.as_ref(), desired.data.as_ref())
+            && contains(live.binary_data.as_ref(), desired.binary_data.as_ref())
     }
 }
 
 impl Child for Secret {
     fn content_matches(live: &Self, desired: &Self) -> bool {
-        contains(&secret_bytes(live), &secret_bytes(desired)) && live.type_ == desired.type_
+        secret_contains(live, desired) && live.type_ == desired.type_
     }
 }
 
-fn contains<V: PartialEq>(live: &BTreeMap<String, V>, desired: &BTreeMap<String, V>) -> bool {
-    desired.iter().all(|(k, v)| live.get(k) == Some(v))
+fn contains<V: PartialEq>(live: Option<&BTreeMap<String, V>>, desired: Option<&BTreeMap<String, V>>) -> bool {
+    desired
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| live.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// A Secret's content as the API server stores it (`stringData` is folded into `data`).
-fn secret_bytes(s: &Secret) -> BTreeMap<String, ByteString> {
-    let mut data = s.data.clone().unwrap_or_default();
-    for (k, v) in s.string_data.clone().unwrap_or_default() {
-        data.insert(k, ByteString(v.into_bytes()));
+/// Whether `live` holds every key of `desired` with its value, as the API server stores a
+/// Secret (`stringData` folded into `data`, where it wins).
+fn secret_contains(live: &Secret, desired: &Secret) -> bool {
+    fn value<'a>(s: &'a Secret, k: &str) -> Option<&'a [u8]> {
+        match s.string_data.as_ref().and_then(|d| d.get(k)) {
+            Some(v) => Some(v.as_bytes()),
+            None => s.data.as_ref().and_then(|d| d.get(k)).map(|b| b.0.as_slice()),
+        }
     }
-    data
+    let keys = desired
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .chain(desired.string_data.iter().flatten().map(|(k, _)| k));
+    keys.into_iter().all(|k| value(live, k) == value(desired, k))
 }
 
 impl Child for Service {}
@@ -127,12 +134,24 @@ fn carries_labels_of<K: Resource>(live: &K, desired: &K) -> bool {
         .all(|l| desired.labels().get(*l).is_some() && live.labels().get(*l) == desired.labels().get(*l))
 }
 
+/// What an apply came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The cache shows the object as desired: nothing was sent.
+    InCache,
+    /// The object is as desired, found so by a read from the API server (the cache does not
+    /// show it).
+    ByRead,
+    /// Written (or, for a delete, sent).
+    Written,
+}
+
 /// Applies `desired` unless the copy in `cache` (the operator's watch of its own objects)
 /// already is it. Refuses ([`Error::OwnedByOther`]) to touch an object of that name that
 /// another owner controls, and adopts one that is [`Ownership::Adoptable`]: the cache holds
 /// only objects labelled as the operator's, so an object missing there is looked up by name
-/// before it is created. Returns whether it wrote.
-pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<bool> {
+/// before it is created. Returns whether it wrote, and how it knew when it did not.
+pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<Applied> {
     apply_if_changed_at(api, cache, desired, None).await
 }
 
@@ -147,14 +166,16 @@ pub async fn apply_if_changed_at<K: Child>(
     cache: &Store<K>,
     mut desired: K,
     read_at: Option<&str>,
-) -> Result<bool> {
+) -> Result<Applied> {
     let hash = desired_hash(&desired);
     let name = desired.name_any();
-    let live = match cache.get(&ObjectRef::from_obj(&desired)) {
-        Some(cached) => Some((*cached).clone()),
+    let cached = cache.get(&ObjectRef::from_obj(&desired));
+    let read = match &cached {
+        Some(_) => None,
         None => api.get_opt(&name).await?,
     };
-    match live.as_ref().map(|live| ownership(live, &desired)) {
+    let live = cached.as_deref().or(read.as_ref());
+    match live.map(|live| ownership(live, &desired)) {
         Some(Ownership::Other(owner)) => {
             return Err(Error::OwnedByOther {
                 kind: K::kind(&()).into_owned(),
@@ -164,7 +185,13 @@ pub async fn apply_if_changed_at<K: Child>(
         }
         // Adopted by applying: the owner reference becomes this cluster's.
         Some(Ownership::Adoptable) => {}
-        Some(Ownership::Ours) | None if is_current(live.as_ref(), &desired, &hash) => return Ok(false),
+        Some(Ownership::Ours) | None if is_current(live, &desired, &hash) => {
+            return Ok(if cached.is_some() {
+                Applied::InCache
+            } else {
+                Applied::ByRead
+            });
+        }
         _ => {}
     }
     desired.annotations_mut().insert(APPLIED_HASH.into(), hash);
@@ -181,7 +208,7 @@ pub async fn apply_if_changed_at<K: Child>(
         &Patch::Apply(&value),
     )
     .await?;
-    Ok(true)
+    Ok(Applied::Written)
 }
 
 /// Creates a slot's pod. Pods are never patched: their spec is immutable in the ways that
@@ -218,6 +245,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::ByteString;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn cm(value: &str) -> ConfigMap {

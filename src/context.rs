@@ -1,7 +1,7 @@
 //! The one shared context every reconcile receives.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,11 +11,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{Backoff, RetryGate};
 use crate::clock_check::ClockCheck;
 use crate::hold_timers::HoldTimers;
+use crate::instance_index::InstanceIndex;
 use crate::leader::Leadership;
 use crate::member_clock::ClockTrack;
 use crate::metrics::Metrics;
@@ -43,6 +44,12 @@ pub struct Context {
 /// controller's own watches.
 pub struct Caches {
     pub pods: Store<Pod>,
+    /// The names of each cluster's pods in `pods` (`Caches::pods_of`).
+    pub pod_index: Arc<InstanceIndex>,
+    /// Counts the watch events of every cache of children other than pods (Secrets,
+    /// ConfigMaps, Services, PDBs, NetworkPolicies): while it stands still, none of them
+    /// changed (`children_memo`).
+    pub children_version: Arc<AtomicU64>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
     pub services: Store<Service>,
@@ -54,6 +61,17 @@ pub struct Caches {
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.
     pub caches_synced: Arc<AtomicBool>,
+}
+
+impl Caches {
+    /// The pods in `ns` labelled as the cluster `instance`'s, as the cache shows them.
+    pub fn pods_of(&self, ns: &str, instance: &str) -> Vec<Arc<Pod>> {
+        self.pod_index
+            .names(ns, instance)
+            .iter()
+            .filter_map(|name| self.pods.get(&ObjectRef::new(name).within(ns)))
+            .collect()
+    }
 }
 
 /// The operator's settings.
@@ -93,6 +111,14 @@ pub struct Memory {
     pub member_clocks: Mutex<HashMap<(String, Slot), ClockTrack>>,
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
+    /// Per cluster UID, its spec hash as of the cluster object's last version.
+    pub spec_hashes: crate::spec_hashes::SpecHashes,
+    /// Per cluster UID, the credentials last recovered from its cached Secrets.
+    pub credentials: crate::credentials_memo::CredentialsMemo,
+    /// Per cluster UID, what its children were last all found current from.
+    pub children: crate::children_memo::ChildrenMemo,
+    /// The same for its endpoints ConfigMap (written after the status, from what serves).
+    pub endpoints: crate::children_memo::ChildrenMemo,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
     pub probe_connections: crate::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.

@@ -1,10 +1,10 @@
 //! Wiring of the operator: watches, the controller loop, the HTTP server, shutdown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -15,12 +15,14 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
+use crate::cache_trim::Trim;
 use crate::cli::RunArgs;
 use crate::clock_check::ClockCheck;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
 use crate::http::{self, HttpState};
+use crate::instance_index::InstanceIndex;
 use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
@@ -142,12 +144,38 @@ fn watch(
     ready: Arc<AtomicBool>,
 ) -> (Caches, Controller<RedlockCluster>) {
     let managed = watcher::Config::default().labels(&managed_selector());
-    let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone());
-    let (secrets, secret_events) = cached_watch(scoped::<Secret>(client, ns), managed.clone());
-    let (config_maps, config_map_events) = cached_watch(scoped::<ConfigMap>(client, ns), managed.clone());
-    let (services, service_events) = cached_watch(scoped::<Service>(client, ns), managed.clone());
-    let (pdbs, pdb_events) = cached_watch(scoped::<PodDisruptionBudget>(client, ns), managed.clone());
-    let (netpols, netpol_events) = cached_watch(scoped::<NetworkPolicy>(client, ns), managed.clone());
+    let pod_index = Arc::new(InstanceIndex::default());
+    let index = pod_index.clone();
+    let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone(), move |e| {
+        index.apply(e)
+    });
+    // Any change to a child other than a pod: what `Caches::children_version` counts.
+    let children_version = Arc::new(AtomicU64::new(0));
+    let (secrets, secret_events) = cached_watch(
+        scoped::<Secret>(client, ns),
+        managed.clone(),
+        counted(&children_version),
+    );
+    let (config_maps, config_map_events) = cached_watch(
+        scoped::<ConfigMap>(client, ns),
+        managed.clone(),
+        counted(&children_version),
+    );
+    let (services, service_events) = cached_watch(
+        scoped::<Service>(client, ns),
+        managed.clone(),
+        counted(&children_version),
+    );
+    let (pdbs, pdb_events) = cached_watch(
+        scoped::<PodDisruptionBudget>(client, ns),
+        managed.clone(),
+        counted(&children_version),
+    );
+    let (netpols, netpol_events) = cached_watch(
+        scoped::<NetworkPolicy>(client, ns),
+        managed.clone(),
+        counted(&children_version),
+    );
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
     let node_watch = watcher(
@@ -158,7 +186,7 @@ fn watch(
     .reflect(node_writer);
     tokio::spawn(node_watch.for_each(|_| async {}));
 
-    let (cluster_cache, cluster_events) = cached_watch(clusters, watcher::Config::default());
+    let (cluster_cache, cluster_events) = cached_watch(clusters, watcher::Config::default(), |_| {});
     let controller = Controller::for_stream(cluster_events, cluster_cache.clone())
         .owns_stream(pod_events)
         .owns_stream(secret_events)
@@ -168,6 +196,8 @@ fn watch(
         .owns_stream(netpol_events);
     let caches = Caches {
         pods,
+        pod_index,
+        children_version,
         secrets,
         config_maps,
         services,
@@ -292,16 +322,19 @@ fn election_config(args: &RunArgs, client: &Client) -> Result<Option<LeaseConfig
     }))
 }
 
-/// One watch that both fills a cache the reconciler reads and triggers the controller.
+/// One watch that both fills a cache the reconciler reads and triggers the controller;
+/// `on_event` sees each event once the cache shows it (indexes, change counters).
 fn cached_watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> (
     reflector::Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
     K: Resource<DynamicType = ()>
+        + Trim
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -312,26 +345,20 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
-        .modify(trim)
+        .modify(Trim::trim)
         .reflect(writer)
+        .inspect_ok(move |event| on_event(event))
         .touched_objects();
     (store, events)
 }
 
-/// What no plan reads is not kept: the cache holds one copy of every watched object for the
-/// life of the process, and managedFields (an entry per writer, rewritten on every status
-/// write) and the client-side-apply annotation (a second copy of the object) are often
-/// larger than the rest of it. Every write is a server-side apply built from scratch, so
-/// nothing is ever written back from a trimmed object.
-fn trim<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+/// A watch event handler that counts events into `version`.
+fn counted<K>(version: &Arc<AtomicU64>) -> impl Fn(&watcher::Event<K>) + Send + 'static {
+    let version = version.clone();
+    move |_| {
+        version.fetch_add(1, Ordering::AcqRel);
     }
 }
-
-/// The annotation `kubectl apply` (client-side) keeps the whole applied object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Waits until `store` has its first full list.
 ///

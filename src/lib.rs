@@ -1,8 +1,11 @@
 //! redlock-operator: runs N independent Redis masters for Redlock clients and enforces the
 //! Redlock "delayed restart" rule (see docs/design.md).
 
+pub mod admin_connection;
 pub mod apply;
 pub mod backoff;
+pub mod cache_trim;
+pub mod children_memo;
 pub mod cli;
 pub mod clock;
 pub mod clock_check;
@@ -12,6 +15,7 @@ pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod crd;
+pub mod credentials_memo;
 pub mod error;
 pub mod events;
 pub mod failure_domains;
@@ -21,6 +25,7 @@ pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;
 pub mod http;
+pub mod instance_index;
 pub mod leader;
 pub mod maintenance;
 pub mod member_clock;
@@ -36,8 +41,10 @@ pub mod reconcile;
 pub mod redis_admin;
 pub mod resize;
 pub mod resources;
+pub mod resp;
 pub mod rollout;
 pub mod server_clock;
+pub mod spec_hashes;
 pub mod status;
 pub mod telemetry;
 pub mod tls_cas;

@@ -2,7 +2,8 @@
 //! (members by state, seconds left on each hold, losses, releases, actual hold lengths, TTL
 //! audit findings).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
@@ -62,6 +63,27 @@ struct ClusterSeries {
     release_lateness: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     /// Member names with a hold-remaining series, per (namespace, cluster).
     known_members: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
+    /// What `observe_members` last set, per namespace and cluster, while none of it depended
+    /// on the time (no member held): setting the same again is skipped (it builds a label set
+    /// per series, once a probe period per cluster).
+    observed: Mutex<HashMap<String, HashMap<String, u64>>>,
+}
+
+/// What `observe_members` sets from a status with no member held: the members' names, slots,
+/// states and maintenance, and the instances and quorum.
+fn series_fingerprint(status: &RedlockClusterStatus, instances: i32) -> u64 {
+    let mut h = DefaultHasher::new();
+    (instances, status.quorum).hash(&mut h);
+    for m in &status.members {
+        (
+            &m.name,
+            m.slot,
+            std::mem::discriminant(&m.state),
+            m.maintenance.is_some(),
+        )
+            .hash(&mut h);
+    }
+    h.finish()
 }
 
 fn hold_length_histogram() -> Histogram {
@@ -131,6 +153,7 @@ impl Default for Metrics {
             release_overdue: Family::default(),
             release_lateness: Family::new_with_constructor(release_lateness_histogram),
             known_members: Mutex::default(),
+            observed: Mutex::default(),
         };
         registry.register(
             "members",
@@ -284,6 +307,18 @@ impl Metrics {
     ) {
         let c = &self.clusters;
         let members = status.members.as_slice();
+        // Hold-remaining and overdue seconds change with the time only for held members.
+        let timeless = !members
+            .iter()
+            .any(|m| m.state.is_holding() && m.held_until.is_some());
+        let fingerprint = timeless.then(|| series_fingerprint(status, instances));
+        {
+            let observed = c.observed.lock().expect("metrics lock is never poisoned");
+            if fingerprint.is_some() && observed.get(ns).and_then(|o| o.get(cluster)) == fingerprint.as_ref()
+            {
+                return;
+            }
+        }
         for (state, label) in STATES {
             let n = members
                 .iter()
@@ -332,6 +367,21 @@ impl Metrics {
                 .set(overdue);
         }
         *names = current;
+        drop(known);
+        let mut observed = c.observed.lock().expect("metrics lock is never poisoned");
+        match fingerprint {
+            Some(f) => {
+                observed
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .insert(cluster.to_owned(), f);
+            }
+            None => {
+                if let Some(o) = observed.get_mut(ns) {
+                    o.remove(cluster);
+                }
+            }
+        }
     }
 
     pub fn member_clock_jump(&self, ns: &str, cluster: &str) {
@@ -374,6 +424,14 @@ impl Metrics {
     /// Drops every series of a deleted cluster.
     pub fn forget_cluster(&self, ns: &str, cluster: &str) {
         let c = &self.clusters;
+        if let Some(o) = c
+            .observed
+            .lock()
+            .expect("metrics lock is never poisoned")
+            .get_mut(ns)
+        {
+            o.remove(cluster);
+        }
         for (_, label) in STATES {
             c.members.remove(&StateLabels {
                 namespace: ns.into(),
@@ -544,6 +602,82 @@ mod tests {
         assert!(!m.render().contains(r#"member="locks-1""#));
         m.forget_cluster("ns", "locks");
         assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());
+    }
+
+    /// The member series are set again, despite the memo of what was last set, whenever
+    /// anything they show changed: a state, maintenance, the instances, the quorum, the
+    /// members' names; a held member's hold (it changes with the time) every time; and after
+    /// the cluster was forgotten.
+    #[test]
+    fn member_series_follow_every_change_despite_the_memo() {
+        let m = Metrics::default();
+        let at = |s| Timestamp::from_second(s).unwrap();
+        let line = |state: &str, n: i32| {
+            format!(r#"redlock_members{{namespace="ns",cluster="locks",state="{state}"}} {n}"#)
+        };
+        let has = |m: &Metrics, l: &str| m.render().contains(l);
+        let ready = [
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Ready, None),
+        ];
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(100));
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(101));
+        assert!(has(&m, &line("ready", 2)));
+        let starting = [
+            member(0, MemberState::Ready, None),
+            member(1, MemberState::Starting, None),
+        ];
+        m.observe_members("ns", "locks", &status(&starting, 2), 2, at(102));
+        assert!(
+            has(&m, &line("ready", 1)) && has(&m, &line("starting", 1)),
+            "a state changed"
+        );
+        let maintained = [
+            member(0, MemberState::Ready, None),
+            MemberStatus {
+                maintenance: Some("kernel".into()),
+                ..member(1, MemberState::Starting, None)
+            },
+        ];
+        m.observe_members("ns", "locks", &status(&maintained, 2), 2, at(103));
+        assert!(has(
+            &m,
+            r#"redlock_members_in_maintenance{namespace="ns",cluster="locks"} 1"#
+        ));
+        m.observe_members("ns", "locks", &status(&maintained, 1), 2, at(104));
+        assert!(has(
+            &m,
+            r#"redlock_cluster_quorum{namespace="ns",cluster="locks"} 1"#
+        ));
+        m.observe_members("ns", "locks", &status(&maintained, 1), 3, at(105));
+        assert!(has(
+            &m,
+            r#"redlock_cluster_instances{namespace="ns",cluster="locks"} 3"#
+        ));
+        let renamed = [
+            member(0, MemberState::Ready, None),
+            member(2, MemberState::Starting, None),
+        ];
+        m.observe_members("ns", "locks", &status(&renamed, 1), 3, at(106));
+        assert!(
+            !has(&m, r#"member="locks-1""#) && has(&m, r#"member="locks-2""#),
+            "names"
+        );
+        let held = [
+            member(0, MemberState::Ready, None),
+            member(2, MemberState::Held, Some(130)),
+        ];
+        m.observe_members("ns", "locks", &status(&held, 1), 3, at(110));
+        m.observe_members("ns", "locks", &status(&held, 1), 3, at(120));
+        let left = r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-2"} 10.0"#;
+        assert!(has(&m, left), "a hold counts down with the time\n{}", m.render());
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(130));
+        m.forget_cluster("ns", "locks");
+        m.observe_members("ns", "locks", &status(&ready, 2), 2, at(131));
+        assert!(
+            has(&m, &line("ready", 2)),
+            "set again after the cluster was forgotten"
+        );
     }
 
     #[test]

@@ -150,10 +150,10 @@ pub fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
 ) -> BTreeMap<Slot, SlotObservation> {
-    let ns = cluster.namespace();
+    let ns = cluster.metadata.namespace.as_deref();
     let name = cluster.name_any();
     pods.iter()
-        .filter(|p| p.namespace() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
+        .filter(|p| p.metadata.namespace.as_deref() == ns && p.labels().get(LABEL_INSTANCE) == Some(&name))
         .filter(|p| is_controlled_by(p, cluster))
         .filter_map(|p| {
             let slot: Slot = p.labels().get(LABEL_SLOT)?.parse().ok()?;
@@ -165,10 +165,10 @@ pub fn pods_by_slot(
 }
 
 fn is_controlled_by(pod: &Pod, cluster: &RedlockCluster) -> bool {
-    let uid = cluster.uid();
+    let uid = cluster.metadata.uid.as_deref();
     pod.owner_references()
         .iter()
-        .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true))
+        .any(|o| Some(o.uid.as_str()) == uid && o.controller == Some(true))
 }
 
 /// A slot's observation from the pod found under the slot's name (a GET, not the filtered
@@ -196,7 +196,8 @@ pub fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObserv
 
 /// The pod side of a slot's observation.
 pub fn slot_observation(pod: &Pod) -> SlotObservation {
-    let status = pod.status.clone().unwrap_or_default();
+    let none = PodStatus::default();
+    let status = pod.status.as_ref().unwrap_or(&none);
     let terminating = pod.metadata.deletion_timestamp.is_some();
     let ready = status
         .conditions
@@ -208,7 +209,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         .iter()
         .flatten()
         .find(|c| c.name == REDIS_CONTAINER);
-    let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
+    let phase = status.phase.as_deref().unwrap_or("Pending");
     let finished = phase == "Failed" || phase == "Succeeded";
     let stop_unconfirmed = finished
         && container
@@ -222,7 +223,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
             },
         }
     } else {
-        container_state(&status, container, &phase, ready, terminating)
+        container_state(status, container, phase, ready, terminating)
     };
     SlotObservation {
         pod: state,
@@ -242,6 +243,76 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
     }
 }
 
+/// Keeps of a pod only what [`slot_observation`] and [`pods_by_slot`] read (the watch cache
+/// holds every pod for the life of the process; the rest of a pod, its command line, probes,
+/// mounts, resources and the other containers' and conditions' details, is most of it): the
+/// metadata, the node, the `tls` volume, the Redis container's two environment variables read
+/// here, and of the status the phase, reason, address, the `Ready` and `PodScheduled`
+/// conditions and the Redis container's state and id. A unit test checks that the
+/// observation of a trimmed pod is the observation of the pod.
+pub fn trim_to_observed(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        let redis = spec
+            .containers
+            .iter_mut()
+            .find(|c| c.name == REDIS_CONTAINER)
+            .map(|c| k8s_openapi::api::core::v1::Container {
+                name: std::mem::take(&mut c.name),
+                env: c.env.take().map(|env| {
+                    env.into_iter()
+                        .filter(|e| e.name == CLIENT_USER_ENV || e.name == PROBE_PASSWORD_ENV)
+                        .collect()
+                }),
+                ..Default::default()
+            });
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name.take(),
+            volumes: spec
+                .volumes
+                .take()
+                .map(|v| v.into_iter().filter(|v| v.name == TLS_VOLUME).collect()),
+            containers: redis.into_iter().collect(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            reason: status.reason.take(),
+            pod_ip: status.pod_ip.take(),
+            conditions: status.conditions.take().map(|c| {
+                c.into_iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled")
+                    .map(|c| k8s_openapi::api::core::v1::PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: status.container_statuses.take().map(|s| {
+                s.into_iter()
+                    .filter(|s| s.name == REDIS_CONTAINER)
+                    .map(|s| ContainerStatus {
+                        name: s.name,
+                        state: s.state,
+                        container_id: s.container_id,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        };
+    }
+}
+
+/// The pod volume of the certificate a TLS-only pod listens with.
+const TLS_VOLUME: &str = "tls";
+/// The readiness probe's password variable of the Redis container.
+const PROBE_PASSWORD_ENV: &str = "REDISCLI_AUTH";
+
 /// The state of a pod that has not finished, from its Redis container's state.
 fn container_state(
     status: &PodStatus,
@@ -250,7 +321,7 @@ fn container_state(
     ready: bool,
     terminating: bool,
 ) -> PodState {
-    match container.and_then(|c| c.state.clone()) {
+    match container.and_then(|c| c.state.as_ref()) {
         Some(s) if s.running.is_some() => PodState::Running {
             container_id: container.and_then(|c| c.container_id.clone()),
             ready: ready && !terminating,
@@ -259,10 +330,14 @@ fn container_state(
         Some(s) => PodState::NotRunning {
             reason: s
                 .waiting
-                .and_then(|w| w.reason)
+                .as_ref()
+                .and_then(|w| w.reason.clone())
                 .or_else(|| {
-                    s.terminated
-                        .map(|t| t.reason.unwrap_or_else(|| format!("exit code {}", t.exit_code)))
+                    s.terminated.as_ref().map(|t| {
+                        t.reason
+                            .clone()
+                            .unwrap_or_else(|| format!("exit code {}", t.exit_code))
+                    })
                 })
                 .unwrap_or_else(|| "not started".into()),
         },
@@ -280,7 +355,7 @@ fn tls_secret_of(pod: &Pod) -> Option<String> {
         .volumes
         .iter()
         .flatten()
-        .find(|v| v.name == "tls")?
+        .find(|v| v.name == TLS_VOLUME)?
         .secret
         .as_ref()?
         .secret_name
@@ -302,7 +377,7 @@ fn redis_env<'a>(pod: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core:
 
 /// The Secret key `REDISCLI_AUTH` of the pod's Redis container reads.
 fn probe_password_key_of(pod: &Pod) -> Option<String> {
-    let from = redis_env(pod, "REDISCLI_AUTH")?.value_from.as_ref()?;
+    let from = redis_env(pod, PROBE_PASSWORD_ENV)?.value_from.as_ref()?;
     from.secret_key_ref.as_ref().map(|r| r.key.clone())
 }
 
@@ -415,6 +490,59 @@ mod tests {
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
         let built = crate::resources::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
+    }
+
+    #[test]
+    fn a_trimmed_pod_is_observed_as_the_pod() {
+        let cluster: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team", "uid": "u1"},
+            "spec": {"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}}
+        }))
+        .unwrap();
+        let statuses = [
+            json!({"phase": "Running", "podIP": "127.1.1.2",
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "other", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                        "state": {"waiting": {"reason": "Nope"}}},
+                    {"name": "redis", "image": "redis:7.4", "imageID": "sha", "ready": true,
+                        "restartCount": 2, "containerID": "cri://abc",
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                        "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
+            json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available"}]}),
+            json!({"phase": "Running", "containerStatuses": [
+                {"name": "redis", "image": "", "imageID": "", "ready": false, "restartCount": 1,
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+            json!({"phase": "Failed", "reason": "NodeLost"}),
+        ];
+        for auth in [true, false] {
+            for status in &statuses {
+                let mut c = cluster.clone();
+                c.spec.auth.enabled = auth;
+                let mut pod = crate::resources::pod::pod(&c, Slot::new(0));
+                pod.metadata.uid = Some("p1".into());
+                pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+                pod.status = Some(serde_json::from_value(status.clone()).unwrap());
+                let mut trimmed = pod.clone();
+                trim_to_observed(&mut trimmed);
+                assert_eq!(slot_observation(&trimmed), slot_observation(&pod), "{status}");
+                let one = |p: Pod| pods_by_slot(&cluster, &[std::sync::Arc::new(p)]);
+                assert_eq!(one(trimmed.clone()), one(pod.clone()));
+                let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
+                assert!(
+                    size(&trimmed) * 2 < size(&pod),
+                    "{} of {}",
+                    size(&trimmed),
+                    size(&pod)
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,19 +3,23 @@
 //! `AUTH` each time, for every member of every cluster: at 200 clusters × 3 members that is
 //! 600 handshakes a second.
 //!
-//! A kept connection is only ever used to *read*. Every probe reads the run id again, so
+//! A kept connection is only ever used to *read* (the probe, and the TTL audit's `SCAN` and
+//! `PTTL`). Every probe reads the run id again, so
 //! nothing trusts what an earlier probe on the same connection saw; a process that restarts
 //! takes its connections with it, so the next probe fails, and is retried once on a fresh
 //! connection (a reconnect is itself the signal that the run id must be read again, which the
 //! probe always does). Releases and fences never use these: each opens its own connection
 //! and checks the run id on it (`redis_admin::connect_to_process`).
+//!
+//! A connection is taken out while it is used and put back once its exchange is complete: one
+//! that failed is simply not put back (its replies may be half read).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use redis::aio::MultiplexedConnection;
+use crate::admin_connection::AdminConnection;
 
 /// What a connection was opened with: another address, login or CA needs another connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -45,23 +49,25 @@ impl ConnectionKey {
 /// The kept connections, per cluster UID.
 #[derive(Default)]
 pub struct ProbeConnections {
-    by_cluster: Mutex<HashMap<String, HashMap<ConnectionKey, MultiplexedConnection>>>,
+    by_cluster: Mutex<HashMap<String, HashMap<ConnectionKey, AdminConnection>>>,
 }
 
 impl ProbeConnections {
-    /// The kept connection for `key` of cluster `uid`, if any (a cheap handle to it).
-    pub fn get(&self, uid: &str, key: &ConnectionKey) -> Option<MultiplexedConnection> {
-        self.lock().get(uid)?.get(key).cloned()
+    /// Takes the kept connection for `key` of cluster `uid` out, if there is one; it is kept
+    /// again only by [`Self::keep`].
+    pub fn take(&self, uid: &str, key: &ConnectionKey) -> Option<AdminConnection> {
+        self.lock().get_mut(uid)?.remove(key)
     }
 
-    pub fn keep(&self, uid: &str, key: ConnectionKey, conn: MultiplexedConnection) {
-        self.lock().entry(uid.to_owned()).or_default().insert(key, conn);
-    }
-
-    /// Forgets a connection that failed.
-    pub fn drop_connection(&self, uid: &str, key: &ConnectionKey) {
-        if let Some(conns) = self.lock().get_mut(uid) {
-            conns.remove(key);
+    pub fn keep(&self, uid: &str, key: ConnectionKey, conn: AdminConnection) {
+        let mut by_cluster = self.lock();
+        match by_cluster.get_mut(uid) {
+            Some(conns) => {
+                conns.insert(key, conn);
+            }
+            None => {
+                by_cluster.insert(uid.to_owned(), HashMap::from([(key, conn)]));
+            }
         }
     }
 
@@ -87,9 +93,7 @@ impl ProbeConnections {
         self.len() == 0
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<ConnectionKey, MultiplexedConnection>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<ConnectionKey, AdminConnection>>> {
         self.by_cluster
             .lock()
             .expect("probe connections lock is never poisoned")

@@ -4,14 +4,15 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::Value;
 
+use crate::admin_connection::{AdminConnection, Login};
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
 use crate::resources::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
 use crate::resources::secrets::release_rules;
+use crate::resp::{self, Reply};
 use crate::ttl_audit::SampledKey;
 
 /// Credentials and timeouts for admin connections.
@@ -121,30 +122,14 @@ impl AdminAccess {
 
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
-    async fn connect(&self, ip: IpAddr) -> redis::RedisResult<MultiplexedConnection> {
-        let addr = match self.tls_ca {
-            None => ConnectionAddr::Tcp(ip.to_string(), self.port),
-            Some(_) => ConnectionAddr::TcpTls {
-                host: ip.to_string(),
-                port: self.port,
-                insecure: false,
-                tls_params: None,
-            },
+    async fn connect(&self, ip: IpAddr) -> redis::RedisResult<AdminConnection> {
+        let login = Login {
+            user: &self.admin_user,
+            password: &self.admin_password,
+            tls_ca: self.tls_ca.as_deref(),
+            timeout: self.timeout,
         };
-        let info = addr.into_connection_info()?.set_redis_settings(
-            RedisConnectionInfo::default()
-                .set_username(&self.admin_user)
-                .set_password(&self.admin_password)
-                .set_skip_set_lib_name(),
-        );
-        let client = match &self.tls_ca {
-            None => redis::Client::open(info)?,
-            Some(ca) => tls_client(info, ca)?,
-        };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        client.get_multiplexed_async_connection_with_config(&config).await
+        AdminConnection::open(ip, self.port, &login).await
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
@@ -180,15 +165,15 @@ impl AdminAccess {
         uid: &str,
     ) -> Result<(RedisInfo, TimeSample), String> {
         let key = self.connection_key(ip);
-        if let Some(mut conn) = kept.get(uid, &key) {
+        if let Some(mut conn) = kept.take(uid, &key) {
             match self.probe_on(&mut conn).await {
-                Ok(found) => return Ok(found),
-                Err(e) => {
-                    kept.drop_connection(uid, &key);
-                    if e.timed_out() {
-                        return Err(e.to_string());
-                    }
+                Ok(found) => {
+                    kept.keep(uid, key, conn);
+                    return Ok(found);
                 }
+                // Dropped: the connection is not put back.
+                Err(e) if e.timed_out() => return Err(e.to_string()),
+                Err(_) => {}
             }
         }
         let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
@@ -197,54 +182,66 @@ impl AdminAccess {
         Ok(found)
     }
 
-    async fn probe_on(
-        &self,
-        conn: &mut MultiplexedConnection,
-    ) -> Result<(RedisInfo, TimeSample), ProbeError> {
-        // One round trip for what identifies the process and its fence (this runs for every
-        // member every probe period); `TIME` below gets its own, so that its timing is tight.
-        // Both users a lock client could log in as: a process of either auth mode must let
-        // neither in while it is held, and `default` turned on behind the operator's back
-        // serves clients as well as the client user would.
-        let (info, user, other_user, title): (String, redis::Value, redis::Value, Vec<String>) =
-            redis::pipe()
-                .cmd("INFO")
-                .arg("server")
-                .cmd("ACL")
-                .arg("GETUSER")
-                .arg(&self.client_user)
-                .cmd("ACL")
-                .arg("GETUSER")
-                .arg(self.other_client_user())
-                .cmd("CONFIG")
-                .arg("GET")
-                .arg(PROC_TITLE_TEMPLATE)
-                .query_async(conn)
-                .await?;
-        let (run_id, version) =
-            parse_info_server(&info).ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
-        let pod_uid = pod_uid_of_config(&title);
+    async fn probe_on(&self, conn: &mut AdminConnection) -> Result<(RedisInfo, TimeSample), ProbeError> {
+        // One round trip for what identifies the process, its fence and its clock (this runs
+        // for every member every probe period). `TIME` is read somewhere between the sending
+        // of the request and the arrival of its replies, which is all the clock check assumes
+        // (`member_clock`: half the round trip is its uncertainty). Both users a lock client
+        // could log in as: a process of either auth mode must let neither in while it is
+        // held, and `default` turned on behind the operator's back serves clients as well as
+        // the client user would.
+        let request = resp::pack(&[
+            &["INFO", "server"],
+            &["ACL", "GETUSER", &self.client_user],
+            &["ACL", "GETUSER", self.other_client_user()],
+            &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
+            &["TIME"],
+        ]);
         let sent = std::time::Instant::now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
-        let received = std::time::Instant::now();
+        let (info, member_micros, received) = conn
+            .query_with(&request, 5, |replies| {
+                let received = std::time::Instant::now();
+                self.read_probe(replies)
+                    .map(|(info, micros)| (info, micros, received))
+            })
+            .await??;
         Ok((
-            RedisInfo {
-                run_id,
-                version,
-                client_enabled: user_is_enabled(&user) || user_is_enabled(&other_user),
-                pod_uid,
-                // A process without the user (`Nil`) has no passwords to set: creating the user
-                // is not the sync's business (as a fence does not create one either).
-                client_password_hashes: (self.client_user == CLIENT_USER
-                    && !matches!(user, redis::Value::Nil))
-                .then(|| user_password_hashes(&user)),
-            },
+            info,
             TimeSample {
-                member_micros: secs * 1_000_000 + micros,
+                member_micros,
                 sent,
                 received,
             },
         ))
+    }
+
+    /// What a probe's replies say: the process, and its clock (µs).
+    fn read_probe(&self, replies: &[Reply<'_>]) -> Result<(RedisInfo, i64), ProbeError> {
+        let [info, user, other_user, title, time] = replies else {
+            return Err(ProbeError::Invalid("not five replies"));
+        };
+        let (run_id, version) = parse_info_server(info.checked()?.text()?)
+            .ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
+        let (user, other_user) = (user.checked()?, other_user.checked()?);
+        // `CONFIG GET` answers [name, value], or nothing for an unknown setting.
+        let pod_uid = match title.checked()?.items()? {
+            [_, value] => pod_uid_of_title(value.text()?),
+            _ => None,
+        };
+        let [secs, micros] = time.checked()?.items()? else {
+            return Err(ProbeError::Invalid("TIME is not two numbers"));
+        };
+        let info = RedisInfo {
+            run_id,
+            version,
+            client_enabled: user_is_enabled(user) || user_is_enabled(other_user),
+            pod_uid,
+            // A process without the user (`Nil`) has no passwords to set: creating the user
+            // is not the sync's business (as a fence does not create one either).
+            client_password_hashes: (self.client_user == CLIENT_USER && *user != Reply::Nil)
+                .then(|| user_password_hashes(user)),
+        };
+        Ok((info, secs.int()? * 1_000_000 + micros.int()?))
     }
 
     /// A fresh connection to `ip` that has checked the process is `expected_run_id`, and that
@@ -254,14 +251,13 @@ impl AdminAccess {
         &self,
         ip: IpAddr,
         expected_run_id: &str,
-    ) -> Result<(MultiplexedConnection, String), GuardedError> {
+    ) -> Result<(AdminConnection, String), GuardedError> {
         let mut conn = self
             .connect(ip)
             .await
             .map_err(|e| GuardedError::Unreachable(ip, e))?;
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
+        let info: String = conn
+            .ask(&redis::cmd("INFO").arg("server").get_packed_command())
             .await
             .map_err(|e| GuardedError::Unreachable(ip, e))?;
         let (run_id, version) = parse_info_server(&info)
@@ -313,12 +309,14 @@ impl AdminAccess {
             )
             .into_iter()
             .flatten();
-        let () = redis::cmd("ACL")
+        let release = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
             .arg(passwords.collect::<Vec<_>>())
             .arg(release_rules(&version))
-            .query_async(&mut conn)
+            .get_packed_command();
+        let () = conn
+            .ask(&release)
             .await
             .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
         Ok(())
@@ -332,12 +330,11 @@ impl AdminAccess {
     pub async fn fence(&self, ip: IpAddr, expected_run_id: &str) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
         let command = |e: redis::RedisError| GuardedError::Command(ip, e.to_string());
-        let other: redis::Value = redis::cmd("ACL")
+        let getuser = redis::cmd("ACL")
             .arg("GETUSER")
             .arg(self.other_client_user())
-            .query_async(&mut conn)
-            .await
-            .map_err(command)?;
+            .get_packed_command();
+        let other: Value = conn.ask(&getuser).await.map_err(command)?;
         let mut users = vec![self.client_user.as_str()];
         // `ACL SETUSER` would create a user the process does not have; `CLIENT KILL USER`
         // fails on one.
@@ -345,20 +342,18 @@ impl AdminAccess {
             users.push(self.other_client_user());
         }
         for user in users {
-            let () = redis::cmd("ACL")
+            let off = redis::cmd("ACL")
                 .arg("SETUSER")
                 .arg(user)
                 .arg("off")
-                .query_async(&mut conn)
-                .await
-                .map_err(command)?;
-            let _killed: i64 = redis::cmd("CLIENT")
+                .get_packed_command();
+            let () = conn.ask(&off).await.map_err(command)?;
+            let kill = redis::cmd("CLIENT")
                 .arg("KILL")
                 .arg("USER")
                 .arg(user)
-                .query_async(&mut conn)
-                .await
-                .map_err(command)?;
+                .get_packed_command();
+            let _killed: i64 = conn.ask(&kill).await.map_err(command)?;
         }
         Ok(())
     }
@@ -374,12 +369,14 @@ impl AdminAccess {
         hashes: &[String],
     ) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
-        let () = redis::cmd("ACL")
+        let set = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(&self.client_user)
             .arg("resetpass")
             .arg(hashes)
-            .query_async(&mut conn)
+            .get_packed_command();
+        let () = conn
+            .ask(&set)
             .await
             .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
         Ok(())
@@ -396,59 +393,69 @@ impl AdminAccess {
 
     /// Continues a `SCAN` from `cursor` for about `budget` keys and reads each key's `PTTL`
     /// (read-only commands). Returns the batch and the cursor to continue from (0: the
-    /// keyspace has been swept).
+    /// keyspace has been swept). On the connection kept for probes of `ip` when there is one
+    /// (the probe just before used it; these commands only read, see
+    /// [`crate::probe_connections`]), else on a fresh one.
     pub async fn sample_ttls(
         &self,
         ip: IpAddr,
-        mut cursor: u64,
+        kept: &ProbeConnections,
+        uid: &str,
+        cursor: u64,
         budget: u64,
     ) -> Result<(Vec<SampledKey>, u64), String> {
-        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
-        let mut sampled = Vec::new();
-        loop {
-            let count = (budget - sampled.len() as u64).clamp(1, 250);
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(count)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut pipe = redis::pipe();
-            for k in &keys {
-                pipe.cmd("PTTL").arg(k);
-            }
-            let ttls: Vec<i64> = if keys.is_empty() {
-                Vec::new()
-            } else {
-                pipe.query_async(&mut conn).await.map_err(|e| e.to_string())?
-            };
-            sampled.extend(
-                keys.into_iter()
-                    .zip(ttls)
-                    .map(|(key, pttl_ms)| SampledKey { key, pttl_ms }),
-            );
-            cursor = next;
-            if cursor == 0 || sampled.len() as u64 >= budget {
-                return Ok((sampled, cursor));
-            }
+        let key = self.connection_key(ip);
+        let (mut conn, was_kept) = match kept.take(uid, &key) {
+            Some(conn) => (conn, true),
+            None => (self.connect(ip).await.map_err(|e| e.to_string())?, false),
+        };
+        let sampled = sample_on(&mut conn, cursor, budget)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Put back only after a complete exchange: a failed one leaves replies unread.
+        if was_kept {
+            kept.keep(uid, key, conn);
         }
+        Ok(sampled)
     }
 }
 
-/// A client that trusts only the cluster's CA. The operator dials pod IPs, which no
-/// certificate names (they are not known when it is issued), so the host name is not
-/// matched; the chain still has to lead to the cluster's own CA, which only the instances'
-/// certificate does.
-pub fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
-    let certificates = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(ca.to_vec()),
-    };
-    let built = redis::Client::build_with_tls(info, certificates)?;
-    let mut addr = built.get_connection_info().addr().clone();
-    addr.set_danger_accept_invalid_hostnames(true);
-    redis::Client::open(built.get_connection_info().clone().set_addr(addr))
+/// The TTL audit's `SCAN` from `cursor` for about `budget` keys, with each key's `PTTL`.
+async fn sample_on(
+    conn: &mut AdminConnection,
+    mut cursor: u64,
+    budget: u64,
+) -> redis::RedisResult<(Vec<SampledKey>, u64)> {
+    let mut sampled = Vec::new();
+    loop {
+        let count = (budget - sampled.len() as u64).clamp(1, 250);
+        let scan = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count)
+            .get_packed_command();
+        let (next, keys): (u64, Vec<Vec<u8>>) = conn.ask(&scan).await?;
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("PTTL").arg(k);
+        }
+        let ttls = if keys.is_empty() {
+            Vec::new()
+        } else {
+            let ints = |replies: &[Reply<'_>]| -> redis::RedisResult<Vec<i64>> {
+                replies.iter().map(|r| r.checked()?.int()).collect()
+            };
+            conn.query_with(&pipe.get_packed_pipeline(), keys.len(), ints)
+                .await??
+        };
+        for (key, pttl_ms) in keys.into_iter().zip(ttls) {
+            sampled.push(SampledKey { key, pttl_ms });
+        }
+        cursor = next;
+        if cursor == 0 || sampled.len() as u64 >= budget {
+            return Ok((sampled, cursor));
+        }
+    }
 }
 
 /// `run_id` and `redis_version` from an `INFO server` reply.
@@ -464,21 +471,17 @@ pub fn parse_info_server(info: &str) -> Option<(String, String)> {
     Some((field("run_id")?, field("redis_version").unwrap_or_default()))
 }
 
-/// The list field `name` of an `ACL GETUSER` reply (RESP2: a flat list of name/value pairs;
-/// RESP3: a map); empty when the user or the field is missing.
-fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
-    use redis::Value;
-    let items: Vec<&Value> = match reply {
-        Value::Array(items) => items.iter().collect(),
-        Value::Map(kv) => kv.iter().flat_map(|(k, v)| [k, v]).collect(),
-        _ => return Vec::new(),
+/// The list field `name` of an `ACL GETUSER` reply (a flat list of name/value pairs); empty
+/// when the user or the field is missing.
+fn user_field<'a>(reply: &Reply<'a>, name: &str) -> Vec<&'a str> {
+    let Reply::Array(items) = reply else {
+        return Vec::new();
     };
     items
         .chunks(2)
         .find_map(|kv| match kv {
-            // `flags` is a set in RESP3.
-            [key, Value::Array(values) | Value::Set(values)] if text(key) == Some(name) => {
-                Some(values.iter().filter_map(text).collect())
+            [key, Reply::Array(values)] if key.text().ok() == Some(name) => {
+                Some(values.iter().filter_map(|v| v.text().ok()).collect())
             }
             _ => None,
         })
@@ -486,13 +489,13 @@ fn user_field<'a>(reply: &'a redis::Value, name: &str) -> Vec<&'a str> {
 }
 
 /// Whether an `ACL GETUSER` reply has the `on` flag.
-fn user_is_enabled(reply: &redis::Value) -> bool {
+fn user_is_enabled(reply: &Reply<'_>) -> bool {
     user_field(reply, "flags").contains(&"on")
 }
 
 /// The passwords an `ACL GETUSER` reply lists (SHA-256 hex), as the ACL file names them
 /// (`#<hex>`), sorted.
-fn user_password_hashes(reply: &redis::Value) -> Vec<String> {
+fn user_password_hashes(reply: &Reply<'_>) -> Vec<String> {
     let mut hashes: Vec<String> = user_field(reply, "passwords")
         .into_iter()
         .map(|h| format!("#{h}"))
@@ -501,22 +504,14 @@ fn user_password_hashes(reply: &redis::Value) -> Vec<String> {
     hashes
 }
 
-fn text(v: &redis::Value) -> Option<&str> {
-    match v {
-        redis::Value::BulkString(b) => std::str::from_utf8(b).ok(),
-        redis::Value::SimpleString(s) => Some(s),
-        _ => None,
-    }
-}
-
 /// What a process's `proc-title-template` says about the pod it was started for: the
 /// `pod=<uid>` word the pod's command line puts there ([`crate::resources::pod`]).
-async fn process_pod_uid(conn: &mut MultiplexedConnection) -> redis::RedisResult<Option<String>> {
-    let pair: Vec<String> = redis::cmd("CONFIG")
+async fn process_pod_uid(conn: &mut AdminConnection) -> redis::RedisResult<Option<String>> {
+    let get = redis::cmd("CONFIG")
         .arg("GET")
         .arg(PROC_TITLE_TEMPLATE)
-        .query_async(conn)
-        .await?;
+        .get_packed_command();
+    let pair: Vec<String> = conn.ask(&get).await?;
     Ok(pod_uid_of_config(&pair))
 }
 
@@ -550,7 +545,6 @@ mod tests {
         assert_eq!(pod_uid_of_title("{title} pod="), None);
     }
     use super::*;
-    use redis::Value;
 
     #[test]
     fn parses_run_id_and_version() {
@@ -559,17 +553,12 @@ mod tests {
         assert_eq!(parse_info_server("# Server\r\n"), None);
     }
 
-    fn getuser(flags: &[&str]) -> Value {
-        Value::Array(vec![
-            Value::BulkString(b"flags".to_vec()),
-            Value::Array(
-                flags
-                    .iter()
-                    .map(|f| Value::BulkString(f.as_bytes().to_vec()))
-                    .collect(),
-            ),
-            Value::BulkString(b"passwords".to_vec()),
-            Value::Array(vec![]),
+    fn getuser(flags: &[&'static str]) -> Reply<'static> {
+        Reply::Array(vec![
+            Reply::Bulk(b"flags"),
+            Reply::Array(flags.iter().map(|f| Reply::Bulk(f.as_bytes())).collect()),
+            Reply::Bulk(b"passwords"),
+            Reply::Array(vec![]),
         ])
     }
 
@@ -577,28 +566,58 @@ mod tests {
     fn reads_the_on_flag() {
         assert!(user_is_enabled(&getuser(&["on", "allkeys"])));
         assert!(!user_is_enabled(&getuser(&["off", "allkeys"])));
-        assert!(!user_is_enabled(&Value::Nil));
+        assert!(!user_is_enabled(&Reply::Nil));
     }
 
     #[test]
-    fn reads_the_password_hashes_in_either_protocol() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let passwords = Value::Array(vec![bulk("bb"), bulk("aa")]);
-        let resp2 = Value::Array(vec![
-            bulk("flags"),
-            Value::Array(vec![bulk("off")]),
-            bulk("passwords"),
-            passwords.clone(),
+    fn reads_the_password_hashes() {
+        let reply = Reply::Array(vec![
+            Reply::Bulk(b"flags"),
+            Reply::Array(vec![Reply::Bulk(b"off")]),
+            Reply::Bulk(b"passwords"),
+            Reply::Array(vec![Reply::Bulk(b"bb"), Reply::Bulk(b"aa")]),
         ]);
-        let resp3 = Value::Map(vec![
-            (bulk("flags"), Value::Set(vec![bulk("on")])),
-            (bulk("passwords"), passwords),
-        ]);
-        assert!(user_is_enabled(&resp3));
-        for reply in [resp2, resp3] {
-            assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
-        }
+        assert_eq!(user_password_hashes(&reply), vec!["#aa", "#bb"]);
         assert!(user_password_hashes(&getuser(&["on"])).is_empty());
-        assert!(user_password_hashes(&Value::Nil).is_empty());
+        assert!(user_password_hashes(&Reply::Nil).is_empty());
+    }
+
+    #[test]
+    fn reads_a_probe() {
+        let access = AdminAccess {
+            admin_user: "redlock-admin".into(),
+            admin_password: "pw".into(),
+            client_user: CLIENT_USER.into(),
+            port: 6379,
+            timeout: Duration::from_secs(1),
+            tls_ca: None,
+        };
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n";
+        let replies = vec![
+            Reply::Bulk(info.as_bytes()),
+            Reply::Array(vec![
+                Reply::Bulk(b"flags"),
+                Reply::Array(vec![Reply::Bulk(b"off")]),
+                Reply::Bulk(b"passwords"),
+                Reply::Array(vec![Reply::Bulk(b"aa")]),
+            ]),
+            Reply::Nil,
+            Reply::Array(vec![
+                Reply::Bulk(b"proc-title-template"),
+                Reply::Bulk(b"{title} pod=0f1e"),
+            ]),
+            Reply::Array(vec![Reply::Bulk(b"1700000000"), Reply::Bulk(b"250")]),
+        ];
+        let (info, micros) = access.read_probe(&replies).unwrap();
+        assert_eq!(info.run_id, "abc123");
+        assert_eq!(info.version, "7.0.15");
+        assert!(!info.client_enabled);
+        assert_eq!(info.pod_uid.as_deref(), Some("0f1e"));
+        assert_eq!(info.client_password_hashes, Some(vec!["#aa".to_owned()]));
+        assert_eq!(micros, 1_700_000_000_000_250);
+        // An error reply fails the probe.
+        let mut failed = replies.clone();
+        failed[1] = Reply::Error(b"-NOPERM no\r\n");
+        assert!(access.read_probe(&failed).is_err());
     }
 }

@@ -52,7 +52,11 @@ pub fn compute(
     findings: &Findings,
     now: Timestamp,
 ) -> RedlockClusterStatus {
-    let old = cluster.status.clone().unwrap_or_default();
+    let old_conditions = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     let instances = cluster.spec.instances;
     let quorum = quorum(instances);
     let name = cluster.metadata.name.clone().unwrap_or_default();
@@ -85,7 +89,7 @@ pub fn compute(
         confirmation_token: findings.limits.as_ref().and_then(|l| l.token.clone()),
         failure_domains: findings.failure_domains.clone(),
         members,
-        conditions: conditions::merge(&old.conditions, &desired, cluster.metadata.generation, now),
+        conditions: conditions::merge(old_conditions, &desired, cluster.metadata.generation, now),
     }
 }
 

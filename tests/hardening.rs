@@ -575,8 +575,8 @@ async fn pod_uids(env: &Env) -> Vec<Option<String>> {
     pods.into_iter().map(|p| p.metadata.uid).collect()
 }
 
-/// A TLS connection to `ip` trusting only `ca`, logged in as `login`, built like the
-/// operator's own (`redis_admin::tls_client`): the address is an IP, which the certificate
+/// A TLS connection to `ip` trusting only `ca`, logged in as `login`, verified like the
+/// operator's own (`admin_connection::tls_config`): the address is an IP, which the certificate
 /// does not name; the chain must still lead to `ca`.
 async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult<MultiplexedConnection> {
     let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::TcpTls {
@@ -594,9 +594,21 @@ async fn connect_tls(ip: IpAddr, login: &Login, ca: &[u8]) -> redis::RedisResult
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(2)));
-    redlock_operator::redis_admin::tls_client(info, ca)?
+    tls_client(info, ca)?
         .get_multiplexed_async_connection_with_config(&config)
         .await
+}
+
+/// A client that trusts only `ca` and does not match the host name (an IP).
+fn tls_client(info: redis::ConnectionInfo, ca: &[u8]) -> redis::RedisResult<redis::Client> {
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    };
+    let built = redis::Client::build_with_tls(info, certificates)?;
+    let mut addr = built.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    redis::Client::open(built.get_connection_info().clone().set_addr(addr))
 }
 
 #[tokio::test]

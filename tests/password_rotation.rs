@@ -290,6 +290,7 @@ async fn a_step_decided_from_an_older_read_is_refused() {
         apply_if_changed_at(&api, &cache, secret("revoking"), Some(&current))
             .await
             .unwrap()
+            == redlock_operator::apply::Applied::Written
     );
     assert_eq!(phase().await, ByteString(b"revoking".to_vec()));
 }

@@ -2,6 +2,7 @@
 //! and releases, in that order.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -13,6 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::inputs::Inputs;
 use super::persist::OnRecord;
 use crate::apply;
+use crate::children_memo::Fingerprint;
 use crate::context::Context;
 use crate::crd::{MemberStatus, RedlockCluster};
 use crate::error::Result;
@@ -160,11 +162,29 @@ async fn publish_endpoints(
     let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
     let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
     let confirmed = d.status.confirmed_instances.unwrap_or(published);
+    // Not built again while nothing it is built from or compared with changed (`children_memo`).
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let fingerprint = Fingerprint::of(cluster, &(&serving, published, confirmed));
+    let version = ctx.caches.children_version.load(Ordering::Acquire);
+    if ctx.memory.endpoints.current(uid, fingerprint, version) {
+        return None;
+    }
     let desired_cm = endpoints::endpoints_config_map(cluster, published, confirmed, &serving);
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let e = apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm)
-        .await
-        .err()?;
+    let e = match apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm).await {
+        Ok(apply::Applied::InCache) => {
+            ctx.memory.endpoints.found_current(uid, fingerprint, version);
+            return None;
+        }
+        Ok(_) => {
+            ctx.memory.endpoints.unsettled(uid);
+            return None;
+        }
+        Err(e) => {
+            ctx.memory.endpoints.unsettled(uid);
+            e
+        }
+    };
     ctx.metrics.reconcile_failed(&e);
     let msg = format!(
         "{}: cannot publish the endpoints clients read: {e}; tried again in {}s",

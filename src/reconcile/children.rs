@@ -10,8 +10,11 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use std::sync::atomic::Ordering;
+
 use super::inputs::Inputs;
 use crate::apply;
+use crate::children_memo::Fingerprint;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
@@ -29,11 +32,28 @@ pub struct ChildrenReport {
     /// The ACL Secret, the credentials and redis.conf are this cluster's own and current: only
     /// then may pods be created (a pod would otherwise mount someone else's files).
     pub config_ready: bool,
+    /// Something was written, read from the API server, refused or failed: not every child
+    /// was shown current by the cache (`children_memo` remembers only that outcome).
+    pub unsettled: bool,
 }
 
 impl ChildrenReport {
+    /// The report of children all found current.
+    fn current() -> Self {
+        Self {
+            config_ready: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether every child was shown current by the cache, and nothing else came of it.
+    fn all_current(&self) -> bool {
+        self.config_ready && !self.unsettled && self.conflicts.is_empty() && self.problems.is_empty()
+    }
+
     /// Records the outcome of one apply; a lost leadership stops the reconcile.
-    fn record(&mut self, outcome: Result<bool>) -> Result<bool> {
+    fn record(&mut self, outcome: Result<apply::Applied>) -> Result<bool> {
+        self.unsettled |= !matches!(outcome, Ok(apply::Applied::InCache));
         match outcome {
             Ok(_) => Ok(true),
             Err(Error::NotLeader) => Err(Error::NotLeader),
@@ -49,17 +69,46 @@ impl ChildrenReport {
     }
 }
 
-/// Applies every child; with a rejected spec, none (nothing that runs is changed).
+/// Applies every child; with a rejected spec, none (nothing that runs is changed). Skipped
+/// when nothing they are built from or compared with changed since every one of them was
+/// found current (`children_memo`).
 pub async fn apply(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     inputs: &Inputs,
 ) -> Result<ChildrenReport> {
-    let mut report = ChildrenReport::default();
     if !inputs.accepted() {
-        return Ok(report);
+        return Ok(ChildrenReport::default());
     }
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let fingerprint = Fingerprint::of(cluster, &inputs.credentials);
+    // Read before applying: an event during the apply leaves the memo behind it.
+    let version = ctx.caches.children_version.load(Ordering::Acquire);
+    // A rotation's conditional write is decided afresh each time (its read is not the cache's).
+    let memo = inputs
+        .credentials
+        .admin_read_at
+        .is_none()
+        .then_some(&ctx.memory.children);
+    if memo.is_some_and(|m| m.current(uid, fingerprint, version)) {
+        return Ok(ChildrenReport::current());
+    }
+    let report = apply_all(ctx, cluster, ns, inputs).await?;
+    match memo {
+        Some(memo) if report.all_current() => memo.found_current(uid, fingerprint, version),
+        _ => ctx.memory.children.unsettled(uid),
+    }
+    Ok(report)
+}
+
+async fn apply_all(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+) -> Result<ChildrenReport> {
+    let mut report = ChildrenReport::default();
     ctx.leadership.check()?;
     let published = published(cluster);
     // Over the `<name>-admin` the credentials were read from, when read fresh (a rotation runs
@@ -84,7 +133,8 @@ pub async fn apply(
         report.record(apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await)?;
     }
     for name in retired_services(ctx, cluster, ns, with_service) {
-        report.record(apply::delete(&svc_api, &name, None).await)?;
+        let deleted = apply::delete(&svc_api, &name, None).await;
+        report.record(deleted.map(|_| apply::Applied::Written))?;
     }
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
     let desired = pdb::pod_disruption_budget(cluster);
@@ -161,7 +211,7 @@ fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32
 }
 
 /// The NetworkPolicy when the spec enables one; deleted (if this cluster made it) when not.
-async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<bool> {
+async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<apply::Applied> {
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
     match network_policy::network_policy(cluster, ctx.settings.operator_namespace.as_deref()) {
         Some(desired) => apply::apply_if_changed(&api, &ctx.caches.network_policies, desired).await,
@@ -178,8 +228,10 @@ async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str)
                         .any(|o| Some(&o.uid) == cluster.meta().uid.as_ref())
                 });
             match ours {
-                Some(np) => apply::delete(&api, &name, np.uid().as_deref()).await,
-                None => Ok(false),
+                Some(np) => apply::delete(&api, &name, np.uid().as_deref())
+                    .await
+                    .map(|_| apply::Applied::Written),
+                None => Ok(apply::Applied::InCache),
             }
         }
     }

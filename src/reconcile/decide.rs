@@ -51,6 +51,8 @@ pub struct Facts<'a> {
     pub release_blocked: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
     pub password_rotation: Option<crate::conditions::Desired>,
+    /// The cluster's spec hash (`resources::hash::spec_hash`), which pods of the spec carry.
+    pub spec_hash: &'a str,
 }
 
 /// The decision's steps in their order, each feeding the next: the hold in force, the
@@ -59,8 +61,9 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let now = clock.wall;
     let accepted = facts.rejections.is_empty();
     let obs = facts.observation;
-    let previous = cluster.status.clone().unwrap_or_default();
-    let policy = hold_in_force(cluster, &previous, facts, accepted, clock);
+    let none = RedlockClusterStatus::default();
+    let previous = cluster.status.as_ref().unwrap_or(&none);
+    let policy = hold_in_force(cluster, previous, facts, accepted, clock);
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
@@ -100,7 +103,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     } else {
         limits
     };
-    let rollout = pod_changes(cluster, &previous, facts, hold, &mut plan);
+    let rollout = pod_changes(cluster, previous, facts, hold, &mut plan);
     let findings = status::Findings {
         rejections: facts.rejections.to_vec(),
         ttl: obs.ttl.clone(),
@@ -179,12 +182,7 @@ fn pod_changes(
         &mut plan.create_pods,
         &mut plan.delete_pods,
     );
-    let rollout = rollout::decide(
-        cluster.spec.instances,
-        &plan.members,
-        slots,
-        &crate::resources::hash::spec_hash(&cluster.spec),
-    );
+    let rollout = rollout::decide(cluster.spec.instances, &plan.members, slots, facts.spec_hash);
     if !facts.rejections.is_empty() {
         // A rejected spec changes nothing that runs.
         plan.create_pods.clear();
@@ -354,6 +352,7 @@ mod tests {
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
                 password_rotation: None,
+                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(now),
         )
@@ -539,6 +538,7 @@ mod tests {
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
                 password_rotation: None,
+                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(at(100)),
         );

@@ -2,6 +2,8 @@
 //! credentials, and the TLS CA the operator's connections trust.
 
 use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -11,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::apply::{Ownership, ownership};
 use crate::context::Context;
 use crate::crd::{RedlockCluster, UnstoppedProcess};
+use crate::credentials_memo::Versions;
 use crate::error::{Error, Result};
 use crate::events;
 use crate::reasons::ClusterReason;
@@ -162,22 +165,29 @@ pub async fn accesses_for_unstopped<'a>(
 /// without a TLS CA.
 async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Credentials> {
     let name = cluster.name_any();
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    // Steady state: the same three Secrets cached as when the credentials were last recovered
+    // from them (`credentials_memo`).
+    let versions = cached_versions(&ctx.caches.secrets, ns, &name);
+    let memo = versions.as_ref().and_then(|v| ctx.memory.credentials.get(uid, v));
     let owner = secrets::admin_secret(
         cluster,
         &Credentials::new(String::new(), String::new(), String::new()),
     );
-    let foreign = |s: &Secret| matches!(ownership(s, &owner), Ownership::Other(_));
+    let foreign = |s: &Arc<Secret>| matches!(ownership(s.as_ref(), &owner), Ownership::Other(_));
+    let generated = AtomicBool::new(false);
     let recover = async |fresh: bool| -> Result<Credentials> {
-        let read_any = async |secret: String| -> Result<Option<Secret>> {
+        let read_any = async |secret: String| -> Result<Option<Arc<Secret>>> {
             Ok(if fresh {
                 Api::<Secret>::namespaced(ctx.client.clone(), ns)
                     .get_opt(&secret)
                     .await?
+                    .map(Arc::new)
             } else {
                 cached_or_get(&ctx.caches.secrets, &ctx.client, ns, &secret).await?
             })
         };
-        let read = async |secret: String| -> Result<Option<Secret>> {
+        let read = async |secret: String| -> Result<Option<Arc<Secret>>> {
             Ok(read_any(secret).await?.filter(|s| !foreign(s)))
         };
         let admin_found = read_any(admin_secret_name(&name)).await?;
@@ -192,15 +202,18 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
         // this cluster never adopts; its clients keep their password from `<name>-client`.
         let acl = read(acl_secret_name(&name))
             .await?
-            .filter(|s| matches!(ownership(s, &owner), Ownership::Ours));
+            .filter(|s| matches!(ownership(s.as_ref(), &owner), Ownership::Ours));
         let remembered = known(ctx, cluster).filter(|_| !admin_foreign);
         let (mut credentials, overcame) = secrets::recover_or_restore(
             &name,
-            admin.as_ref(),
-            client.as_ref(),
-            acl.as_ref(),
+            admin.as_deref(),
+            client.as_deref(),
+            acl.as_deref(),
             remembered.as_ref(),
-            generate_password,
+            || {
+                generated.store(true, Ordering::Relaxed);
+                generate_password()
+            },
         )?;
         if let Some(problem) = overcame {
             let note = format!(
@@ -217,18 +230,30 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
             .await;
         }
         if fresh {
-            credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version);
+            credentials.admin_read_at = admin.and_then(|s| s.metadata.resource_version.clone());
         }
         Ok(credentials)
     };
-    let mut recovered = recover(false).await?;
+    let mut recovered = match memo {
+        Some(credentials) => credentials,
+        None => {
+            let recovered = recover(false).await?;
+            let after = cached_versions(&ctx.caches.secrets, ns, &name);
+            if let Some(v) = rememberable(versions, after, generated.load(Ordering::Relaxed)) {
+                ctx.memory.credentials.keep(uid, v, recovered.clone());
+            }
+            // A memo hit was remembered when it was recovered: nothing to keep per reconcile.
+            remember(ctx, cluster, &recovered);
+            recovered
+        }
+    };
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
     // one that lags this process's last write would take a step back (a new password
     // generated twice). Only while one runs or is asked for.
     if crate::password_rotation::active(&recovered, crate::password_rotation::request(cluster)) {
         recovered = recover(true).await?;
+        remember(ctx, cluster, &recovered);
     }
-    remember(ctx, cluster, &recovered);
     Ok(recovered)
 }
 
@@ -255,16 +280,117 @@ fn known(ctx: &Context, cluster: &RedlockCluster) -> Option<Credentials> {
         .cloned()
 }
 
+/// The UIDs and resourceVersions of the cluster's three Secrets in the cache; `None` unless
+/// all three are there (a missing one is read from the API server).
+fn cached_versions(store: &Store<Secret>, ns: &str, name: &str) -> Option<Versions> {
+    let version = |secret: String| {
+        let s = store.get(&ObjectRef::new(&secret).within(ns))?;
+        Some((s.metadata.uid.clone()?, s.metadata.resource_version.clone()?))
+    };
+    Some([
+        version(admin_secret_name(name))?,
+        version(client_secret_name(name))?,
+        version(acl_secret_name(name))?,
+    ])
+}
+
+/// What credentials just recovered may be remembered under: the cached Secrets they were
+/// recovered from, only if the cache showed all three before and after recovering (none was
+/// read from the API server, none changed meanwhile) and no password was generated (a new
+/// one each time until it is written).
+fn rememberable(before: Option<Versions>, after: Option<Versions>, generated: bool) -> Option<Versions> {
+    before.filter(|b| !generated && after.as_ref() == Some(b))
+}
+
 async fn cached_or_get(
     store: &Store<Secret>,
     client: &kube::Client,
     ns: &str,
     name: &str,
-) -> Result<Option<Secret>> {
+) -> Result<Option<Arc<Secret>>> {
     if let Some(s) = store.get(&ObjectRef::new(name).within(ns)) {
-        return Ok(Some((*s).clone()));
+        return Ok(Some(s));
     }
     Ok(Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(name)
-        .await?)
+        .await?
+        .map(Arc::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    fn secret(name: &str, uid: &str, version: &str) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("team".into());
+        s.metadata.uid = Some(uid.into());
+        s.metadata.resource_version = Some(version.into());
+        s
+    }
+
+    /// Every change to one of the three Secrets (an edit, a delete, a delete and create again)
+    /// gives other versions, and so misses the credentials memo.
+    #[test]
+    fn the_cached_versions_change_with_each_secret() {
+        let (store, mut writer) = reflector::store::<Secret>();
+        let mut apply = |s: Secret| writer.apply_watcher_event(&watcher::Event::Apply(s));
+        apply(secret("locks-admin", "a", "1"));
+        apply(secret("locks-client", "c", "2"));
+        assert_eq!(
+            cached_versions(&store, "team", "locks"),
+            None,
+            "the ACL Secret is not cached"
+        );
+        apply(secret("locks-acl", "l", "3"));
+        let first = cached_versions(&store, "team", "locks").unwrap();
+        assert_eq!(first[0], ("a".to_owned(), "1".to_owned()));
+        assert_eq!(
+            cached_versions(&store, "team", "other"),
+            None,
+            "another cluster's"
+        );
+        apply(secret("locks-client", "c", "4"));
+        let edited = cached_versions(&store, "team", "locks").unwrap();
+        assert_ne!(edited, first, "the client Secret edited");
+        apply(secret("locks-acl", "l2", "3"));
+        let recreated = cached_versions(&store, "team", "locks").unwrap();
+        assert_ne!(recreated, edited, "the ACL Secret created again");
+        writer.apply_watcher_event(&watcher::Event::Delete(secret("locks-admin", "a", "1")));
+        assert_eq!(
+            cached_versions(&store, "team", "locks"),
+            None,
+            "the admin Secret deleted"
+        );
+    }
+
+    #[test]
+    fn only_credentials_recovered_from_unchanged_cached_secrets_are_remembered() {
+        let v = |admin: &str| -> Versions {
+            [
+                ("a".into(), admin.into()),
+                ("c".into(), "2".into()),
+                ("l".into(), "3".into()),
+            ]
+        };
+        assert_eq!(rememberable(Some(v("1")), Some(v("1")), false), Some(v("1")));
+        assert_eq!(
+            rememberable(Some(v("1")), Some(v("1")), true),
+            None,
+            "a password generated"
+        );
+        assert_eq!(
+            rememberable(Some(v("1")), Some(v("5")), false),
+            None,
+            "changed meanwhile"
+        );
+        assert_eq!(rememberable(Some(v("1")), None, false), None, "deleted meanwhile");
+        assert_eq!(
+            rememberable(None, Some(v("1")), false),
+            None,
+            "one was read from the API server"
+        );
+    }
 }

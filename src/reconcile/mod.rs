@@ -69,15 +69,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     {
         return Ok(Action::requeue(CACHE_LAG_RETRY));
     }
-    let cluster = (*cached).clone();
+    let cluster: &RedlockCluster = &cached;
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
         forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
         return Ok(Action::await_change());
     }
 
-    let mut inputs = inputs::read(&ctx, &cluster, &ns).await?;
-    let children = children::apply(&ctx, &cluster, &ns, &inputs).await?;
+    let mut inputs = inputs::read(&ctx, cluster, &ns).await?;
+    let children = children::apply(&ctx, cluster, &ns, &inputs).await?;
     // The TTL audit compares keys with the maxLockTTL in force before this reconcile.
     let in_force = cluster
         .status
@@ -86,16 +86,17 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .map_or(cluster.spec.max_lock_ttl, |h| {
             h.max_lock_ttl.max(cluster.spec.max_lock_ttl)
         });
-    let mut observation = observation::observe(&ctx, &cluster, &ns, &inputs.access, in_force.into()).await?;
+    let mut observation = observation::observe(&ctx, cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
     let password_rotation =
-        passwords::rotate(&ctx, &cluster, &ns, &mut inputs, &children, &observation.slots).await?;
+        passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?;
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
+    let spec_hash = ctx.memory.spec_hashes.of(cluster);
     let decision = decide::decide(
-        &cluster,
+        cluster,
         &decide::Facts {
             rejections: &inputs.rejections,
             children: &children,
@@ -104,12 +105,13 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
             password_rotation,
+            spec_hash: &spec_hash,
         },
         clock,
     );
     let mut after = decision.requeue;
     let next_timers = decision.timers.clone();
-    let on_record = persist::persist(&ctx, &api, &cluster, decision).await?;
+    let on_record = persist::persist(&ctx, &api, cluster, decision).await?;
     // The timers, and the clock samples the verdicts were judged from, belong to the status
     // now on record.
     ctx.memory.timers.keep(&uid, next_timers);
@@ -118,9 +120,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .lock()
         .expect("clock lock is never poisoned")
         .extend(std::mem::take(&mut observation.clock_tracks));
-    let acted = act::act(&ctx, &cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
+    let acted = act::act(&ctx, cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
 
-    ctx.memory.backoff.succeeded(&ObjectRef::from_obj(&cluster));
+    ctx.memory.backoff.succeeded(&ObjectRef::from_obj(cluster));
     if acted.released {
         // Pick up the released pods' readiness soon.
         after = after.min(Duration::from_millis(300));
@@ -143,6 +145,10 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     if let Some(uid) = uid {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
+        ctx.memory.children.forget(uid);
+        ctx.memory.credentials.forget(uid);
+        ctx.memory.spec_hashes.forget(uid);
+        ctx.memory.endpoints.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory
             .known_credentials
@@ -170,7 +176,9 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let find = |list: &[Condition], t: ConditionType| list.iter().find(|c| c.type_ == t.as_str()).cloned();
+    fn find(list: &[Condition], t: ConditionType) -> Option<&Condition> {
+        list.iter().find(|c| c.type_ == t.as_str())
+    }
     for (type_, bad_reason, good_reason) in [
         (
             ConditionType::SpecAccepted,
@@ -198,13 +206,12 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
         };
         let bad_status = conditions::status_str(type_.true_is_bad());
         let before = find(old, type_);
-        let was_bad = before.as_ref().map(|c| c.status == bad_status);
+        let was_bad = before.map(|c| c.status == bad_status);
         let is_bad = new.status == bad_status;
         let (reason, warning) = match (was_bad, is_bad) {
             // A changed message of a rejected spec or a conflict is a new problem: tell again.
             (Some(true), true)
-                if type_ != ConditionType::TtlPolicy
-                    && before.as_ref().map(|c| &c.message) != Some(&new.message) =>
+                if type_ != ConditionType::TtlPolicy && before.map(|c| &c.message) != Some(&new.message) =>
             {
                 (bad_reason, true)
             }

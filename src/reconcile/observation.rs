@@ -52,7 +52,7 @@ pub async fn observe(
     access: &AdminAccess,
     max_lock_ttl: Duration,
 ) -> Result<Observation> {
-    let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods.state());
+    let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods_of(ns, &cluster.name_any()));
     let published = published(ctx, cluster, ns);
     let told = crate::resize::Told {
         servers: published.servers,
@@ -377,6 +377,8 @@ async fn audit_ttls(
         Ok(cursors) => cursors,
         Err(not_due) => return not_due,
     };
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let kept = &ctx.memory.probe_connections;
     let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
         let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
         // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during
@@ -385,7 +387,9 @@ async fn audit_ttls(
         Some(async move {
             (
                 slot,
-                access.sample_ttls(*ip, cursor, ctx.settings.ttl_audit_keys).await,
+                access
+                    .sample_ttls(*ip, kept, uid, cursor, ctx.settings.ttl_audit_keys)
+                    .await,
             )
         })
     });

@@ -51,7 +51,7 @@ pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
 pub const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
 
 /// Where a client password rotation stands.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum RotationPhase {
     /// `next` is being added to every process (both passwords accepted); clients are still
     /// told the current one.
@@ -79,7 +79,7 @@ impl RotationPhase {
 }
 
 /// A client password rotation under way, for the request with `token`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Rotation {
     pub token: String,
     pub phase: RotationPhase,
@@ -93,7 +93,7 @@ impl std::fmt::Debug for Rotation {
 
 /// The two generated passwords. Generated once; afterwards always read back from the Secrets,
 /// and changed only by a rotation the user asks for.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Credentials {
     pub admin_password: String,
     pub client_password: String,
@@ -176,7 +176,13 @@ pub fn generate_password() -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]): derived from
@@ -465,8 +471,13 @@ pub fn recover_credentials(
         match password {
             _ if entries.is_empty() => Ok(password.unwrap_or_else(&generate)),
             Some(password) => {
-                let explained =
-                    |e: &&str| *e == password_hash(&password) || also.iter().any(|a| *e == password_hash(a));
+                // Each hash computed once, not once per entry.
+                let hashes: Vec<String> = [&password]
+                    .into_iter()
+                    .chain(also)
+                    .map(|p| password_hash(p))
+                    .collect();
+                let explained = |e: &&str| hashes.iter().any(|h| e == h);
                 if entries.iter().all(explained) {
                     Ok(password)
                 } else {

@@ -301,9 +301,7 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
         return Published::default();
     };
     Published {
-        servers: data
-            .get("servers")
-            .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as i32),
+        servers: data.get("servers").map(|s| listed(s)),
         confirmed: data
             .get(crate::resources::endpoints::CONFIRMED_INSTANCES)
             .and_then(|c| c.trim().parse().ok()),
@@ -318,8 +316,12 @@ fn client_servers(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<i
         .secrets
         .get(&ObjectRef::<Secret>::new(&client_secret_name(&cluster.name_any())).within(ns))?;
     let urls = secret.data.as_ref()?.get("urls")?;
-    let urls = String::from_utf8_lossy(&urls.0);
-    Some(urls.lines().filter(|l| !l.trim().is_empty()).count() as i32)
+    Some(listed(&String::from_utf8_lossy(&urls.0)))
+}
+
+/// How many entries a published list (one per line) has.
+fn listed(lines: &str) -> i32 {
+    lines.lines().filter(|l| !l.trim().is_empty()).count() as i32
 }
 
 /// The maxLockTTL a `<name>-endpoints` ConfigMap tells clients. The operator never publishes

@@ -288,13 +288,16 @@ fn secret(cluster: &RedlockCluster, name: String, data: BTreeMap<String, String>
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        data: Some(
-            data.into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
-                .collect(),
-        ),
+        data: Some(bytes(data)),
         ..Default::default()
     }
+}
+
+/// Secret data as the API carries it.
+fn bytes(data: BTreeMap<String, String>) -> BTreeMap<String, ByteString> {
+    data.into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect()
 }
 
 pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
@@ -556,12 +559,7 @@ pub fn recover_or_restore(
         return Err(problem);
     };
     let from_memory = Secret {
-        data: Some(
-            admin_secret_data(remembered)
-                .into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
-                .collect(),
-        ),
+        data: Some(bytes(admin_secret_data(remembered))),
         ..Default::default()
     };
     // Nothing may be generated here: a password the ACL files do not name is no restore.

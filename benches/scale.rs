@@ -45,8 +45,18 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// (user + system CPU seconds, RSS MiB, peak RSS MiB) of a process, from /proc.
-fn usage(pid: u32) -> (f64, f64, f64) {
+/// What /proc tells of a process: CPU seconds (user + system) and memory in MiB.
+struct Usage {
+    cpu: f64,
+    rss: f64,
+    peak: f64,
+    /// The part of `rss` that is anonymous memory (heap, stacks): what the operator's data costs.
+    anon: f64,
+    /// The part of `rss` that is mapped files (the binary's and libraries' pages in use).
+    file: f64,
+}
+
+fn usage(pid: u32) -> Usage {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name (which may contain spaces) start at ") ".
     let fields: Vec<&str> = stat[stat.rfind(") ").unwrap() + 2..].split(' ').collect();
@@ -60,7 +70,13 @@ fn usage(pid: u32) -> (f64, f64, f64) {
             .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (cpu, kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+    Usage {
+        cpu,
+        rss: kib("VmRSS:") / 1024.0,
+        peak: kib("VmHWM:") / 1024.0,
+        anon: kib("RssAnon:") / 1024.0,
+        file: kib("RssFile:") / 1024.0,
+    }
 }
 
 /// The operator's requests in [from, to], by "verb resource[/subresource]", marked "(clusters'
@@ -233,12 +249,18 @@ async fn main() {
         );
 
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let (cpu0, _, _) = usage(pid);
+        let cpu0 = usage(pid).cpu;
         let reconciles0 = reconciles(&env).await;
         let from = Timestamp::now();
         tokio::time::sleep(window).await;
         let to = Timestamp::now();
-        let (cpu1, rss, peak) = usage(pid);
+        let Usage {
+            cpu: cpu1,
+            rss,
+            peak,
+            anon,
+            file,
+        } = usage(pid);
         let reconciles1 = reconciles(&env).await;
         let minutes = window.as_secs_f64() / 60.0;
         // Per reconcile as well: on a saturated machine reconciles come late, and fewer of
@@ -250,7 +272,7 @@ async fn main() {
             (cpu1 - cpu0) / (reconciles1 - reconciles0).max(1.0) * 1e6
         );
         println!(
-            "K={k}: steady state: operator RSS {rss:.1} MiB (peak {peak:.1} MiB), CPU {:.1}% of a core; machine load average {}",
+            "K={k}: steady state: operator RSS {rss:.1} MiB ({anon:.1} anonymous, {file:.1} file-backed; peak {peak:.1} MiB), CPU {:.1}% of a core; machine load average {}",
             (cpu1 - cpu0) / window.as_secs_f64() * 100.0,
             std::fs::read_to_string("/proc/loadavg")
                 .unwrap_or_default()

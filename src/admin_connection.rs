@@ -53,10 +53,6 @@ enum Stream {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// A read buffer larger than this after a request (a TTL audit's batch of keys) is given back,
-/// so that hundreds of kept connections do not each keep their largest reply's worth.
-const KEPT_BUFFER: usize = 4096;
-
 impl AdminConnection {
     /// Connects to `ip:port` (TLS when `login` has a CA) and logs in.
     pub async fn open(ip: IpAddr, port: u16, login: &Login<'_>) -> RedisResult<Self> {
@@ -112,7 +108,10 @@ impl AdminConnection {
         let read = read(&resp::replies(&self.buf[..len], replies)?);
         self.buf.drain(..len);
         self.broken = false;
-        if self.buf.is_empty() && self.buf.capacity() > KEPT_BUFFER {
+        // A kept connection idles a probe period between requests: its buffer is given back
+        // (one allocation per request) rather than kept by each of hundreds of connections
+        // (300 KiB at 50 clusters x 3, heaptrack) or sized by its largest reply.
+        if self.buf.is_empty() {
             self.buf = Vec::new();
         }
         Ok(read)

@@ -10,7 +10,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{Backoff, RetryGate};
@@ -21,6 +20,7 @@ use crate::leader::Leadership;
 use crate::member_clock::ClockTrack;
 use crate::metrics::Metrics;
 use crate::model::Slot;
+use crate::recorder::Recorder;
 use crate::ttl_audit::ClusterAudit;
 
 pub struct Context {

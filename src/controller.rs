@@ -10,7 +10,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
@@ -21,11 +20,13 @@ use crate::clock_check::ClockCheck;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
+use crate::heap_trim;
 use crate::http::{self, HttpState};
 use crate::instance_index::InstanceIndex;
 use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
+use crate::recorder::{Recorder, Reporter};
 use crate::resources::names::managed_selector;
 
 /// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled). The start-up in its
@@ -51,6 +52,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             .clone()
             .run(client.clone(), metrics.clone(), shutdown.clone()),
     );
+    tokio::spawn(heap_trim::every(heap_trim::PERIOD, shutdown.clone()));
     let ready = Arc::new(AtomicBool::new(false));
     let standby = Arc::new(AtomicBool::new(false));
     let http = tokio::spawn(http::serve(
@@ -82,7 +84,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         client.clone(),
         Reporter {
             controller: "redlock-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
+            instance: std::env::var("POD_NAME").unwrap_or_else(|_| "redlock-operator".into()),
         },
     );
     let ctx = Arc::new(Context {

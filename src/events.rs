@@ -3,16 +3,15 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
 
 use crate::crd::RedlockCluster;
 use crate::model::Slot;
 use crate::reasons::{ClusterReason, MemberReason};
+use crate::recorder::{Occurrence, Recorder};
 use crate::resources::names::slot_name;
 
-/// Publishes an event about one slot. The slot's Pod is the event's `related` object: the
-/// recorder aggregates repeats by reason and objects, so without it the events of different
-/// slots would be folded into one series showing the first slot's note.
+/// Publishes an event about one slot. The slot's Pod is the event's `related` object, so that
+/// `kubectl describe pod` shows it too and a series never folds two slots together.
 pub async fn publish_for_slot(
     recorder: &Recorder,
     cluster: &RedlockCluster,
@@ -54,18 +53,14 @@ async fn publish(
     warning: bool,
     related: Option<ObjectReference>,
 ) {
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: related,
+    let occurrence = Occurrence {
+        warning,
+        reason,
+        note,
+        regarding: cluster.object_ref(&()),
+        related,
     };
-    if let Err(e) = recorder.publish(&event, &cluster.object_ref(&())).await {
+    if let Err(e) = recorder.publish(&occurrence).await {
         tracing::warn!(error = %e, reason, "cannot publish event");
     }
 }

@@ -21,6 +21,7 @@ pub mod events;
 pub mod failure_domains;
 #[cfg(test)]
 pub mod fixtures;
+pub mod heap_trim;
 pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;
@@ -38,6 +39,7 @@ pub mod plugin;
 pub mod probe_connections;
 pub mod reasons;
 pub mod reconcile;
+pub mod recorder;
 pub mod redis_admin;
 pub mod resize;
 pub mod resources;

@@ -91,6 +91,8 @@ pub enum ClusterReason {
     OwnershipConflictResolved,
     ChildApplyFailed,
     ChildrenApplied,
+    /// A child edited outside the operator, put back (`apply::Applied::Restored`).
+    ChildRestored,
     // Inputs and writes the reconcile cannot do without.
     EndpointsNotPublished,
     TlsSecretInvalid,
@@ -109,7 +111,7 @@ pub enum ClusterReason {
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 20] = [
+    pub const ALL: [ClusterReason; 21] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -118,6 +120,7 @@ impl ClusterReason {
         Self::OwnershipConflictResolved,
         Self::ChildApplyFailed,
         Self::ChildrenApplied,
+        Self::ChildRestored,
         Self::EndpointsNotPublished,
         Self::TlsSecretInvalid,
         Self::CredentialsMissing,
@@ -142,6 +145,7 @@ impl ClusterReason {
             Self::OwnershipConflictResolved => "OwnershipConflictResolved",
             Self::ChildApplyFailed => "ChildApplyFailed",
             Self::ChildrenApplied => "ChildrenApplied",
+            Self::ChildRestored => "ChildRestored",
             Self::EndpointsNotPublished => "EndpointsNotPublished",
             Self::TlsSecretInvalid => "TLSSecretInvalid",
             Self::CredentialsMissing => "CredentialsMissing",
@@ -203,6 +207,7 @@ mod tests {
             "OwnershipConflictResolved",
             "ChildApplyFailed",
             "ChildrenApplied",
+            "ChildRestored",
             "EndpointsNotPublished",
             "TLSSecretInvalid",
             "CredentialsMissing",

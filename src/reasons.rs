@@ -108,10 +108,14 @@ pub enum ClusterReason {
     ClientPasswordPublished,
     ClientPasswordConfirmed,
     ClientPasswordRotated,
+    // Admin password rotation steps (`admin_rotation::advance`).
+    AdminPasswordRotationStarted,
+    AdminPasswordSwitched,
+    AdminPasswordRotated,
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 21] = [
+    pub const ALL: [ClusterReason; 24] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -133,6 +137,9 @@ impl ClusterReason {
         Self::ClientPasswordPublished,
         Self::ClientPasswordConfirmed,
         Self::ClientPasswordRotated,
+        Self::AdminPasswordRotationStarted,
+        Self::AdminPasswordSwitched,
+        Self::AdminPasswordRotated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -158,6 +165,9 @@ impl ClusterReason {
             Self::ClientPasswordPublished => "ClientPasswordPublished",
             Self::ClientPasswordConfirmed => "ClientPasswordConfirmed",
             Self::ClientPasswordRotated => "ClientPasswordRotated",
+            Self::AdminPasswordRotationStarted => "AdminPasswordRotationStarted",
+            Self::AdminPasswordSwitched => "AdminPasswordSwitched",
+            Self::AdminPasswordRotated => "AdminPasswordRotated",
         }
     }
 }
@@ -220,6 +230,9 @@ mod tests {
             "ClientPasswordPublished",
             "ClientPasswordConfirmed",
             "ClientPasswordRotated",
+            "AdminPasswordRotationStarted",
+            "AdminPasswordSwitched",
+            "AdminPasswordRotated",
         ];
         assert_eq!(ClusterReason::ALL.map(ClusterReason::as_str), pinned);
         // Member and cluster events share the object's event stream: no reason means both.

@@ -46,6 +46,7 @@ fn access(port: u16) -> AdminAccess {
     AdminAccess {
         admin_user: "admin".into(),
         admin_password: "admin-pw".into(),
+        admin_fallback_password: None,
         client_user: "client".into(),
         port,
         timeout: Duration::from_millis(500),

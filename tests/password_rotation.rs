@@ -465,3 +465,80 @@ async fn the_admin_password_is_rotated_without_a_lock_outage() {
     assert_eq!(c.status.unwrap().ready_instances, Some(3));
     wait_admin_rotation(&env, "Rotated").await;
 }
+
+/// An admin rotation survives an operator restart: held in its first phase by a member that
+/// does not answer (SIGSTOP), the operator is killed and another started; it recovers the
+/// phase from the Secrets (the new password it finds is the one recorded before, not a
+/// fresh one), and once the member answers again the rotation ends with that password, while
+/// a Redlock client keeps getting majorities.
+#[tokio::test]
+async fn an_admin_rotation_held_by_a_silent_member_survives_an_operator_restart() {
+    use redlock_operator::admin_rotation::{CONDITION as ADMIN_CONDITION, ROTATE_ADMIN_ANNOTATION};
+    let args = ["--leader-elect=false", "--password-rotation-grace-ms=4000"];
+    let mut env = Env::start_with(3, &args).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let old = env.admin_login(NAME).await;
+    let mut ips = Vec::new();
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+    let client = MajorityClient::start(env.client_login(NAME).await, ips.clone());
+    let stopped = format!("{NAME}-2");
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &stopped, Signal::SIGSTOP)
+        .unwrap();
+
+    annotate(&env, ROTATE_ADMIN_ANNOTATION, "a1").await;
+    env.wait_event("AdminPasswordRotationStarted").await;
+    let message = async |env: &Env| {
+        let c = env.cluster(NAME).await;
+        c.status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == ADMIN_CONDITION)
+            .map(|c| (c.reason, c.message))
+    };
+    let held = async |env: &Env| {
+        wait_for(
+            "the rotation held by member 2",
+            Duration::from_secs(20),
+            async || {
+                Ok(message(env).await.filter(|(reason, m)| {
+                    reason == "AddingPassword" && m.contains("waiting for members [2]")
+                }))
+            },
+        )
+        .await
+    };
+    held(&env).await;
+    let next = env.secret(&format!("{NAME}-admin"), "passwordNext").await;
+    assert_eq!(env.admin_login(NAME).await.password, old.password);
+
+    // The operator dies mid-rotation; another one starts and finds the rotation where it was.
+    env.operator.kill().unwrap();
+    env.operator.wait_exit(Duration::from_secs(5)).await.unwrap();
+    env.operator = start_operator_with(&env.cp, "operator-2.log", &args).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    held(&env).await;
+    assert_eq!(env.secret(&format!("{NAME}-admin"), "passwordNext").await, next);
+
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &stopped, Signal::SIGCONT)
+        .unwrap();
+    wait_admin_rotation(&env, "Rotated").await;
+    let (rounds, outages) = client.finish().await;
+    assert!(rounds > 20, "{rounds} rounds");
+    assert!(outages.is_empty(), "rounds without a majority: {outages:?}");
+    let new = env.admin_login(NAME).await;
+    assert_eq!(new.password, next, "the password recorded before the restart");
+    for ip in &ips {
+        assert!(
+            !logs_in(*ip, &old).await,
+            "{ip}: the old admin password is refused"
+        );
+        assert!(logs_in(*ip, &new).await, "{ip}: the new admin password works");
+    }
+}

@@ -23,7 +23,7 @@
 //! point recovers the phase from the Secrets (`secrets::recover_credentials`).
 
 use crate::conditions::{ConditionReason, ConditionType, Desired};
-use crate::crd::RedlockCluster;
+use crate::crd::{MemberStatus, RedlockCluster};
 use crate::model::Slot;
 use crate::password_rotation::Timing;
 use crate::password_rotation::{ProcessPasswords, Transition};
@@ -143,6 +143,22 @@ pub fn advance(
     (next, Some(transition))
 }
 
+/// The slots that hold an admin rotation where it is: a running pod whose process did not
+/// answer this probe, and a process on record that outlived its pod (`unstopped`). That one is
+/// not probed like the members, so it never gets the new password; it is looked for and
+/// fenced at its last address with the admin password, so the rotation must not end (and drop
+/// the old password) while it may still run.
+pub fn holding(running_unanswered: &[Slot], members: &[MemberStatus]) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = running_unanswered
+        .iter()
+        .copied()
+        .chain(members.iter().filter(|m| m.unstopped.is_some()).map(|m| m.slot))
+        .collect();
+    slots.sort();
+    slots.dedup();
+    slots
+}
+
 /// While an admin rotation runs, the processes whose admin user accepts other passwords than
 /// the phase's: each is set to exactly those. Outside a rotation nothing is changed.
 pub fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
@@ -176,7 +192,9 @@ pub fn condition(creds: &Credentials, token: Option<&str>, unanswered: &[Slot]) 
     let waiting = if unanswered.is_empty() {
         String::new()
     } else {
-        format!("; waiting for members {unanswered:?} to answer")
+        format!(
+            "; waiting for members {unanswered:?} to answer (a process that outlived its pod: until it is gone)"
+        )
     };
     Some(match &creds.admin_rotation {
         Some(r) => match &r.phase {
@@ -335,6 +353,33 @@ mod tests {
         assert!(advance(&revoking, &only_new, &silent, at(500)).1.is_none());
         let d = condition(&revoking, Some("a1"), &silent).unwrap();
         assert_eq!(d.reason, ConditionReason::RemovingOldPassword);
+    }
+
+    #[test]
+    fn a_process_that_outlived_its_pod_holds_the_rotation_like_a_silent_member() {
+        use crate::crd::{MemberState, UnstoppedProcess};
+        let mut gone = MemberStatus::new("locks-1".into(), 1, MemberState::Held);
+        gone.unstopped = Some(UnstoppedProcess {
+            run_id: "r1".into(),
+            pod_ip: "10.0.0.1".into(),
+            listener: None,
+            fenced: true,
+        });
+        let ready = MemberStatus::new("locks-0".into(), 0, MemberState::Ready);
+        let members = [ready, gone];
+        assert_eq!(holding(&[], &members), vec![Slot::new(1)]);
+        assert_eq!(
+            holding(&[Slot::new(2), Slot::new(1)], &members),
+            vec![Slot::new(1), Slot::new(2)]
+        );
+        assert!(holding(&[], &members[..1]).is_empty());
+        let (adding, _) = start(&creds(), Some("a1"), || "new".into());
+        let both = [process(0, &["old", "new"])];
+        assert!(
+            advance(&adding, &both, &holding(&[], &members), at(0))
+                .1
+                .is_none()
+        );
     }
 
     #[test]

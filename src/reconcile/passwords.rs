@@ -94,11 +94,17 @@ pub async fn rotate_admin(
     let found = admin_processes(observed);
     // Every running process counts, whatever its client user: each one is a process the
     // operator must still be able to log in to when the rotation ends.
-    let unanswered: Vec<Slot> = observed
+    let silent: Vec<Slot> = observed
         .iter()
         .filter(|(_, o)| matches!(o.pod, PodState::Running { .. }) && !o.probe.is_answered())
         .map(|(slot, _)| *slot)
         .collect();
+    let members = cluster
+        .status
+        .as_ref()
+        .map(|s| s.members.as_slice())
+        .unwrap_or_default();
+    let unanswered = admin_rotation::holding(&silent, members);
     if !children.config_ready {
         return Ok(admin_rotation::condition(&creds, token, &unanswered));
     }

@@ -3,15 +3,21 @@
 //! steady state costs no API writes. "Differs" is decided by content where content is what the
 //! safety argument reads (the ACL file, redis.conf, the published endpoints), so an edit made
 //! outside the operator is reverted on the next reconcile, not trusted because an annotation
-//! still matches. An object controlled by another owner is never overwritten.
+//! still matches. Services, the PDB and the NetworkPolicy are compared by content too, but only
+//! in the fields the operator sets and read the way the API server stores them (defaults
+//! filled in, empty maps dropped), so that a hand edit is put back and an object the API
+//! server merely completed is not written again. An object controlled by another owner is
+//! never overwritten.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServicePort};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -27,13 +33,11 @@ use crate::resources::hash::{APPLIED_HASH, desired_hash};
 pub trait Child:
     Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned
 {
-    /// Whether `live` carries what `desired` says in the parts that are compared by content.
-    /// The default compares nothing beyond the applied-hash annotation: for Services, PDBs and
-    /// NetworkPolicies the API server fills in defaults, so a field-by-field comparison would
-    /// see drift that is not there.
-    fn content_matches(_live: &Self, _desired: &Self) -> bool {
-        true
-    }
+    /// Whether `live` carries what `desired` says in the parts that are compared by content:
+    /// those the operator sets, compared as the API server stores them. A field the API server
+    /// defaults or another manager added must not count as drift: server-side apply would leave
+    /// it as it is, and the object would be written again on every reconcile.
+    fn content_matches(live: &Self, desired: &Self) -> bool;
 }
 
 // Every key the operator sets must have its value; keys someone else added are left alone
@@ -77,16 +81,141 @@ fn secret_contains(live: &Secret, desired: &Secret) -> bool {
     keys.into_iter().all(|k| value(live, k) == value(desired, k))
 }
 
-impl Child for Service {}
-impl Child for PodDisruptionBudget {}
-impl Child for NetworkPolicy {}
+// A Service's selector and ports decide which process a slot's address reaches: an edited
+// selector sends slot i's clients to another member, and two of a client's "independent"
+// locks land on one process.
+impl Child for Service {
+    fn content_matches(live: &Self, desired: &Self) -> bool {
+        let Some(d) = desired.spec.as_ref() else {
+            return true;
+        };
+        let Some(l) = live.spec.as_ref() else {
+            return false;
+        };
+        // Absent means ClusterIP to the API server, and it fills clusterIP in unless we set it
+        // (`None`: headless), so only a clusterIP we set is compared.
+        let kind = |s: &k8s_openapi::api::core::v1::ServiceSpec| {
+            s.type_.clone().unwrap_or_else(|| "ClusterIP".into())
+        };
+        kind(l) == kind(d)
+            && d.cluster_ip.as_ref().is_none_or(|ip| l.cluster_ip.as_ref() == Some(ip))
+            // An atomic map: applying replaces it whole, so it must be equal, not contain ours.
+            && l.selector.clone().unwrap_or_default() == d.selector.clone().unwrap_or_default()
+            && l.publish_not_ready_addresses.unwrap_or(false) == d.publish_not_ready_addresses.unwrap_or(false)
+            // Ports are a map keyed by (port, protocol): a port another manager added stays
+            // after our apply, so only ours must be there, as we set them.
+            && d.ports.iter().flatten().all(|dp| l.ports.iter().flatten().any(|lp| same_port(lp, dp)))
+    }
+}
 
-/// Whether `live` already is `desired`: it carries the desired hash and, where compared, the
-/// same content.
+fn same_port(live: &ServicePort, desired: &ServicePort) -> bool {
+    let protocol = |p: &ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+    // An absent targetPort is the port itself.
+    let target = |p: &ServicePort| p.target_port.clone().unwrap_or(IntOrString::Int(p.port));
+    live.port == desired.port
+        && protocol(live) == protocol(desired)
+        && live.name == desired.name
+        && target(live) == target(desired)
+}
+
+// minAvailable is what keeps a drain from taking the cluster below quorum.
+impl Child for PodDisruptionBudget {
+    fn content_matches(live: &Self, desired: &Self) -> bool {
+        let Some(d) = desired.spec.as_ref() else {
+            return true;
+        };
+        let Some(l) = live.spec.as_ref() else {
+            return false;
+        };
+        l.min_available == d.min_available
+            && same_selector(l.selector.as_ref(), d.selector.as_ref())
+            && d.unhealthy_pod_eviction_policy
+                .as_ref()
+                .is_none_or(|p| l.unhealthy_pod_eviction_policy.as_ref() == Some(p))
+    }
+}
+
+// Which peers reach the Redis port. Egress is not compared: the operator sets none, and with
+// policyTypes Ingress only (compared) an egress rule someone added is not enforced.
+impl Child for NetworkPolicy {
+    fn content_matches(live: &Self, desired: &Self) -> bool {
+        let Some(d) = desired.spec.as_ref() else {
+            return true;
+        };
+        let Some(l) = live.spec.as_ref() else {
+            return false;
+        };
+        let rules =
+            |s: &k8s_openapi::api::networking::v1::NetworkPolicySpec| s.ingress.clone().unwrap_or_default();
+        let (lr, dr) = (rules(l), rules(d));
+        same_selector(l.pod_selector.as_ref(), d.pod_selector.as_ref())
+            && l.policy_types == d.policy_types
+            // Atomic lists (ingress, from, ports): equal, in order.
+            && lr.len() == dr.len()
+            && lr.iter().zip(&dr).all(|(lr, dr)| {
+                let (lf, df) = (lr.from.clone().unwrap_or_default(), dr.from.clone().unwrap_or_default());
+                let (lp, dp) = (lr.ports.clone().unwrap_or_default(), dr.ports.clone().unwrap_or_default());
+                lf.len() == df.len()
+                    && lf.iter().zip(&df).all(|(l, d)| same_peer(l, d))
+                    && lp.len() == dp.len()
+                    && lp.iter().zip(&dp).all(|(l, d)| same_policy_port(l, d))
+            })
+    }
+}
+
+fn same_peer(live: &NetworkPolicyPeer, desired: &NetworkPolicyPeer) -> bool {
+    same_selector(live.pod_selector.as_ref(), desired.pod_selector.as_ref())
+        && same_selector(
+            live.namespace_selector.as_ref(),
+            desired.namespace_selector.as_ref(),
+        )
+        && live.ip_block == desired.ip_block
+}
+
+fn same_policy_port(live: &NetworkPolicyPort, desired: &NetworkPolicyPort) -> bool {
+    let protocol = |p: &NetworkPolicyPort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+    live.port == desired.port && protocol(live) == protocol(desired) && live.end_port == desired.end_port
+}
+
+/// Label selectors as the API server stores them: an empty `matchLabels` or
+/// `matchExpressions` is dropped (`omitempty`), and means the same as none. An absent selector
+/// stays apart from an empty one (`{}` selects everything, none selects nothing in a peer).
+fn same_selector(live: Option<&LabelSelector>, desired: Option<&LabelSelector>) -> bool {
+    fn parts(s: &LabelSelector) -> (BTreeMap<String, String>, Vec<String>) {
+        let expressions = s
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .collect();
+        (s.match_labels.clone().unwrap_or_default(), expressions)
+    }
+    match (live, desired) {
+        (Some(l), Some(d)) => parts(l) == parts(d),
+        (l, d) => l.is_none() && d.is_none(),
+    }
+}
+
+/// Whether `live` already is `desired`: it carries the desired hash, the labels the operator
+/// sets, and the same content where compared.
 pub fn is_current<K: Child>(live: Option<&K>, desired: &K, hash: &str) -> bool {
     live.is_some_and(|c| {
-        c.annotations().get(APPLIED_HASH).map(String::as_str) == Some(hash) && K::content_matches(c, desired)
+        c.annotations().get(APPLIED_HASH).map(String::as_str) == Some(hash) && matches_by_content(c, desired)
     })
+}
+
+/// Whether `live` carries what the operator sets in `desired`, hash aside. Labels count: the
+/// slot label says which slot a Service serves (a retired slot's Service is found by it).
+fn matches_by_content<K: Child>(live: &K, desired: &K) -> bool {
+    let (l, d) = (live.labels(), desired.labels());
+    d.iter().all(|(k, v)| l.get(k) == Some(v)) && K::content_matches(live, desired)
+}
+
+/// Whether `live` was applied from `desired` (the annotation matches) and edited since: drift
+/// that applying puts back, and that is reported.
+fn edited_since_applied<K: Child>(live: &K, desired: &K, hash: &str) -> bool {
+    live.annotations().get(APPLIED_HASH).map(String::as_str) == Some(hash)
+        && !matches_by_content(live, desired)
 }
 
 /// Whose a live child object is, compared with the `desired` one.
@@ -144,6 +273,9 @@ pub enum Applied {
     ByRead,
     /// Written (or, for a delete, sent).
     Written,
+    /// Written over a hand edit: the object carried the hash of what was applied, and its
+    /// content had changed since.
+    Restored,
 }
 
 /// Applies `desired` unless the copy in `cache` (the operator's watch of its own objects)
@@ -175,6 +307,7 @@ pub async fn apply_if_changed_at<K: Child>(
         None => api.get_opt(&name).await?,
     };
     let live = cached.as_deref().or(read.as_ref());
+    let mut written = Applied::Written;
     match live.map(|live| ownership(live, &desired)) {
         Some(Ownership::Other(owner)) => {
             return Err(Error::OwnedByOther {
@@ -192,6 +325,9 @@ pub async fn apply_if_changed_at<K: Child>(
                 Applied::ByRead
             });
         }
+        Some(Ownership::Ours) if live.is_some_and(|l| edited_since_applied(l, &desired, &hash)) => {
+            written = Applied::Restored;
+        }
         _ => {}
     }
     desired.annotations_mut().insert(APPLIED_HASH.into(), hash);
@@ -208,7 +344,7 @@ pub async fn apply_if_changed_at<K: Child>(
         &Patch::Apply(&value),
     )
     .await?;
-    Ok(Applied::Written)
+    Ok(written)
 }
 
 /// Creates a slot's pod. Pods are never patched: their spec is immutable in the ways that
@@ -312,6 +448,173 @@ mod tests {
         let mut removed = applied(secret("user c off"), &h);
         removed.data = Some(BTreeMap::new());
         assert!(!is_current(Some(&removed), &secret("user c off"), &h));
+    }
+
+    /// An edit of an object, as JSON.
+    type Edit = fn(&mut serde_json::Value);
+
+    /// `desired` as the API server stores it after an apply: the annotation, and the defaults
+    /// it fills in (`complete`).
+    fn as_stored<K: Child>(desired: &K, complete: impl FnOnce(&mut serde_json::Value)) -> (K, String) {
+        let hash = desired_hash(desired);
+        let mut live = serde_json::to_value(applied(desired.clone(), &hash)).unwrap();
+        complete(&mut live);
+        (serde_json::from_value(live).unwrap(), hash)
+    }
+
+    fn edited<K: Child>(live: &K, edit: impl FnOnce(&mut serde_json::Value)) -> K {
+        let mut v = serde_json::to_value(live).unwrap();
+        edit(&mut v);
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Steady state must cost nothing: a Service as the API server completes it (a clusterIP,
+    /// families, affinity, policies; `publishNotReadyAddresses: false` omitted) is current.
+    fn stored_service(desired: &Service) -> (Service, String) {
+        as_stored(desired, |v| {
+            let spec = &mut v["spec"];
+            if spec.get("clusterIP").is_none() {
+                spec["clusterIP"] = "10.96.0.17".into();
+                spec["clusterIPs"] = serde_json::json!(["10.96.0.17"]);
+            }
+            spec["ipFamilies"] = serde_json::json!(["IPv4"]);
+            spec["ipFamilyPolicy"] = "SingleStack".into();
+            spec["sessionAffinity"] = "None".into();
+            spec["internalTrafficPolicy"] = "Cluster".into();
+            spec.as_object_mut().unwrap().remove("publishNotReadyAddresses");
+        })
+    }
+
+    #[test]
+    fn a_service_is_compared_in_the_fields_the_operator_sets() {
+        use crate::model::Slot;
+        use crate::resources::service;
+        let cluster = crate::fixtures::cluster(serde_json::json!({}));
+        let desired = service::slot_service(&cluster, Slot::new(1));
+        let (live, h) = stored_service(&desired);
+        assert!(is_current(Some(&live), &desired, &h), "defaults are no drift");
+        assert!(!edited_since_applied(&live, &desired, &h));
+        let headless = service::headless_service(&cluster);
+        let (live_headless, hh) = stored_service(&headless);
+        assert!(is_current(Some(&live_headless), &headless, &hh));
+        // A port someone else added stays after an apply (ports are keyed by port and
+        // protocol): no drift, or it would be written forever.
+        let extra = edited(&live, |v| {
+            v["spec"]["ports"].as_array_mut().unwrap().push(
+                serde_json::json!({"name": "metrics", "port": 9121, "protocol": "TCP", "targetPort": 9121}),
+            )
+        });
+        assert!(is_current(Some(&extra), &desired, &h));
+        // Each of these reaches another process, or none, through slot 1's address.
+        let drifts: [(&str, Edit); 8] = [
+            ("selector to slot 0", |v| {
+                v["spec"]["selector"]["redlock.dev/slot"] = "0".into()
+            }),
+            ("selector key removed", |v| {
+                v["spec"]["selector"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("redlock.dev/slot");
+            }),
+            ("selector key added", |v| {
+                v["spec"]["selector"]["extra"] = "x".into()
+            }),
+            ("targetPort", |v| {
+                v["spec"]["ports"][0]["targetPort"] = 6380.into()
+            }),
+            ("port", |v| v["spec"]["ports"][0]["port"] = 6380.into()),
+            ("publishNotReadyAddresses", |v| {
+                v["spec"]["publishNotReadyAddresses"] = true.into()
+            }),
+            ("type", |v| v["spec"]["type"] = "NodePort".into()),
+            ("slot label", |v| {
+                v["metadata"]["labels"]["redlock.dev/slot"] = "0".into()
+            }),
+        ];
+        for (what, edit) in drifts {
+            let e = edited(&live, edit);
+            assert!(!is_current(Some(&e), &desired, &h), "{what}");
+            assert!(edited_since_applied(&e, &desired, &h), "{what}");
+        }
+        let not_headless = edited(&live_headless, |v| v["spec"]["clusterIP"] = "10.96.0.18".into());
+        assert!(!is_current(Some(&not_headless), &headless, &hh));
+        // A changed spec (another hash) is an ordinary apply, not a restored edit.
+        assert!(!edited_since_applied(&live, &desired, "another-hash"));
+    }
+
+    #[test]
+    fn a_pdb_is_compared_in_the_fields_the_operator_sets() {
+        use crate::resources::pdb;
+        let cluster = crate::fixtures::cluster(serde_json::json!({"instances": 3}));
+        let desired = pdb::pod_disruption_budget(&cluster);
+        let (live, h) = as_stored(&desired, |v| {
+            v["spec"]["selector"]["matchExpressions"] = serde_json::json!([])
+        });
+        assert!(
+            is_current(Some(&live), &desired, &h),
+            "an empty matchExpressions is none"
+        );
+        for (what, edit) in [
+            (
+                "minAvailable",
+                (|v| v["spec"]["minAvailable"] = 0.into()) as fn(&mut serde_json::Value),
+            ),
+            ("selector", |v| {
+                v["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = "other".into()
+            }),
+            ("eviction policy", |v| {
+                v["spec"]["unhealthyPodEvictionPolicy"] = "IfHealthyBudget".into()
+            }),
+        ] {
+            assert!(edited_since_applied(&edited(&live, edit), &desired, &h), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_network_policy_is_compared_in_the_fields_the_operator_sets() {
+        use crate::resources::network_policy::network_policy;
+        // A client selector with an empty matchLabels: the API server drops the empty map.
+        let cluster = crate::fixtures::cluster(serde_json::json!({"networkPolicy": {
+            "enabled": true, "clientPodSelector": {"matchLabels": {}}}}));
+        let desired = network_policy(&cluster, Some("ops")).unwrap();
+        let (live, h) = as_stored(&desired, |v| {
+            let peer = &mut v["spec"]["ingress"][0]["from"][1]["podSelector"];
+            peer.as_object_mut().unwrap().remove("matchLabels");
+            v["spec"]["ingress"][0]["ports"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("protocol");
+        });
+        assert!(is_current(Some(&live), &desired, &h), "stored forms are no drift");
+        let egress = edited(&live, |v| v["spec"]["egress"] = serde_json::json!([{}]));
+        assert!(
+            is_current(Some(&egress), &desired, &h),
+            "egress is not enforced under policyTypes Ingress"
+        );
+        for (what, edit) in [
+            (
+                "client peer opened to every namespace",
+                (|v| v["spec"]["ingress"][0]["from"][1]["namespaceSelector"] = serde_json::json!({}))
+                    as fn(&mut serde_json::Value),
+            ),
+            ("a peer added", |v| {
+                v["spec"]["ingress"][0]["from"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({"ipBlock": {"cidr": "0.0.0.0/0"}}))
+            }),
+            ("port", |v| {
+                v["spec"]["ingress"][0]["ports"][0]["port"] = 6380.into()
+            }),
+            ("policy types", |v| {
+                v["spec"]["policyTypes"] = serde_json::json!(["Egress"])
+            }),
+            ("pod selector", |v| {
+                v["spec"]["podSelector"] = serde_json::json!({})
+            }),
+        ] {
+            assert!(edited_since_applied(&edited(&live, edit), &desired, &h), "{what}");
+        }
     }
 
     fn owned_by(uid: &str) -> ConfigMap {

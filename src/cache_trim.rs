@@ -2,7 +2,7 @@
 //! for the life of the process, so only what a reconcile reads is kept. Every write is a
 //! server-side apply built from scratch, so nothing is ever written back from a trimmed copy.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceSpec};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
@@ -24,13 +24,20 @@ impl Trim for Pod {
     }
 }
 
-/// Services, the PDB and the NetworkPolicy are compared by their applied-hash annotation and
-/// their owner only (`apply::Child::content_matches`: the API server fills in defaults, so
-/// their content is never compared): metadata only.
+/// Services, the PDB and the NetworkPolicy are compared by content in the fields the operator
+/// sets (`apply::Child::content_matches`): those are kept, what the API server adds (cluster
+/// IPs, families, policies, status) is not.
 impl Trim for Service {
     fn trim(&mut self) {
         trim_metadata(self);
-        self.spec = None;
+        self.spec = self.spec.take().map(|s| ServiceSpec {
+            type_: s.type_,
+            cluster_ip: s.cluster_ip,
+            selector: s.selector,
+            publish_not_ready_addresses: s.publish_not_ready_addresses,
+            ports: s.ports,
+            ..Default::default()
+        });
         self.status = None;
     }
 }
@@ -38,7 +45,6 @@ impl Trim for Service {
 impl Trim for PodDisruptionBudget {
     fn trim(&mut self) {
         trim_metadata(self);
-        self.spec = None;
         self.status = None;
     }
 }
@@ -46,7 +52,6 @@ impl Trim for PodDisruptionBudget {
 impl Trim for NetworkPolicy {
     fn trim(&mut self) {
         trim_metadata(self);
-        self.spec = None;
     }
 }
 
@@ -76,8 +81,12 @@ mod tests {
     use kube::ResourceExt;
 
     /// A Service, PDB or NetworkPolicy as the operator applied it is still current and still
-    /// its own once trimmed: what `apply_if_changed` decides from the cache does not change.
-    fn still_current<K: crate::apply::Child + Trim>(mut desired: K) {
+    /// its own once trimmed, and an edited one is still drift: what `apply_if_changed` decides
+    /// from the cache does not change.
+    fn judged_as_before<K: crate::apply::Child + Trim>(
+        mut desired: K,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) {
         let hash = desired_hash(&desired);
         desired
             .annotations_mut()
@@ -86,6 +95,11 @@ mod tests {
         cached.trim();
         assert!(is_current(Some(&cached), &desired, &hash));
         assert_eq!(ownership(&cached, &desired), Ownership::Ours);
+        let mut edited = serde_json::to_value(&desired).unwrap();
+        edit(&mut edited);
+        let mut edited: K = serde_json::from_value(edited).unwrap();
+        edited.trim();
+        assert!(!is_current(Some(&edited), &desired, &hash));
     }
 
     #[test]
@@ -96,13 +110,20 @@ mod tests {
             "spec": {"maxLockTTL": "30s", "networkPolicy": {"enabled": true}}
         }))
         .unwrap();
-        still_current(crate::resources::service::headless_service(&cluster));
-        still_current(crate::resources::service::slot_service(
-            &cluster,
-            crate::model::Slot::new(1),
-        ));
-        still_current(crate::resources::pdb::pod_disruption_budget(&cluster));
-        still_current(crate::resources::network_policy::network_policy(&cluster, None).unwrap());
+        judged_as_before(crate::resources::service::headless_service(&cluster), |v| {
+            v["spec"]["publishNotReadyAddresses"] = true.into()
+        });
+        judged_as_before(
+            crate::resources::service::slot_service(&cluster, crate::model::Slot::new(1)),
+            |v| v["spec"]["selector"]["redlock.dev/slot"] = "0".into(),
+        );
+        judged_as_before(crate::resources::pdb::pod_disruption_budget(&cluster), |v| {
+            v["spec"]["minAvailable"] = 0.into()
+        });
+        judged_as_before(
+            crate::resources::network_policy::network_policy(&cluster, None).unwrap(),
+            |v| v["spec"]["ingress"][0]["from"][1]["namespaceSelector"] = serde_json::json!({}),
+        );
     }
 
     #[test]

@@ -22,10 +22,11 @@ pub enum ConditionType {
     Maintenance,
     FailureIndependence,
     ClientPasswordRotation,
+    AdminPasswordRotation,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 11] = [
+    pub const ALL: [ConditionType; 12] = [
         Self::Available,
         Self::Progressing,
         Self::Degraded,
@@ -37,6 +38,7 @@ impl ConditionType {
         Self::Maintenance,
         Self::FailureIndependence,
         Self::ClientPasswordRotation,
+        Self::AdminPasswordRotation,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -52,6 +54,7 @@ impl ConditionType {
             Self::Maintenance => "Maintenance",
             Self::FailureIndependence => "FailureIndependence",
             Self::ClientPasswordRotation => "ClientPasswordRotation",
+            Self::AdminPasswordRotation => "AdminPasswordRotation",
         }
     }
 
@@ -117,7 +120,7 @@ pub enum ConditionReason {
     // FailureIndependence
     IndependentFailureDomains,
     SharedFailureDomain,
-    // ClientPasswordRotation
+    // ClientPasswordRotation and AdminPasswordRotation
     AddingPassword,
     RemovingOldPassword,
     AuthDisabled,
@@ -310,6 +313,7 @@ mod tests {
                 "Maintenance",
                 "FailureIndependence",
                 "ClientPasswordRotation",
+                "AdminPasswordRotation",
             ]
         );
         for t in ConditionType::ALL {

@@ -37,6 +37,7 @@ pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
             client_enabled: enabled,
             pod_uid: None,
             client_password_hashes: None,
+            admin_password_hashes: None,
         }),
         ..Default::default()
     }

@@ -2,6 +2,7 @@
 //! Redlock "delayed restart" rule (see docs/design.md).
 
 pub mod admin_connection;
+pub mod admin_rotation;
 pub mod apply;
 pub mod backoff;
 pub mod cache_trim;

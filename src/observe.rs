@@ -53,6 +53,9 @@ pub struct RedisInfo {
     /// The passwords (`#<sha256 hex>`, sorted) the client user `redlock-client` accepts;
     /// `None` where lock clients log in as `default` (auth off), which has none.
     pub client_password_hashes: Option<Vec<String>>,
+    /// The passwords (`#<sha256 hex>`, sorted) the admin user accepts (an admin password
+    /// rotation brings each process to those on record).
+    pub admin_password_hashes: Option<Vec<String>>,
 }
 
 /// What this reconcile's admin probe of a slot's process found.
@@ -454,6 +457,7 @@ mod tests {
             client_enabled: false,
             pod_uid: uid.map(str::to_owned),
             client_password_hashes: None,
+            admin_password_hashes: None,
         };
         let why = foreign_process(&slot, &answer(Some("uid-0"))).unwrap();
         assert!(

@@ -91,6 +91,8 @@ pub enum ClusterReason {
     OwnershipConflictResolved,
     ChildApplyFailed,
     ChildrenApplied,
+    /// A child edited outside the operator, put back (`apply::Applied::Restored`).
+    ChildRestored,
     // Inputs and writes the reconcile cannot do without.
     EndpointsNotPublished,
     TlsSecretInvalid,
@@ -106,10 +108,14 @@ pub enum ClusterReason {
     ClientPasswordPublished,
     ClientPasswordConfirmed,
     ClientPasswordRotated,
+    // Admin password rotation steps (`admin_rotation::advance`).
+    AdminPasswordRotationStarted,
+    AdminPasswordSwitched,
+    AdminPasswordRotated,
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 20] = [
+    pub const ALL: [ClusterReason; 24] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -118,6 +124,7 @@ impl ClusterReason {
         Self::OwnershipConflictResolved,
         Self::ChildApplyFailed,
         Self::ChildrenApplied,
+        Self::ChildRestored,
         Self::EndpointsNotPublished,
         Self::TlsSecretInvalid,
         Self::CredentialsMissing,
@@ -130,6 +137,9 @@ impl ClusterReason {
         Self::ClientPasswordPublished,
         Self::ClientPasswordConfirmed,
         Self::ClientPasswordRotated,
+        Self::AdminPasswordRotationStarted,
+        Self::AdminPasswordSwitched,
+        Self::AdminPasswordRotated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -142,6 +152,7 @@ impl ClusterReason {
             Self::OwnershipConflictResolved => "OwnershipConflictResolved",
             Self::ChildApplyFailed => "ChildApplyFailed",
             Self::ChildrenApplied => "ChildrenApplied",
+            Self::ChildRestored => "ChildRestored",
             Self::EndpointsNotPublished => "EndpointsNotPublished",
             Self::TlsSecretInvalid => "TLSSecretInvalid",
             Self::CredentialsMissing => "CredentialsMissing",
@@ -154,6 +165,9 @@ impl ClusterReason {
             Self::ClientPasswordPublished => "ClientPasswordPublished",
             Self::ClientPasswordConfirmed => "ClientPasswordConfirmed",
             Self::ClientPasswordRotated => "ClientPasswordRotated",
+            Self::AdminPasswordRotationStarted => "AdminPasswordRotationStarted",
+            Self::AdminPasswordSwitched => "AdminPasswordSwitched",
+            Self::AdminPasswordRotated => "AdminPasswordRotated",
         }
     }
 }
@@ -203,6 +217,7 @@ mod tests {
             "OwnershipConflictResolved",
             "ChildApplyFailed",
             "ChildrenApplied",
+            "ChildRestored",
             "EndpointsNotPublished",
             "TLSSecretInvalid",
             "CredentialsMissing",
@@ -215,6 +230,9 @@ mod tests {
             "ClientPasswordPublished",
             "ClientPasswordConfirmed",
             "ClientPasswordRotated",
+            "AdminPasswordRotationStarted",
+            "AdminPasswordSwitched",
+            "AdminPasswordRotated",
         ];
         assert_eq!(ClusterReason::ALL.map(ClusterReason::as_str), pinned);
         // Member and cluster events share the object's event stream: no reason means both.

@@ -20,6 +20,10 @@ use crate::ttl_audit::SampledKey;
 pub struct AdminAccess {
     pub admin_user: String,
     pub admin_password: String,
+    /// Tried when a process refuses `admin_password`: the old one while an admin rotation
+    /// removes it (a process restarted from an ACL file its kubelet had not updated yet may
+    /// still know only that one).
+    pub admin_fallback_password: Option<String>,
     /// The ACL user lock clients log in as (`default` when auth is disabled).
     pub client_user: String,
     pub port: u16,
@@ -123,13 +127,19 @@ impl AdminAccess {
     /// A fresh, dedicated connection (never a reconnecting one: if the process restarts, the
     /// connection dies with it and nothing sent on it can reach the new process).
     async fn connect(&self, ip: IpAddr) -> redis::RedisResult<AdminConnection> {
-        let login = Login {
+        let login = |password| Login {
             user: &self.admin_user,
-            password: &self.admin_password,
+            password,
             tls_ca: self.tls_ca.as_deref(),
             timeout: self.timeout,
         };
-        AdminConnection::open(ip, self.port, &login).await
+        match AdminConnection::open(ip, self.port, &login(&self.admin_password)).await {
+            Err(e) if refused_login(&e) => match &self.admin_fallback_password {
+                Some(old) => AdminConnection::open(ip, self.port, &login(old)).await,
+                None => Err(e),
+            },
+            found => found,
+        }
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
@@ -196,10 +206,11 @@ impl AdminAccess {
             &["ACL", "GETUSER", self.other_client_user()],
             &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
             &["TIME"],
+            &["ACL", "GETUSER", &self.admin_user],
         ]);
         let sent = std::time::Instant::now();
         let (info, member_micros, received) = conn
-            .query_with(&request, 5, |replies| {
+            .query_with(&request, 6, |replies| {
                 let received = std::time::Instant::now();
                 self.read_probe(replies)
                     .map(|(info, micros)| (info, micros, received))
@@ -217,8 +228,8 @@ impl AdminAccess {
 
     /// What a probe's replies say: the process, and its clock (µs).
     fn read_probe(&self, replies: &[Reply<'_>]) -> Result<(RedisInfo, i64), ProbeError> {
-        let [info, user, other_user, title, time] = replies else {
-            return Err(ProbeError::Invalid("not five replies"));
+        let [info, user, other_user, title, time, admin] = replies else {
+            return Err(ProbeError::Invalid("not six replies"));
         };
         let (run_id, version) = parse_info_server(info.checked()?.text()?)
             .ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
@@ -240,6 +251,7 @@ impl AdminAccess {
             // is not the sync's business (as a fence does not create one either).
             client_password_hashes: (self.client_user == CLIENT_USER && *user != Reply::Nil)
                 .then(|| user_password_hashes(user)),
+            admin_password_hashes: Some(user_password_hashes(admin.checked()?)),
         };
         Ok((info, secs.int()? * 1_000_000 + micros.int()?))
     }
@@ -382,6 +394,30 @@ impl AdminAccess {
         Ok(())
     }
 
+    /// Sets the admin user of `expected_run_id` to accept exactly the passwords `hashes`
+    /// (`#<sha256 hex>`), in one command (an admin password rotation). Connections already
+    /// logged in stay logged in, the operator's kept probe connections too. Sent on a
+    /// connection that checked the run id.
+    pub async fn set_admin_passwords(
+        &self,
+        ip: IpAddr,
+        expected_run_id: &str,
+        hashes: &[String],
+    ) -> Result<(), GuardedError> {
+        let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
+        let set = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&self.admin_user)
+            .arg("resetpass")
+            .arg(hashes)
+            .get_packed_command();
+        let () = conn
+            .ask(&set)
+            .await
+            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
+        Ok(())
+    }
+
     /// Of the two users lock clients log in as (`default`, the client user), the one this
     /// access's processes do not use.
     fn other_client_user(&self) -> &'static str {
@@ -469,6 +505,11 @@ pub fn parse_info_server(info: &str) -> Option<(String, String)> {
         })
     };
     Some((field("run_id")?, field("redis_version").unwrap_or_default()))
+}
+
+/// Whether `e` is a refused login (a wrong password), not an unreachable process.
+fn refused_login(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGPASS") || e.to_string().contains("WRONGPASS")
 }
 
 /// The list field `name` of an `ACL GETUSER` reply (a flat list of name/value pairs); empty
@@ -587,6 +628,7 @@ mod tests {
         let access = AdminAccess {
             admin_user: "redlock-admin".into(),
             admin_password: "pw".into(),
+            admin_fallback_password: None,
             client_user: CLIENT_USER.into(),
             port: 6379,
             timeout: Duration::from_secs(1),
@@ -607,8 +649,16 @@ mod tests {
                 Reply::Bulk(b"{title} pod=0f1e"),
             ]),
             Reply::Array(vec![Reply::Bulk(b"1700000000"), Reply::Bulk(b"250")]),
+            Reply::Array(vec![
+                Reply::Bulk(b"passwords"),
+                Reply::Array(vec![Reply::Bulk(b"cc"), Reply::Bulk(b"bb")]),
+            ]),
         ];
         let (info, micros) = access.read_probe(&replies).unwrap();
+        assert_eq!(
+            info.admin_password_hashes,
+            Some(vec!["#bb".to_owned(), "#cc".to_owned()])
+        );
         assert_eq!(info.run_id, "abc123");
         assert_eq!(info.version, "7.0.15");
         assert!(!info.client_enabled);

@@ -444,6 +444,7 @@ mod tests {
                 client_enabled: enabled,
                 pod_uid: None,
                 client_password_hashes: None,
+                admin_password_hashes: None,
             }),
             ..Default::default()
         }

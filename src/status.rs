@@ -39,8 +39,9 @@ pub struct Findings {
     pub failure_domains: Option<FailureDomains>,
     /// Members the user fenced on purpose.
     pub maintenance: crate::maintenance::Request,
-    /// The client password rotation's condition, when there is one (`password_rotation`).
-    pub password_rotation: Option<Desired>,
+    /// The password rotations' conditions, those there are (`password_rotation`,
+    /// `admin_rotation`).
+    pub password_rotation: Vec<Desired>,
 }
 
 /// The status to persist: the planned member states plus the counts and conditions that

@@ -1216,3 +1216,140 @@ async fn a_recreated_cluster_does_not_wait_out_its_predecessors_pod_backoff() {
     .await;
     println!("first pod {:?} after the re-create", created.elapsed());
 }
+
+/// Safety review F12: a Service edited by hand (a user, a GitOps tool) is put back, like the
+/// PDB and the NetworkPolicy. Slot 1's selector pointed at slot 0's pod would send slot 1's
+/// clients to slot 0's process: a client's "majority" of 2 of 3 could be one process twice.
+/// Each edit keeps the applied-hash annotation (a `kubectl patch` does not touch it), so only
+/// a comparison by content finds it.
+#[tokio::test]
+async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use redlock_testenv::resolver::Resolver;
+
+    let env = Env::start(3).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s", "networkPolicy": {"enabled": true}}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let services: Api<Service> = Api::namespaced(env.cp.client(), &env.ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(env.cp.client(), &env.ns);
+    let policies: Api<NetworkPolicy> = Api::namespaced(env.cp.client(), &env.ns);
+    let resolver = Resolver::new(env.cp.client());
+    let slot1_address = format!("{NAME}-1.{}.svc:6379", env.ns);
+    let (ip0, ip1) = (env.pod_ip(NAME, 0).await, env.pod_ip(NAME, 1).await);
+    let resolved = resolver.resolve(&slot1_address).await.unwrap();
+    assert_eq!(resolved.iter().map(|a| a.ip()).collect::<Vec<_>>(), [ip1]);
+    assert!(!env.has_event("ChildRestored").await, "nothing was edited yet");
+
+    env.kubectl(&[
+        "patch",
+        "svc",
+        &format!("{NAME}-1"),
+        "-p",
+        r#"{"spec":{"selector":{"redlock.dev/slot":"0"}}}"#,
+    ])
+    .await;
+    wait_for(
+        "slot 1's Service selecting slot 1 again",
+        Duration::from_secs(15),
+        async || {
+            let s = services.get(&format!("{NAME}-1")).await?;
+            let selector = s.spec.unwrap().selector.unwrap();
+            Ok((selector["redlock.dev/slot"] == "1").then_some(()))
+        },
+    )
+    .await;
+    env.wait_event("ChildRestored").await;
+    // A client through slot 1's address reaches slot 1's process again, not slot 0's.
+    let resolved = resolver.resolve(&slot1_address).await.unwrap();
+    assert_eq!(resolved.iter().map(|a| a.ip()).collect::<Vec<_>>(), [ip1]);
+    let login = env.client_login(NAME).await;
+    assert!(
+        lock(
+            resolved[0].ip(),
+            &login,
+            "f12",
+            "through-slot-1",
+            Duration::from_secs(10)
+        )
+        .await
+        .unwrap()
+    );
+    let holder = |ip| {
+        let login = login.clone();
+        async move {
+            let mut c = connect(ip, &login).await.unwrap();
+            redis::cmd("GET")
+                .arg("f12")
+                .query_async::<Option<String>>(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(holder(ip1).await.as_deref(), Some("through-slot-1"));
+    assert_eq!(holder(ip0).await, None, "slot 0's process got slot 1's lock");
+
+    // The PDB (a drain could otherwise take every member at once) and the NetworkPolicy (any
+    // pod in any namespace could reach the lock servers).
+    env.kubectl(&["patch", "pdb", NAME, "-p", r#"{"spec":{"minAvailable":0}}"#])
+        .await;
+    env.kubectl(&[
+        "patch",
+        "networkpolicy",
+        NAME,
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/ingress/0/from/1/namespaceSelector","value":{}}]"#,
+    ])
+    .await;
+    wait_for(
+        "the PDB and the NetworkPolicy put back",
+        Duration::from_secs(15),
+        async || {
+            let pdb = pdbs.get(NAME).await?.spec.unwrap();
+            let np = policies.get(NAME).await?.spec.unwrap();
+            let client_peer = &np.ingress.unwrap()[0].from.clone().unwrap()[1];
+            Ok(
+                (pdb.min_available == Some(IntOrString::Int(2)) && client_peer.namespace_selector.is_none())
+                    .then_some(()),
+            )
+        },
+    )
+    .await;
+
+    // Put back means settled: no object is written again, by the operator or anyone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let versions = async || {
+        let mut v: Vec<String> = services
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|s| s.metadata.resource_version.unwrap())
+            .collect();
+        v.push(pdbs.get(NAME).await.unwrap().metadata.resource_version.unwrap());
+        v.push(
+            policies
+                .get(NAME)
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap(),
+        );
+        v
+    };
+    let before = versions().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        versions().await,
+        before,
+        "children written again after they were put back"
+    );
+}

@@ -294,3 +294,251 @@ async fn a_step_decided_from_an_older_read_is_refused() {
     );
     assert_eq!(phase().await, ByteString(b"revoking".to_vec()));
 }
+
+/// A Redlock client that, every 50 ms, tries to lock a key on every member (a fresh
+/// connection each, as after a reconnect) and counts rounds in which it got no majority.
+struct MajorityClient {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
+    outages: Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MajorityClient {
+    fn start(login: Login, ips: Vec<IpAddr>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let outages = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let (stop, rounds, outages) = (stop.clone(), rounds.clone(), outages.clone());
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut got = Vec::new();
+                    let mut errors = Vec::new();
+                    for ip in &ips {
+                        match lock(*ip, &login, "rotation", "holder", Duration::from_millis(500)).await {
+                            Ok(true) => got.push(*ip),
+                            Ok(false) => errors.push(format!("{ip}: key taken")),
+                            Err(e) => errors.push(format!("{ip}: {e}")),
+                        }
+                    }
+                    for ip in &got {
+                        unlock(*ip, &login).await;
+                    }
+                    if got.len() < ips.len() / 2 + 1 {
+                        outages.lock().unwrap().push(errors.join("; "));
+                    }
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        Self {
+            stop,
+            rounds,
+            outages,
+            task,
+        }
+    }
+
+    async fn finish(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let outages = self.outages.lock().unwrap().clone();
+        (self.rounds.load(Ordering::Relaxed), outages)
+    }
+}
+
+/// Whether `login` logs in at `ip` (a fresh connection).
+async fn logs_in(ip: IpAddr, login: &Login) -> bool {
+    match connect(ip, login).await {
+        Ok(mut c) => redis::cmd("PING").query_async::<String>(&mut c).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn wait_admin_rotation(env: &Env, reason: &str) {
+    use redlock_operator::admin_rotation::CONDITION as ADMIN_CONDITION;
+    wait_for(
+        &format!("condition {ADMIN_CONDITION} reason {reason}"),
+        Duration::from_secs(60),
+        async || {
+            let c = env.cluster(NAME).await;
+            let found = c
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .any(|c| c.type_ == ADMIN_CONDITION && c.reason == reason);
+            Ok(found.then_some(()))
+        },
+    )
+    .await;
+}
+
+/// The admin password (the operator's own) is rotated on request while a Redlock client keeps
+/// getting majorities: the new one is on record and added everywhere before the operator uses
+/// it, a member killed after the switch comes back and is probed and released with the new
+/// one, the old one is refused everywhere at the end, the readiness probes keep their password
+/// (pods stay Ready), and the request left in place does not rotate again.
+#[tokio::test]
+async fn the_admin_password_is_rotated_without_a_lock_outage() {
+    use redlock_operator::admin_rotation::ROTATE_ADMIN_ANNOTATION;
+    use redlock_operator::resources::secrets::password_hash;
+    // 4 s (instead of 2 min) between the switch and the end of the old password's fallback.
+    let env = Env::start_with(3, &["--password-rotation-grace-ms=4000"]).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let old = env.admin_login(NAME).await;
+    let probe_password = env.secret(&format!("{NAME}-admin"), "probePassword").await;
+    let mut ips = Vec::new();
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+    let client = MajorityClient::start(env.client_login(NAME).await, ips.clone());
+
+    annotate(&env, ROTATE_ADMIN_ANNOTATION, "a1").await;
+    env.wait_event("AdminPasswordRotationStarted").await;
+    // Switched: every member accepts both, and the operator logs in with the new one.
+    wait_admin_rotation(&env, "RemovingOldPassword").await;
+    env.wait_event("AdminPasswordSwitched").await;
+    let new = env.admin_login(NAME).await;
+    assert_ne!(new.password, old.password, "<name>-admin holds the new password");
+
+    // A member killed mid-rotation: restarted, probed with the new password, held, released.
+    let before = env.member(NAME, 1).await.unwrap();
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .unwrap();
+    env.wait_member(NAME, 1, "restarted and released", Duration::from_secs(30), |m| {
+        m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != before.run_id
+    })
+    .await;
+    wait_admin_rotation(&env, "Rotated").await;
+    env.wait_event("AdminPasswordRotated").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (rounds, outages) = client.finish().await;
+    assert!(rounds > 20, "{rounds} rounds");
+    assert!(outages.is_empty(), "rounds without a majority: {outages:?}");
+
+    let ip1 = env.pod_ip(NAME, 1).await;
+    for ip in ips.iter().chain([&ip1]) {
+        assert!(
+            !logs_in(*ip, &old).await,
+            "{ip}: the old admin password is refused"
+        );
+        assert!(logs_in(*ip, &new).await, "{ip}: the new admin password works");
+    }
+    // What is kept: the new password, the token, the readiness probe's password unchanged.
+    let admin = Api::<Secret>::namespaced(env.cp.client(), &env.ns)
+        .get(&format!("{NAME}-admin"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(admin["adminRotatedToken"].0, b"a1");
+    assert!(!admin.contains_key("passwordNext") && !admin.contains_key("passwordPrevious"));
+    assert_eq!(admin["probePassword"].0, probe_password.as_bytes());
+    let acl = env.secret(&format!("{NAME}-acl"), "users-auth.acl").await;
+    let admin_line = acl
+        .lines()
+        .find(|l| l.starts_with("user redlock-admin "))
+        .unwrap();
+    assert_eq!(admin_line.matches(" #").count(), 1, "{admin_line}");
+    assert!(admin_line.contains(&password_hash(&new.password)), "{admin_line}");
+
+    // The request stays on the object: nothing rotates again; every pod stays Ready (one past
+    // readiness period later).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(env.admin_login(NAME).await.password, new.password);
+    for slot in 0..3 {
+        let pod = env.pods().get(&format!("{NAME}-{slot}")).await.unwrap();
+        let ready = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        assert!(ready, "{NAME}-{slot} is Ready after the rotation");
+    }
+    let c = env.cluster(NAME).await;
+    assert_eq!(c.status.unwrap().ready_instances, Some(3));
+    wait_admin_rotation(&env, "Rotated").await;
+}
+
+/// An admin rotation survives an operator restart: held in its first phase by a member that
+/// does not answer (SIGSTOP), the operator is killed and another started; it recovers the
+/// phase from the Secrets (the new password it finds is the one recorded before, not a
+/// fresh one), and once the member answers again the rotation ends with that password, while
+/// a Redlock client keeps getting majorities.
+#[tokio::test]
+async fn an_admin_rotation_held_by_a_silent_member_survives_an_operator_restart() {
+    use redlock_operator::admin_rotation::{CONDITION as ADMIN_CONDITION, ROTATE_ADMIN_ANNOTATION};
+    let args = ["--leader-elect=false", "--password-rotation-grace-ms=4000"];
+    let mut env = Env::start_with(3, &args).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let old = env.admin_login(NAME).await;
+    let mut ips = Vec::new();
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+    let client = MajorityClient::start(env.client_login(NAME).await, ips.clone());
+    let stopped = format!("{NAME}-2");
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &stopped, Signal::SIGSTOP)
+        .unwrap();
+
+    annotate(&env, ROTATE_ADMIN_ANNOTATION, "a1").await;
+    env.wait_event("AdminPasswordRotationStarted").await;
+    let message = async |env: &Env| {
+        let c = env.cluster(NAME).await;
+        c.status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == ADMIN_CONDITION)
+            .map(|c| (c.reason, c.message))
+    };
+    let held = async |env: &Env| {
+        wait_for(
+            "the rotation held by member 2",
+            Duration::from_secs(20),
+            async || {
+                Ok(message(env).await.filter(|(reason, m)| {
+                    reason == "AddingPassword" && m.contains("waiting for members [2]")
+                }))
+            },
+        )
+        .await
+    };
+    held(&env).await;
+    let next = env.secret(&format!("{NAME}-admin"), "passwordNext").await;
+    assert_eq!(env.admin_login(NAME).await.password, old.password);
+
+    // The operator dies mid-rotation; another one starts and finds the rotation where it was.
+    env.operator.kill().unwrap();
+    env.operator.wait_exit(Duration::from_secs(5)).await.unwrap();
+    env.operator = start_operator_with(&env.cp, "operator-2.log", &args).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    held(&env).await;
+    assert_eq!(env.secret(&format!("{NAME}-admin"), "passwordNext").await, next);
+
+    env.cp
+        .kubelet()
+        .signal_pod(&env.ns, &stopped, Signal::SIGCONT)
+        .unwrap();
+    wait_admin_rotation(&env, "Rotated").await;
+    let (rounds, outages) = client.finish().await;
+    assert!(rounds > 20, "{rounds} rounds");
+    assert!(outages.is_empty(), "rounds without a majority: {outages:?}");
+    let new = env.admin_login(NAME).await;
+    assert_eq!(new.password, next, "the password recorded before the restart");
+    for ip in &ips {
+        assert!(
+            !logs_in(*ip, &old).await,
+            "{ip}: the old admin password is refused"
+        );
+        assert!(logs_in(*ip, &new).await, "{ip}: the new admin password works");
+    }
+}

@@ -46,6 +46,7 @@ fn access(port: u16) -> AdminAccess {
     AdminAccess {
         admin_user: "admin".into(),
         admin_password: "admin-pw".into(),
+        admin_fallback_password: None,
         client_user: "client".into(),
         port,
         timeout: Duration::from_millis(500),
@@ -277,4 +278,55 @@ async fn a_replacement_seen_at_another_slots_address_neither_fences_nor_releases
     first_client_write(ip0, &client, Duration::from_secs(10))
         .await
         .unwrap();
+}
+
+/// The admin password rotation's fallback (docs/design.md §8.11), against a real redis-server
+/// whose admin user accepts only the old password (a process restarted from an ACL file its
+/// kubelet had not updated): with the new password alone it cannot be probed; with the old one
+/// as the fallback it is probed, and its admin user is set to the new one only, on a
+/// connection that checked the run id; the old one is refused afterwards.
+#[tokio::test]
+async fn a_process_that_knows_only_the_old_admin_password_is_reached_through_the_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().unwrap();
+    let _redis = start_redis(port, dir.path());
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let old = access(port);
+    let info = first_probe(&old, ip).await;
+    assert_eq!(
+        info.admin_password_hashes,
+        Some(vec![password_hash("admin-pw")]),
+        "the probe reads the admin user's passwords"
+    );
+
+    let new_only = AdminAccess {
+        admin_password: "admin-pw-2".into(),
+        ..access(port)
+    };
+    assert!(
+        new_only.probe(ip).await.is_err(),
+        "the new password alone is refused"
+    );
+    let with_fallback = AdminAccess {
+        admin_fallback_password: Some("admin-pw".into()),
+        ..new_only.clone()
+    };
+    let (found, _) = with_fallback.probe(ip).await.unwrap();
+    assert_eq!(found.run_id, info.run_id);
+    assert!(matches!(
+        with_fallback
+            .set_admin_passwords(ip, "0000", &[password_hash("admin-pw-2")])
+            .await,
+        Err(GuardedError::OtherProcess { .. })
+    ));
+    with_fallback
+        .set_admin_passwords(ip, &info.run_id, &[password_hash("admin-pw-2")])
+        .await
+        .unwrap();
+    let (found, _) = new_only.probe(ip).await.unwrap();
+    assert_eq!(
+        found.admin_password_hashes,
+        Some(vec![password_hash("admin-pw-2")])
+    );
+    assert!(old.probe(ip).await.is_err(), "the old password is refused");
 }

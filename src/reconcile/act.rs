@@ -176,8 +176,16 @@ async fn publish_endpoints(
             ctx.memory.endpoints.found_current(uid, fingerprint, version);
             return None;
         }
-        Ok(_) => {
+        Ok(written) => {
             ctx.memory.endpoints.unsettled(uid);
+            if written == apply::Applied::Restored {
+                let name = crate::resources::names::endpoints_config_map_name(&cluster.name_any());
+                let report = super::children::ChildrenReport {
+                    restored: vec![format!("ConfigMap {name}")],
+                    ..Default::default()
+                };
+                super::children::publish_restored(ctx, cluster, &report).await;
+            }
             return None;
         }
         Err(e) => {

@@ -35,6 +35,8 @@ pub struct ChildrenReport {
     /// Something was written, read from the API server, refused or failed: not every child
     /// was shown current by the cache (`children_memo` remembers only that outcome).
     pub unsettled: bool,
+    /// Children (`<Kind> <name>`) found edited since they were applied, and put back.
+    pub restored: Vec<String>,
 }
 
 impl ChildrenReport {
@@ -51,9 +53,13 @@ impl ChildrenReport {
         self.config_ready && !self.unsettled && self.conflicts.is_empty() && self.problems.is_empty()
     }
 
-    /// Records the outcome of one apply; a lost leadership stops the reconcile.
-    fn record(&mut self, outcome: Result<apply::Applied>) -> Result<bool> {
+    /// Records the outcome of one apply of `what` (`<Kind> <name>`); a lost leadership stops
+    /// the reconcile.
+    fn record(&mut self, what: impl FnOnce() -> String, outcome: Result<apply::Applied>) -> Result<bool> {
         self.unsettled |= !matches!(outcome, Ok(apply::Applied::InCache));
+        if matches!(outcome, Ok(apply::Applied::Restored)) {
+            self.restored.push(what());
+        }
         match outcome {
             Ok(_) => Ok(true),
             Err(Error::NotLeader) => Err(Error::NotLeader),
@@ -95,11 +101,37 @@ pub async fn apply(
         return Ok(ChildrenReport::current());
     }
     let report = apply_all(ctx, cluster, ns, inputs).await?;
+    publish_restored(ctx, cluster, &report).await;
     match memo {
         Some(memo) if report.all_current() => memo.found_current(uid, fingerprint, version),
         _ => ctx.memory.children.unsettled(uid),
     }
     Ok(report)
+}
+
+/// A Warning event per child put back after a hand edit: an edit of a Service's selector or
+/// ports, of the PDB or the NetworkPolicy, of redis.conf or a Secret is undone, and whoever
+/// made it must learn why their change did not stay.
+pub async fn publish_restored(ctx: &Context, cluster: &RedlockCluster, report: &ChildrenReport) {
+    for what in &report.restored {
+        let note =
+            format!("{what} was edited outside the operator; the fields the operator sets were put back");
+        tracing::warn!("{note}");
+        crate::events::publish_for_cluster(
+            &ctx.recorder,
+            cluster,
+            crate::reasons::ClusterReason::ChildRestored,
+            note,
+            true,
+        )
+        .await;
+    }
+}
+
+/// `<Kind> <name>` of a child, for reports and events.
+fn describe<K: Resource<DynamicType = ()>>(k: &K) -> impl FnOnce() -> String + use<K> {
+    let what = format!("{} {}", K::kind(&()), k.meta().name.clone().unwrap_or_default());
+    move || what
 }
 
 async fn apply_all(
@@ -117,8 +149,10 @@ async fn apply_all(
     let read_at = inputs.credentials.admin_read_at.as_deref();
     let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, read_at, &mut report).await?;
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let desired = config::config_map(cluster);
     config_ready &= report.record(
-        apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config::config_map(cluster)).await,
+        describe(&desired),
+        apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired).await,
     )?;
     report.config_ready = config_ready;
 
@@ -130,16 +164,29 @@ async fn apply_all(
         .map(|slot| service::slot_service(cluster, slot))
         .chain([service::headless_service(cluster)]);
     for svc in desired {
-        report.record(apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await)?;
+        report.record(
+            describe(&svc),
+            apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await,
+        )?;
     }
     for name in retired_services(ctx, cluster, ns, with_service) {
         let deleted = apply::delete(&svc_api, &name, None).await;
-        report.record(deleted.map(|_| apply::Applied::Written))?;
+        report.record(
+            || format!("Service {name}"),
+            deleted.map(|_| apply::Applied::Written),
+        )?;
     }
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
     let desired = pdb::pod_disruption_budget(cluster);
-    report.record(apply::apply_if_changed(&pdb_api, &ctx.caches.pod_disruption_budgets, desired).await)?;
-    report.record(apply_network_policy(ctx, cluster, ns).await)?;
+    report.record(
+        describe(&desired),
+        apply::apply_if_changed(&pdb_api, &ctx.caches.pod_disruption_budgets, desired).await,
+    )?;
+    let name = network_policy::network_policy_name(&cluster.name_any());
+    report.record(
+        || format!("NetworkPolicy {name}"),
+        apply_network_policy(ctx, cluster, ns).await,
+    )?;
     Ok(report)
 }
 
@@ -169,7 +216,10 @@ pub async fn apply_secrets(
     let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let cache = &ctx.caches.secrets;
     let admin = secrets::admin_secret(cluster, credentials);
-    let ready = report.record(apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await)?;
+    let ready = report.record(
+        describe(&admin),
+        apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await,
+    )?;
     // `<name>-client` is written only over the operator's copy on record: with auth off it
     // carries no password, and a cluster from before the operator kept a copy (an upgrade)
     // would lose the client password's only copy if `<name>-admin` was refused.
@@ -177,12 +227,18 @@ pub async fn apply_secrets(
         return Ok(false);
     }
     let client = secrets::client_secret(cluster, credentials, published(cluster));
-    let mut ready = report.record(apply::apply_if_changed(&secrets_api, cache, client).await)?;
+    let mut ready = report.record(
+        describe(&client),
+        apply::apply_if_changed(&secrets_api, cache, client).await,
+    )?;
     // The ACL file holds the hashes of those passwords: written only once both Secrets are
     // this cluster's, or a password that no Secret keeps would be written, anew each time.
     if ready {
         let acl = secrets::acl_secret(cluster, credentials);
-        ready &= report.record(apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await)?;
+        ready &= report.record(
+            describe(&acl),
+            apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await,
+        )?;
     }
     Ok(ready)
 }

@@ -50,7 +50,8 @@ pub struct Facts<'a> {
     /// Why no process may be released now (the operator's clock), if so.
     pub release_blocked: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
-    pub password_rotation: Option<crate::conditions::Desired>,
+    /// The conditions of the password rotations (client, admin), those that have anything to say.
+    pub password_rotation: Vec<crate::conditions::Desired>,
     /// The cluster's spec hash (`resources::hash::spec_hash`), which pods of the spec carry.
     pub spec_hash: &'a str,
 }
@@ -351,7 +352,7 @@ mod tests {
                 probe_period: Duration::from_secs(1),
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
-                password_rotation: None,
+                password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(now),
@@ -537,7 +538,7 @@ mod tests {
                 probe_period: Duration::from_secs(600),
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
-                password_rotation: None,
+                password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
             },
             Reading::at(at(100)),

@@ -68,6 +68,7 @@ pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<I
     let access = AdminAccess {
         admin_user: ADMIN_USER.into(),
         admin_password: credentials.admin_password.clone(),
+        admin_fallback_password: credentials.admin_fallback_password().map(str::to_owned),
         client_user: client_user(cluster).into(),
         port: REDIS_PORT,
         timeout: ctx.settings.probe_timeout,
@@ -250,7 +251,10 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
     // one that lags this process's last write would take a step back (a new password
     // generated twice). Only while one runs or is asked for.
-    if crate::password_rotation::active(&recovered, crate::password_rotation::request(cluster)) {
+    let admin_token = crate::admin_rotation::requested(cluster);
+    if crate::password_rotation::active(&recovered, crate::password_rotation::request(cluster))
+        || crate::admin_rotation::active(&recovered, admin_token)
+    {
         recovered = recover(true).await?;
         remember(ctx, cluster, &recovered);
     }

@@ -88,8 +88,14 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         });
     let mut observation = observation::observe(&ctx, cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
-    let password_rotation =
-        passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?;
+    let mut password_rotation: Vec<_> =
+        passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots)
+            .await?
+            .into_iter()
+            .collect();
+    password_rotation.extend(
+        passwords::rotate_admin(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?,
+    );
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use super::children::{self, ChildrenReport};
 use super::inputs::Inputs;
+use crate::admin_rotation;
 use crate::conditions::Desired;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
@@ -73,6 +74,99 @@ pub async fn rotate(
     let desired = condition(&creds);
     inputs.credentials = creds;
     Ok(desired)
+}
+
+/// The admin password rotation's step (`admin_rotation`, pure), after the client password's:
+/// the step is put on record first (`<name>-admin`, then the ACL file), and only then is each
+/// process's admin user brought to the passwords on record. Returns the condition. A step
+/// taken replaces `inputs`' credentials and the admin access: what follows in this reconcile
+/// logs in with the password on record now.
+pub async fn rotate_admin(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &mut Inputs,
+    children: &ChildrenReport,
+    observed: &BTreeMap<Slot, SlotObservation>,
+) -> Result<Option<Desired>> {
+    let token = admin_rotation::requested(cluster);
+    let mut creds = inputs.credentials.clone();
+    let found = admin_processes(observed);
+    // Every running process counts, whatever its client user: each one is a process the
+    // operator must still be able to log in to when the rotation ends.
+    let silent: Vec<Slot> = observed
+        .iter()
+        .filter(|(_, o)| matches!(o.pod, PodState::Running { .. }) && !o.probe.is_answered())
+        .map(|(slot, _)| *slot)
+        .collect();
+    let members = cluster
+        .status
+        .as_ref()
+        .map(|s| s.members.as_slice())
+        .unwrap_or_default();
+    let unanswered = admin_rotation::holding(&silent, members);
+    if !children.config_ready {
+        return Ok(admin_rotation::condition(&creds, token, &unanswered));
+    }
+    let timing = Timing {
+        now: ctx.clock.now().wall,
+        grace: ctx.settings.password_rotation_grace,
+    };
+    let (started, start) = admin_rotation::start(&creds, token, generate_password);
+    let (next, advanced) = admin_rotation::advance(&started, &found, &unanswered, timing);
+    if next != creds {
+        ctx.leadership.check()?;
+        let mut report = ChildrenReport::default();
+        // Over the `<name>-admin` the step was decided from, as a client rotation's step.
+        let read_at = inputs.credentials.admin_read_at.as_deref();
+        if !children::apply_secrets(ctx, cluster, ns, &next, read_at, &mut report).await? {
+            tracing::warn!(problems = ?report.problems, conflicts = ?report.conflicts, "admin password rotation waits: its Secrets were not written");
+            return Ok(admin_rotation::condition(&creds, token, &unanswered));
+        }
+        creds = next;
+        super::inputs::remember(ctx, cluster, &creds);
+        for t in [start, advanced].into_iter().flatten() {
+            tracing::info!(reason = t.reason.as_str(), "{}", t.message);
+            events::publish_for_cluster(&ctx.recorder, cluster, t.reason, t.message, false).await;
+        }
+        inputs.access.admin_password = creds.admin_password.clone();
+        inputs.access.admin_fallback_password = creds.admin_fallback_password().map(str::to_owned);
+    }
+    let hashes = creds.accepted_admin_hashes();
+    for (slot, run_id) in admin_rotation::syncs(&creds, &found) {
+        let Some(o) = observed.get(&slot) else { continue };
+        let Some(ip) = o.pod_ip else { continue };
+        ctx.leadership.check()?;
+        match inputs
+            .access
+            .for_slot(o)
+            .set_admin_passwords(ip, &run_id, &hashes)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(slot = slot.index(), %run_id, passwords = hashes.len(), "admin passwords set")
+            }
+            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "admin passwords not set"),
+        }
+    }
+    let desired = admin_rotation::condition(&creds, token, &unanswered);
+    inputs.credentials = creds;
+    Ok(desired)
+}
+
+/// The answering processes with the admin passwords they accept.
+fn admin_processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords> {
+    observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let redis = o.probe.answered()?;
+            Some(ProcessPasswords {
+                slot: *slot,
+                run_id: redis.run_id.clone(),
+                hashes: redis.admin_password_hashes.clone()?,
+            })
+        })
+        .collect()
 }
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the

@@ -50,6 +50,57 @@ pub const ROTATION_PHASE_KEY: &str = "rotationPhase";
 pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
 pub const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
 
+/// Keys of an admin password rotation's state in `<name>-admin` (docs/design.md §8.11): the
+/// new password while it is added, the old one while it is removed, the request's token, the
+/// phase, and the token of the last admin rotation completed.
+pub const ADMIN_PASSWORD_NEXT_KEY: &str = "passwordNext";
+pub const ADMIN_PASSWORD_PREVIOUS_KEY: &str = "passwordPrevious";
+pub const ADMIN_ROTATION_TOKEN_KEY: &str = "adminRotationToken";
+pub const ADMIN_ROTATION_PHASE_KEY: &str = "adminRotationPhase";
+pub const ADMIN_ROTATED_TOKEN_KEY: &str = "adminRotatedToken";
+pub const ADMIN_ROTATION_SWITCHED_AT_KEY: &str = "adminRotationSwitchedAt";
+
+/// Where an admin password rotation stands. No client uses the admin password, so there is
+/// no publication and no confirmation: the operator itself is its only user.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum AdminRotationPhase {
+    /// `next` is being added to every process; the operator still logs in with the current
+    /// `admin_password`, which every process accepts.
+    Adding { next: String },
+    /// Every process accepted both: `admin_password` is the new one, which the operator logs
+    /// in with, and `previous` is being removed from every process (the operator falls back to
+    /// it only for a process that does not take the new one yet, e.g. one restarted from an
+    /// ACL file its kubelet had not updated). Since `at`: the fallback is kept for a grace
+    /// after it, however fast every process drops the old one, because a container that
+    /// restarts before its kubelet synced the new ACL file starts knowing the old one only.
+    Revoking {
+        previous: String,
+        at: k8s_openapi::jiff::Timestamp,
+    },
+}
+
+impl AdminRotationPhase {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdminRotationPhase::Adding { .. } => "adding",
+            AdminRotationPhase::Revoking { .. } => "revoking",
+        }
+    }
+}
+
+/// An admin password rotation under way, for the request with `token`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct AdminRotation {
+    pub token: String,
+    pub phase: AdminRotationPhase,
+}
+
+impl std::fmt::Debug for AdminRotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminRotation({}, {})", self.token, self.phase.name())
+    }
+}
+
 /// Where a client password rotation stands.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum RotationPhase {
@@ -103,6 +154,9 @@ pub struct Credentials {
     /// The token of the last rotation completed: its request may stay on the cluster without
     /// starting another.
     pub rotated_token: Option<String>,
+    /// An admin password rotation under way, and the token of the last one completed.
+    pub admin_rotation: Option<AdminRotation>,
+    pub admin_rotated_token: Option<String>,
     /// The resourceVersion of the `<name>-admin` these were read from, when read fresh from
     /// the API server (while a rotation runs or is asked for): a rotation step is written only
     /// over that very version.
@@ -117,7 +171,30 @@ impl Credentials {
             probe_password,
             rotation: None,
             rotated_token: None,
+            admin_rotation: None,
+            admin_rotated_token: None,
             admin_read_at: None,
+        }
+    }
+
+    /// The admin password hashes the ACL file names, and every process is brought to while an
+    /// admin rotation runs: both while the new one is added, else the current one only.
+    pub fn accepted_admin_hashes(&self) -> Vec<String> {
+        let mut hashes = vec![password_hash(&self.admin_password)];
+        if let Some(AdminRotationPhase::Adding { next }) = self.admin_rotation.as_ref().map(|r| &r.phase) {
+            hashes.push(password_hash(next));
+        }
+        hashes.sort();
+        hashes.dedup();
+        hashes
+    }
+
+    /// The password the operator falls back to when a process refuses `admin_password`: the
+    /// old one, while an admin rotation removes it.
+    pub fn admin_fallback_password(&self) -> Option<&str> {
+        match self.admin_rotation.as_ref().map(|r| &r.phase) {
+            Some(AdminRotationPhase::Revoking { previous, .. }) => Some(previous),
+            _ => None,
         }
     }
 
@@ -259,7 +336,7 @@ fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
 pub fn acl_file(auth_enabled: bool, credentials: &Credentials) -> String {
     let admin = format!(
         "user {ADMIN_USER} on {} ~* &* +@all",
-        password_hash(&credentials.admin_password)
+        credentials.accepted_admin_hashes().join(" ")
     );
     let (default, client) = if auth_enabled {
         (
@@ -331,7 +408,38 @@ fn admin_secret_data(credentials: &Credentials) -> BTreeMap<String, String> {
     if let Some(t) = &credentials.rotated_token {
         data.insert(ROTATED_TOKEN_KEY.into(), t.clone());
     }
+    if let Some(r) = &credentials.admin_rotation {
+        data.insert(ADMIN_ROTATION_TOKEN_KEY.into(), r.token.clone());
+        data.insert(ADMIN_ROTATION_PHASE_KEY.into(), r.phase.name().into());
+        match &r.phase {
+            AdminRotationPhase::Adding { next } => data.insert(ADMIN_PASSWORD_NEXT_KEY.into(), next.clone()),
+            AdminRotationPhase::Revoking { previous, at } => {
+                data.insert(ADMIN_ROTATION_SWITCHED_AT_KEY.into(), at.to_string());
+                data.insert(ADMIN_PASSWORD_PREVIOUS_KEY.into(), previous.clone())
+            }
+        };
+    }
+    if let Some(t) = &credentials.admin_rotated_token {
+        data.insert(ADMIN_ROTATED_TOKEN_KEY.into(), t.clone());
+    }
     data
+}
+
+/// The admin rotation state `<name>-admin` keeps; an unreadable one counts as none (and the
+/// ACL check then reports a hash no stored password explains).
+fn stored_admin_rotation(admin: Option<&Secret>) -> Option<AdminRotation> {
+    let token = stored(admin, ADMIN_ROTATION_TOKEN_KEY)?;
+    let phase = match stored(admin, ADMIN_ROTATION_PHASE_KEY)?.as_str() {
+        "adding" => AdminRotationPhase::Adding {
+            next: stored(admin, ADMIN_PASSWORD_NEXT_KEY)?,
+        },
+        "revoking" => AdminRotationPhase::Revoking {
+            previous: stored(admin, ADMIN_PASSWORD_PREVIOUS_KEY)?,
+            at: stored(admin, ADMIN_ROTATION_SWITCHED_AT_KEY)?.parse().ok()?,
+        },
+        _ => return None,
+    };
+    Some(AdminRotation { token, phase })
 }
 
 /// The rotation state `<name>-admin` keeps; an unreadable one (a phase without its new
@@ -490,10 +598,22 @@ pub fn recover_credentials(
             None => Err(CredentialsProblem::Missing { user, secret, acl }),
         }
     };
+    // The admin password's other one of an admin rotation under way explains its hash: the
+    // new one is in the ACL files before the operator logs in with it, the old one until
+    // every process dropped it.
+    let admin_rotation = stored_admin_rotation(admin);
+    let admin_other: Vec<String> = admin_rotation
+        .iter()
+        .map(|r| match &r.phase {
+            AdminRotationPhase::Adding { next: p } | AdminRotationPhase::Revoking { previous: p, .. } => {
+                p.clone()
+            }
+        })
+        .collect();
     let admin_password = known(
         ADMIN_USER,
         stored(admin, "password"),
-        &[],
+        &admin_other,
         admin_secret_name(cluster_name),
     )?;
     let rotation = stored_rotation(admin);
@@ -501,7 +621,16 @@ pub fn recover_credentials(
     // never generated twice: not by a lagging cache, not after a backup restore, not after a
     // rollback stripped the key; the processes get it added at their next probe), and the
     // other password of a rotation under way. A different one stored earlier is explained too.
-    let probe_password = probe_password_of(&admin_password);
+    // Once an admin rotation has begun, the stored one is kept while the ACL files name it:
+    // it was derived from an earlier admin password, running readiness probes took it into
+    // their environment when their container started, and it must not change with the admin
+    // password.
+    let derived = probe_password_of(&admin_password);
+    let admin_rotated = admin_rotation.is_some() || stored(admin, ADMIN_ROTATED_TOKEN_KEY).is_some();
+    let client_entries = acl_password_entries(&acl_text, CLIENT_USER);
+    let probe_password = stored(admin, PROBE_PASSWORD_KEY)
+        .filter(|p| admin_rotated && client_entries.contains(&password_hash(p).as_str()))
+        .unwrap_or(derived);
     let mut other = vec![probe_password.clone()];
     other.extend(stored(admin, PROBE_PASSWORD_KEY).filter(|p| *p != probe_password));
     if let Some(
@@ -532,6 +661,8 @@ pub fn recover_credentials(
         probe_password,
         rotation,
         rotated_token: stored(admin, ROTATED_TOKEN_KEY),
+        admin_rotation,
+        admin_rotated_token: stored(admin, ADMIN_ROTATED_TOKEN_KEY),
         admin_read_at: None,
     })
 }
@@ -975,6 +1106,68 @@ mod tests {
         assert_eq!(revoking.accepted_client_hashes(), new_and_probe);
         assert_eq!(revoking.told_client_password(), "newpw");
         assert!(!format!("{published:?}").contains("newpw"));
+    }
+
+    fn admin_rotating(phase: AdminRotationPhase) -> Credentials {
+        Credentials {
+            admin_rotation: Some(AdminRotation {
+                token: "a1".into(),
+                phase,
+            }),
+            ..creds()
+        }
+    }
+
+    /// An operator restarted at any point of an admin rotation recovers its phase from the
+    /// Secrets, also when it stopped between writing `<name>-admin` and the ACL Secret, and the
+    /// readiness probe's password (in running containers' environment) never changes.
+    #[test]
+    fn an_admin_rotation_is_read_back_from_the_secrets_in_every_phase() {
+        let cluster = crate::fixtures::cluster(serde_json::json!({}));
+        let before = creds();
+        let adding = admin_rotating(AdminRotationPhase::Adding {
+            next: "adminpw2".into(),
+        });
+        let revoking = Credentials {
+            admin_password: "adminpw2".into(),
+            ..admin_rotating(AdminRotationPhase::Revoking {
+                previous: "adminpw".into(),
+                at: published_at(),
+            })
+        };
+        let done = Credentials {
+            admin_password: "adminpw2".into(),
+            admin_rotated_token: Some("a1".into()),
+            ..creds()
+        };
+        // The ACL file names both admin hashes only while the new one is added.
+        let admin_entries = |c: &Credentials| acl_password_entries(&acl_file(true, c), ADMIN_USER).len();
+        assert_eq!(
+            [&before, &adding, &revoking, &done].map(admin_entries),
+            [1, 2, 1, 1]
+        );
+        // (previous step's ACL Secret, this step's Credentials): each step is written to
+        // `<name>-admin` before the ACL Secret.
+        for (acl_before, c) in [(&before, &adding), (&adding, &revoking), (&revoking, &done)] {
+            let admin = admin_secret(&cluster, c);
+            for acl in [acl_secret(&cluster, acl_before), acl_secret(&cluster, c)] {
+                let found = recover(Some(&admin), None, Some(&acl)).unwrap();
+                assert_eq!(found, *c);
+                assert_eq!(found.probe_password, probe_password_of("adminpw"));
+            }
+        }
+        // Without its rotation keys, `<name>-admin` does not explain the ACL file's hashes:
+        // reported, never a new password.
+        let bare = admin_secret(
+            &cluster,
+            &Credentials::new("adminpw2".into(), "clientpw".into(), String::new()),
+        );
+        assert!(matches!(
+            recover(Some(&bare), None, Some(&acl_secret(&cluster, &adding))),
+            Err(CredentialsProblem::Mismatch { user: ADMIN_USER, .. })
+        ));
+        // The clear passwords are not in the Debug output.
+        assert!(!format!("{adding:?}").contains("adminpw2"));
     }
 
     #[test]

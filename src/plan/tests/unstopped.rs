@@ -11,6 +11,7 @@ fn zombie_answers(run: &str, enabled: bool) -> Option<Result<RedisInfo, String>>
         client_enabled: enabled,
         pod_uid: None,
         client_password_hashes: None,
+        admin_password_hashes: None,
     }))
 }
 

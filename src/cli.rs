@@ -81,6 +81,13 @@ pub struct RunArgs {
     #[arg(long, env = "TTL_AUDIT_KEYS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     pub ttl_audit_keys: u64,
 
+    /// How many clusters are reconciled at once (0: no bound). When many change together
+    /// (hundreds created at once, every watch listed again), this bounds the operator's
+    /// requests in flight to the API server, so that its Lease renewals are not queued behind
+    /// them, and the connections it opens for them.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
+    pub max_concurrent_reconciles: u16,
+
     /// Elect a leader with a Lease so that several replicas can run and only one writes.
     /// `--leader-elect=false` only for a single operator process.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -162,6 +169,14 @@ mod tests {
         assert!(defaults.leader_elect);
         assert_eq!(defaults.lease_name, "redlock-operator");
         assert_eq!(defaults.lease_duration_seconds, 15);
+        assert_eq!(defaults.max_concurrent_reconciles, 32);
+        assert_eq!(
+            parse(&["--max-concurrent-reconciles=0"])
+                .unwrap()
+                .max_concurrent_reconciles,
+            0
+        );
+        assert!(parse(&["--max-concurrent-reconciles=-1"]).is_err());
         let off = parse(&[
             "--leader-elect=false",
             "--leader-identity",

@@ -79,6 +79,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         .map_or_else(Leadership::unconditional, |(_, l)| l.clone());
 
     let (caches, controller) = watch(&client, ns, clusters, ready);
+    let controller = controller.with_config(
+        kube::runtime::controller::Config::default().concurrency(args.max_concurrent_reconciles),
+    );
     let controller = controller.graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let recorder = Recorder::new(
         client.clone(),

@@ -10,7 +10,10 @@
 //!   already pending);
 //! - a spec the operator **rejects** changes nothing here (clients were never told about it);
 //! - with **no record** (a new cluster, or a status wiped or restored without it) the larger
-//!   of the spec and the value clients are found to be told is used.
+//!   of the spec and the value clients are found to be told is used, or, when `<name>-endpoints`
+//!   says a longer one was still in force for holds (`holdMaxLockTTLMillis`: a lowering was
+//!   pending when the record was lost), that one, lowered again one full hold later
+//!   ([`recovered`]).
 
 use std::time::Duration;
 
@@ -193,6 +196,30 @@ pub fn next(
     }
 }
 
+/// The record to go on when the status has none, from what `<name>-endpoints` says was in force
+/// for holds (`in_force`) when it was last written: `None` unless that is longer than both the
+/// spec and what clients are told (`told`); then that value, with clients told the lower one,
+/// so that [`next`] lowers it again only one full hold of it from now. Without this, a status
+/// lost while a lowering was pending would lower the holds at once, under locks still taken
+/// with the longer TTL.
+pub fn recovered(
+    spec: &RedlockClusterSpec,
+    told: Option<Duration>,
+    in_force: Option<Duration>,
+) -> Option<HoldPolicy> {
+    let spec_ttl: Duration = spec.max_lock_ttl.into();
+    let in_force = in_force?;
+    (in_force > told.unwrap_or(spec_ttl).max(spec_ttl)).then(|| {
+        policy(
+            in_force,
+            spec.clock_drift_factor,
+            spec.hold_margin.into(),
+            told,
+            None,
+        )
+    })
+}
+
 fn policy(
     ttl: Duration,
     drift: f64,
@@ -272,6 +299,31 @@ mod tests {
         // Rejected spec, nothing published yet: the spec is all there is to go by.
         let u = next(None, &spec("30s"), false, None, at(100), None);
         assert_eq!(ttl(&u.policy), s(30));
+    }
+
+    #[test]
+    fn a_lowering_pending_when_the_record_was_lost_is_timed_again_in_full() {
+        // Clients are told 2s, but `<name>-endpoints` says 10s was still in force.
+        let sp = spec("2s");
+        let rec = recovered(&sp, Some(s(2)), Some(s(10))).unwrap();
+        let u = next(Some(&rec), &sp, true, Some(s(2)), at(100), None);
+        assert_eq!(ttl(&u.policy), s(10));
+        assert_eq!(
+            u.policy.lowers_at,
+            Some(MicroTime(at(110))),
+            "one full hold from now"
+        );
+        assert_eq!(changes(&u), [Change::Lowering]);
+        let later = next(Some(&u.policy), &sp, true, Some(s(2)), at(110), None);
+        assert_eq!(ttl(&later.policy), s(2));
+        assert_eq!(changes(&later), [Change::Lowered]);
+        // Nothing longer in force than the spec or what clients are told: no record to invent.
+        assert_eq!(recovered(&sp, Some(s(2)), Some(s(2))), None);
+        assert_eq!(recovered(&spec("30s"), Some(s(2)), Some(s(10))), None);
+        assert_eq!(recovered(&sp, Some(s(20)), Some(s(10))), None);
+        assert_eq!(recovered(&sp, None, None), None);
+        // A ConfigMap from before the key existed, or none at all: as before.
+        assert_eq!(recovered(&sp, None, Some(s(10))).map(|p| ttl(&p)), Some(s(10)));
     }
 
     #[test]

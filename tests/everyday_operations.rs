@@ -69,6 +69,75 @@ async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
     env.wait_event("MaxLockTTLLowered").await;
 }
 
+/// Issue 14, a status wiped (a backup restore, `kubectl edit --subresource=status`) while a
+/// lowering 20s → 2s is pending: clients are told 2s, and only the lost `status.hold` knew that
+/// 20s was still in force. `<name>-endpoints` says so too (`holdMaxLockTTLMillis`), so a
+/// member killed after the wipe is held with 20s, and no second client gets a majority while
+/// the first lock is valid.
+#[tokio::test]
+async fn a_status_wiped_during_a_pending_lowering_keeps_the_old_value() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "20s").await;
+    let expiry = env.first_lock(NAME, &[1, 2], Duration::from_secs(20)).await;
+
+    env.patch_spec(NAME, json!({"maxLockTTL": "2s"})).await;
+    env.wait_hold(NAME, "lowering published, pending", |h| {
+        h.published_max_lock_ttl == Some(Duration::from_secs(2).into()) && h.lowers_at.is_some()
+    })
+    .await;
+    let endpoints = format!("{NAME}-endpoints");
+    wait_for("20s in force published", Duration::from_secs(10), async || {
+        let v = env.config_map(&endpoints, "holdMaxLockTTLMillis").await;
+        Ok((v == "20000").then_some(()))
+    })
+    .await;
+
+    env.clusters()
+        .patch_status(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hold": null}})),
+        )
+        .await
+        .unwrap();
+    let recovered = wait_for(
+        "a hold policy on record again",
+        Duration::from_secs(10),
+        async || Ok(env.cluster(NAME).await.status.and_then(|s| s.hold)),
+    )
+    .await;
+
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    let (m, until) = wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
+        .await;
+    assert!(attempts > 20, "{attempts}");
+    let started = m.hold_started_at.as_ref().unwrap().0;
+    assert!(
+        until.duration_since(started).as_secs_f64() >= 20.0,
+        "held with the 20s in force: {m:?}"
+    );
+
+    // Recovered as 20s in force, clients told 2s, the lowering timed again from the wipe.
+    assert_eq!(recovered.max_lock_ttl, Duration::from_secs(20), "{recovered:?}");
+    assert_eq!(
+        recovered.published_max_lock_ttl,
+        Some(Duration::from_secs(2).into()),
+        "{recovered:?}"
+    );
+    assert!(recovered.lowers_at.is_some(), "{recovered:?}");
+    // Lowered again one full hold of 20s after the wipe, and serving.
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    wait_for("lowered value in force", Duration::from_secs(40), async || {
+        let h = env.cluster(NAME).await.status.and_then(|s| s.hold);
+        Ok(h.filter(|h| h.max_lock_ttl == Duration::from_secs(2) && h.lowers_at.is_none()))
+    })
+    .await;
+    assert_eq!(env.config_map(&endpoints, "holdMaxLockTTLMillis").await, "2000");
+}
+
 /// Issue 14, scenario 2: the edit that lowers maxLockTTL is one the operator rejects (a memory
 /// request above its limit). Nothing is published, and the hold keeps the value in force.
 #[tokio::test]

@@ -162,14 +162,20 @@ async fn publish_endpoints(
     let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
     let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
     let confirmed = d.status.confirmed_instances.unwrap_or(published);
+    let hold_ttl: Duration = d
+        .status
+        .hold
+        .as_ref()
+        .map_or(cluster.spec.max_lock_ttl, |h| h.max_lock_ttl)
+        .into();
     // Not built again while nothing it is built from or compared with changed (`children_memo`).
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
-    let fingerprint = Fingerprint::of(cluster, &(&serving, published, confirmed));
+    let fingerprint = Fingerprint::of(cluster, &(&serving, published, confirmed, hold_ttl));
     let version = ctx.caches.children_version.load(Ordering::Acquire);
     if ctx.memory.endpoints.current(uid, fingerprint, version) {
         return None;
     }
-    let desired_cm = endpoints::endpoints_config_map(cluster, published, confirmed, &serving);
+    let desired_cm = endpoints::endpoints_config_map(cluster, published, confirmed, &serving, hold_ttl);
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let e = match apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired_cm).await {
         Ok(apply::Applied::InCache) => {

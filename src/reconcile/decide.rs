@@ -153,8 +153,18 @@ fn hold_in_force(
                 .earliest_end(TimerKey::Lowering, hold_policy::hold_of(h), clock),
         )
     });
+    // No record (a status wiped or restored without it): what `<name>-endpoints` says was in
+    // force for holds, if that is longer than what clients are told.
+    let recovered = match previous.hold {
+        Some(_) => None,
+        None => hold_policy::recovered(
+            &cluster.spec,
+            facts.observation.published_ttl,
+            facts.observation.published_hold_ttl,
+        ),
+    };
     hold_policy::next(
-        previous.hold.as_ref(),
+        previous.hold.as_ref().or(recovered.as_ref()),
         &cluster.spec,
         accepted,
         facts.observation.published_ttl,
@@ -327,6 +337,7 @@ mod tests {
             next_audit: Duration::from_secs(10),
             failure_domains: FailureDomains::default(),
             published_ttl: published_ms.map(Duration::from_millis),
+            published_hold_ttl: None,
             told: Default::default(),
             clock_tracks: Vec::new(),
         }

@@ -33,6 +33,9 @@ pub struct Observation {
     /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
     /// left by an earlier incarnation of the cluster: its clients were told that).
     pub published_ttl: Option<Duration>,
+    /// The maxLockTTL that ConfigMap says holds used when it was written
+    /// (`holdMaxLockTTLMillis`): longer than `published_ttl` while a lowering was pending.
+    pub published_hold_ttl: Option<Duration>,
     /// What that ConfigMap and `<name>-client` tell clients (the lists and the
     /// confirmation), the second record of a resize.
     pub told: crate::resize::Told,
@@ -74,6 +77,7 @@ pub async fn observe(
     Ok(Observation {
         failure_domains: placement(ctx, cluster, &slots),
         published_ttl: published.max_lock_ttl,
+        published_hold_ttl: published.hold_ttl,
         told,
         slots,
         ttl,
@@ -290,6 +294,7 @@ struct Published {
     servers: Option<i32>,
     confirmed: Option<i32>,
     max_lock_ttl: Option<Duration>,
+    hold_ttl: Option<Duration>,
 }
 
 fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
@@ -306,6 +311,9 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
             .get(crate::resources::endpoints::CONFIRMED_INSTANCES)
             .and_then(|c| c.trim().parse().ok()),
         max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
+        hold_ttl: data
+            .get(crate::resources::endpoints::HOLD_MAX_LOCK_TTL_MILLIS)
+            .and_then(|m| published_ttl(m)),
     }
 }
 

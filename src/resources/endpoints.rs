@@ -17,6 +17,11 @@ use crate::model::{Slot, quorum};
 /// Key of the `<name>-endpoints` ConfigMap that tells clients the maxLockTTL in milliseconds.
 pub const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";
 
+/// Key of `<name>-endpoints` with the maxLockTTL holds use (`status.hold.maxLockTTL`, ms):
+/// above `maxLockTTLMillis` while a lowering is pending. It is the second record of that
+/// lowering, read when the status has none (`hold_policy::recovered`).
+pub const HOLD_MAX_LOCK_TTL_MILLIS: &str = "holdMaxLockTTLMillis";
+
 /// Stable `host:port` of a slot: its Service's cluster DNS name. `<svc>.<ns>.svc` resolves
 /// from every namespace with the default pod DNS search path, whatever the cluster domain.
 pub fn server_address(cluster: &str, namespace: &str, slot: Slot) -> String {
@@ -61,12 +66,13 @@ pub fn client_urls(
 /// slots serving clients now; it is the only key that changes while the spec does not.
 /// `confirmed` (`confirmedInstances`: slots at or above it are not released, during a
 /// scale-up until its confirmation) makes this object the second record of a resize, read
-/// when the status has none (`resize::Told`).
+/// when the status has none (`resize::Told`); so does `hold_ttl`, the maxLockTTL holds use.
 pub fn endpoints_config_map(
     cluster: &RedlockCluster,
     instances: i32,
     confirmed: i32,
     ready_slots: &[Slot],
+    hold_ttl: Duration,
 ) -> ConfigMap {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let servers = servers(cluster, instances);
@@ -91,6 +97,10 @@ pub fn endpoints_config_map(
             (
                 MAX_LOCK_TTL_MILLIS.to_owned(),
                 Duration::from(cluster.spec.max_lock_ttl).as_millis().to_string(),
+            ),
+            (
+                HOLD_MAX_LOCK_TTL_MILLIS.to_owned(),
+                hold_ttl.as_millis().to_string(),
             ),
             ("ready".to_owned(), lines(&ready)),
             (CONFIRMED_INSTANCES.to_owned(), confirmed.to_string()),
@@ -121,7 +131,13 @@ mod tests {
 
     #[test]
     fn lists_every_slot_whatever_serves() {
-        let cm = endpoints_config_map(&cluster(5, "30s"), 5, 3, &[Slot::new(0), Slot::new(3)]);
+        let cm = endpoints_config_map(
+            &cluster(5, "30s"),
+            5,
+            3,
+            &[Slot::new(0), Slot::new(3)],
+            Duration::from_secs(120),
+        );
         assert_eq!(cm.metadata.name.as_deref(), Some("locks-endpoints"));
         assert_eq!(
             data(&cm, "servers"),
@@ -131,6 +147,8 @@ mod tests {
         assert_eq!(data(&cm, "quorum"), "3");
         assert_eq!(data(&cm, "maxLockTTL"), "30s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "30000");
+        // A lowering from 120s pending: holds still use 120s.
+        assert_eq!(data(&cm, "holdMaxLockTTLMillis"), "120000");
         assert_eq!(data(&cm, "confirmedInstances"), "3");
         assert_eq!(
             data(&cm, "ready"),
@@ -140,12 +158,18 @@ mod tests {
 
     #[test]
     fn nothing_ready_is_an_empty_list_and_retired_slots_are_ignored() {
-        let cm = endpoints_config_map(&cluster(3, "1m30s"), 3, 3, &[]);
+        let cm = endpoints_config_map(&cluster(3, "1m30s"), 3, 3, &[], Duration::from_secs(90));
         assert_eq!(data(&cm, "ready"), "");
         assert_eq!(data(&cm, "quorum"), "2");
         assert_eq!(data(&cm, "maxLockTTL"), "90s");
         assert_eq!(data(&cm, "maxLockTTLMillis"), "90000");
-        let cm = endpoints_config_map(&cluster(3, "30s"), 3, 3, &[Slot::new(1), Slot::new(7)]);
+        let cm = endpoints_config_map(
+            &cluster(3, "30s"),
+            3,
+            3,
+            &[Slot::new(1), Slot::new(7)],
+            Duration::from_secs(30),
+        );
         assert_eq!(data(&cm, "ready"), "locks-1.team.svc:6379\n");
     }
 

@@ -177,16 +177,23 @@ fn same_policy_port(live: &NetworkPolicyPort, desired: &NetworkPolicyPort) -> bo
     live.port == desired.port && protocol(live) == protocol(desired) && live.end_port == desired.end_port
 }
 
-/// Label selectors as the API server stores them: an empty `matchLabels` or
-/// `matchExpressions` is dropped (`omitempty`), and means the same as none. An absent selector
-/// stays apart from an empty one (`{}` selects everything, none selects nothing in a peer).
+/// Label selectors as the API server stores them: an empty `matchLabels`,
+/// `matchExpressions` or expression `values` is dropped (`omitempty`), and means the same as
+/// none (else a user's `{operator: Exists, values: []}` would never match, and be written
+/// again every reconcile). An absent selector stays apart from an empty one (`{}` selects
+/// everything, none selects nothing in a peer).
 fn same_selector(live: Option<&LabelSelector>, desired: Option<&LabelSelector>) -> bool {
-    fn parts(s: &LabelSelector) -> (BTreeMap<String, String>, Vec<String>) {
+    /// (key, operator, values) of one expression.
+    type Expression = (String, String, Vec<String>);
+    fn parts(s: &LabelSelector) -> (BTreeMap<String, String>, Vec<Expression>) {
         let expressions = s
             .match_expressions
             .iter()
             .flatten()
-            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .map(|e| {
+                let values = e.values.clone().unwrap_or_default();
+                (e.key.clone(), e.operator.clone(), values)
+            })
             .collect();
         (s.match_labels.clone().unwrap_or_default(), expressions)
     }
@@ -586,6 +593,24 @@ mod tests {
                 .remove("protocol");
         });
         assert!(is_current(Some(&live), &desired, &h), "stored forms are no drift");
+        // An expression with empty values (`Exists`): stored without them.
+        let cluster = crate::fixtures::cluster(serde_json::json!({"networkPolicy": {
+            "enabled": true, "clientNamespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "Exists", "values": []}]}}}));
+        let with_exists = network_policy(&cluster, Some("ops")).unwrap();
+        let (stored, h2) = as_stored(&with_exists, |v| {
+            let e = &mut v["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchExpressions"][0];
+            e.as_object_mut().unwrap().remove("values");
+        });
+        assert!(
+            is_current(Some(&stored), &with_exists, &h2),
+            "values [] stored as none"
+        );
+        let other = edited(&stored, |v| {
+            v["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchExpressions"][0]["operator"] =
+                "DoesNotExist".into()
+        });
+        assert!(!is_current(Some(&other), &with_exists, &h2));
         let egress = edited(&live, |v| v["spec"]["egress"] = serde_json::json!([{}]));
         assert!(
             is_current(Some(&egress), &desired, &h),

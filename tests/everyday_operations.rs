@@ -1363,6 +1363,33 @@ async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
     assert_eq!(holder(ip1).await.as_deref(), Some("through-slot-1"));
     assert_eq!(holder(ip0).await, None, "slot 0's process got slot 1's lock");
 
+    // Its slot label edited to a slot beyond N: put back, not taken for a retired slot's
+    // Service and deleted (a new ClusterIP for slot 1's address).
+    let uid = services.get(&format!("{NAME}-1")).await.unwrap().metadata.uid;
+    env.kubectl(&[
+        "label",
+        "--overwrite",
+        "svc",
+        &format!("{NAME}-1"),
+        "redlock.dev/slot=7",
+    ])
+    .await;
+    wait_for(
+        "slot 1's Service labelled slot 1 again",
+        Duration::from_secs(15),
+        async || {
+            let s = services.get(&format!("{NAME}-1")).await?;
+            Ok((s.metadata.labels.unwrap()["redlock.dev/slot"] == "1").then_some(s.metadata.uid))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        services.get(&format!("{NAME}-1")).await.unwrap().metadata.uid,
+        uid,
+        "slot 1's Service was deleted and made again"
+    );
+
     // The PDB (a drain could otherwise take every member at once) and the NetworkPolicy (any
     // pod in any namespace could reach the lock servers).
     env.kubectl(&["patch", "pdb", NAME, "-p", r#"{"spec":{"minAvailable":0}}"#])

@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
 use crate::model::Slot;
-use crate::resources::names::LABEL_INSTANCE;
+use crate::resources::names::{LABEL_INSTANCE, slot_name};
 use crate::resources::{config, network_policy, pdb, secrets, service};
 
 /// What applying the children came to.
@@ -169,8 +169,9 @@ async fn apply_all(
             apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await,
         )?;
     }
-    for name in retired_services(ctx, cluster, ns, with_service) {
-        let deleted = apply::delete(&svc_api, &name, None).await;
+    for (name, uid) in retired_services(ctx, cluster, ns, with_service) {
+        // Only the object judged retired: not a newer one that took the name since.
+        let deleted = apply::delete(&svc_api, &name, uid.as_deref()).await;
         report.record(
             || format!("Service {name}"),
             deleted.map(|_| apply::Applied::Written),
@@ -245,8 +246,16 @@ pub async fn apply_secrets(
 
 /// This cluster's Services that are no longer wanted: slots at or above N, and the headless
 /// Service under its old name `<cluster>` (it is `<cluster>-headless` now, because `<cluster>`
-/// is slot k's Service name of a cluster named like `<cluster>` minus a `-k` suffix).
-fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32) -> Vec<String> {
+/// is slot k's Service name of a cluster named like `<cluster>` minus a `-k` suffix). A slot
+/// Service is judged by its name as well as its slot label: a label edited by hand (which the
+/// apply puts back) must not get a wanted Service deleted, and re-created with a new address.
+/// (name, uid) of each.
+fn retired_services(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    keep: i32,
+) -> Vec<(String, Option<String>)> {
     let name = cluster.name_any();
     let owner = service::headless_service(cluster);
     ctx.caches
@@ -259,10 +268,10 @@ fn retired_services(ctx: &Context, cluster: &RedlockCluster, ns: &str, keep: i32
                 && apply::ownership(s.as_ref(), &owner) == apply::Ownership::Ours
         })
         .filter(|s| match service::service_slot(s) {
-            Some(slot) => !slot.within(keep),
+            Some(slot) => !slot.within(keep) && s.name_any() == slot_name(&name, slot),
             None => s.name_any() == name,
         })
-        .map(|s| s.name_any())
+        .map(|s| (s.name_any(), s.uid()))
         .collect()
 }
 

@@ -602,6 +602,17 @@ pub fn recover_credentials(
     // new one is in the ACL files before the operator logs in with it, the old one until
     // every process dropped it.
     let admin_rotation = stored_admin_rotation(admin);
+    // A rotation on record that cannot be read (a key of its phase edited away): which
+    // passwords the processes accept, and when the old one may go, is not known. Going on
+    // without it would remove the old password before its grace and rotate the same token
+    // again.
+    if admin_rotation.is_none() && stored(admin, ADMIN_ROTATION_TOKEN_KEY).is_some() {
+        return Err(CredentialsProblem::Mismatch {
+            user: ADMIN_USER,
+            secret: admin_secret_name(cluster_name),
+            acl: acl_secret_name(cluster_name),
+        });
+    }
     let admin_other: Vec<String> = admin_rotation
         .iter()
         .map(|r| match &r.phase {
@@ -621,15 +632,15 @@ pub fn recover_credentials(
     // never generated twice: not by a lagging cache, not after a backup restore, not after a
     // rollback stripped the key; the processes get it added at their next probe), and the
     // other password of a rotation under way. A different one stored earlier is explained too.
-    // Once an admin rotation has begun, the stored one is kept while the ACL files name it:
-    // it was derived from an earlier admin password, running readiness probes took it into
-    // their environment when their container started, and it must not change with the admin
-    // password.
+    // The stored one is kept unless the ACL files contradict it (they name client passwords,
+    // not it): running readiness probes took it into their environment when their container
+    // started, and after an admin rotation it was derived from an earlier admin password. Also
+    // when the ACL Secret is gone: deriving a new one then would make every running pod
+    // unready, and only a restart (keys lost, a hold) would bring it back.
     let derived = probe_password_of(&admin_password);
-    let admin_rotated = admin_rotation.is_some() || stored(admin, ADMIN_ROTATED_TOKEN_KEY).is_some();
     let client_entries = acl_password_entries(&acl_text, CLIENT_USER);
     let probe_password = stored(admin, PROBE_PASSWORD_KEY)
-        .filter(|p| admin_rotated && client_entries.contains(&password_hash(p).as_str()))
+        .filter(|p| client_entries.is_empty() || client_entries.contains(&password_hash(p).as_str()))
         .unwrap_or(derived);
     let mut other = vec![probe_password.clone()];
     other.extend(stored(admin, PROBE_PASSWORD_KEY).filter(|p| *p != probe_password));
@@ -923,7 +934,8 @@ mod tests {
             recover(Some(&old_admin), Some(&client), Some(&acl)),
             Ok(c.clone())
         );
-        // A different probe password stored earlier is explained, and replaced.
+        // A different probe password stored earlier is kept while the ACL files name it:
+        // running readiness probes have it in their environment.
         let earlier = stored_secret(&[
             ("password", "adminpw"),
             (CLIENT_PASSWORD_KEY, "clientpw"),
@@ -933,7 +945,15 @@ mod tests {
             true,
             &Credentials::new("adminpw".into(), "clientpw".into(), "earlier".into()),
         );
-        assert_eq!(recover(Some(&earlier), None, Some(&with_earlier)), Ok(c.clone()));
+        assert_eq!(
+            recover(Some(&earlier), None, Some(&with_earlier)),
+            Ok(Credentials {
+                probe_password: "earlier".into(),
+                ..c.clone()
+            })
+        );
+        // Named nowhere in them (a hand edit): derived from the admin password again.
+        assert_eq!(recover(Some(&earlier), None, Some(&acl)), Ok(c.clone()));
         // A client Secret edited by accident does not win over the operator's copy.
         let edited = stored_secret(&[("password", "typo")]);
         assert_eq!(recover(Some(&admin), Some(&edited), Some(&acl)), Ok(c));
@@ -1168,6 +1188,24 @@ mod tests {
         ));
         // The clear passwords are not in the Debug output.
         assert!(!format!("{adding:?}").contains("adminpw2"));
+
+        // After the rotation the ACL Secret is deleted (or not ours): the readiness probes'
+        // password, in every running container's environment, is kept, not derived from the
+        // new admin password.
+        let after = recover(Some(&admin_secret(&cluster, &done)), None, None).unwrap();
+        assert_eq!(after.probe_password, probe_password_of("adminpw"));
+        assert_eq!(after.admin_password, "adminpw2");
+
+        // A rotation whose phase lost a key: reported, not taken as finished (which would
+        // drop the old password before its grace and rotate the same token again).
+        let mut torn = admin_secret(&cluster, &revoking);
+        torn.data.as_mut().unwrap().remove(ADMIN_ROTATION_SWITCHED_AT_KEY);
+        for acl in [acl_secret(&cluster, &revoking), acl_secret(&cluster, &done)] {
+            assert!(matches!(
+                recover(Some(&torn), None, Some(&acl)),
+                Err(CredentialsProblem::Mismatch { user: ADMIN_USER, .. })
+            ));
+        }
     }
 
     #[test]

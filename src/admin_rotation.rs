@@ -135,7 +135,7 @@ pub fn advance(
             Transition {
                 reason: ClusterReason::AdminPasswordRotated,
                 message: format!(
-                    "admin rotation {token}: done; every instance accepts only the new admin password"
+                    "admin rotation {token}: done; every running instance answered accepting only the new admin password"
                 ),
             },
         ),

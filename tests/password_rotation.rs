@@ -76,13 +76,13 @@ impl Client {
     }
 }
 
+/// Best effort, as a lock client's unlock is: a member killed since it granted the lock (the
+/// tests kill members mid-rotation) lost the key with its process, and its restarted process
+/// refuses connections until it is released.
 async fn unlock(ip: IpAddr, login: &Login) {
-    let mut c = connect(ip, login).await.unwrap();
-    let _: i64 = redis::cmd("DEL")
-        .arg("rotation")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    if let Ok(mut c) = connect(ip, login).await {
+        let _: redis::RedisResult<i64> = redis::cmd("DEL").arg("rotation").query_async(&mut c).await;
+    }
 }
 
 /// Whether `password` logs the client user in at `ip` (a fresh connection; the member must

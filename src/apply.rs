@@ -38,6 +38,11 @@ pub trait Child:
     /// defaults or another manager added must not count as drift: server-side apply would leave
     /// it as it is, and the object would be written again on every reconcile.
     fn content_matches(live: &Self, desired: &Self) -> bool;
+
+    /// Whether a hand-edited object whose forced apply the API server refuses as invalid is
+    /// replaced whole instead (see [`apply_if_changed_at`]). Only where replacing it costs
+    /// nothing but the edit: a Service replaced would need its cluster IP carried over.
+    const REPLACED_WHEN_APPLY_REFUSED: bool = false;
 }
 
 // Every key the operator sets must have its value; keys someone else added are left alone
@@ -120,6 +125,10 @@ fn same_port(live: &ServicePort, desired: &ServicePort) -> bool {
 
 // minAvailable is what keeps a drain from taking the cluster below quorum.
 impl Child for PodDisruptionBudget {
+    /// A PDB switched to `maxUnavailable` by hand cannot be put back by an apply: the field
+    /// stays (another manager's), and with `minAvailable` beside it the object is invalid.
+    const REPLACED_WHEN_APPLY_REFUSED: bool = true;
+
     fn content_matches(live: &Self, desired: &Self) -> bool {
         let Some(d) = desired.spec.as_ref() else {
             return true;
@@ -345,12 +354,29 @@ pub async fn apply_if_changed_at<K: Child>(
     if let Some(version) = read_at {
         value["metadata"]["resourceVersion"] = version.into();
     }
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await?;
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await;
+    match applied {
+        Err(kube::Error::Api(s))
+            if s.code == 422 && written == Applied::Restored && K::REPLACED_WHEN_APPLY_REFUSED =>
+        {
+            // Whole, at the version the edit was judged from: a newer write wins (409).
+            desired.meta_mut().resource_version = live.and_then(|l| l.resource_version());
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            api.replace(&name, &params, &desired).await?;
+        }
+        result => {
+            result?;
+        }
+    }
     Ok(written)
 }
 

@@ -1418,6 +1418,23 @@ async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
     )
     .await;
 
+    // A PDB switched to maxUnavailable: an apply cannot take that field away (it is
+    // kubectl's), so it is replaced whole.
+    env.kubectl(&[
+        "patch",
+        "pdb",
+        NAME,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/minAvailable"},{"op":"add","path":"/spec/maxUnavailable","value":3}]"#,
+    ])
+    .await;
+    wait_for("the PDB put back whole", Duration::from_secs(15), async || {
+        let pdb = pdbs.get(NAME).await?.spec.unwrap();
+        Ok((pdb.min_available == Some(IntOrString::Int(2)) && pdb.max_unavailable.is_none()).then_some(()))
+    })
+    .await;
+
     // Put back means settled: no object is written again, by the operator or anyone.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let versions = async || {

@@ -4,10 +4,11 @@
 //!
 //! Why not kube's own `Recorder`: it keeps a full copy of every event it published in the last
 //! six minutes (about 2 KiB each, in a table that never shrinks), which at a few hundred
-//! clusters is several MiB (heaptrack, `make bench-scale`); and it keys a series without the
-//! note, so a second hold of a slot within six minutes was shown with the first hold's note.
-//! Here a series is remembered as its name and count, and the note is part of what makes two
-//! events the same.
+//! clusters is several MiB (heaptrack, `make bench-scale`). Here a series is remembered as its
+//! name and count only. What makes two events the same is what client-go and kube use: type,
+//! reason and the objects, not the note (a note that changes with every occurrence must not
+//! make every occurrence a new event); a series shows its first note, which is why a slot's
+//! events name its Pod (`events.rs`).
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
@@ -117,13 +118,13 @@ impl Recorder {
     }
 }
 
-/// What makes two occurrences the same event: everything shown but the time.
+/// What makes two occurrences the same event: type, reason and objects.
 fn key(occurrence: &Occurrence) -> u64 {
     let mut h = DefaultHasher::new();
     let object = |o: &ObjectReference, h: &mut DefaultHasher| {
         (&o.kind, &o.namespace, &o.name, &o.uid).hash(h);
     };
-    (occurrence.warning, occurrence.reason, &occurrence.note).hash(&mut h);
+    (occurrence.warning, occurrence.reason).hash(&mut h);
     object(&occurrence.regarding, &mut h);
     if let Some(related) = &occurrence.related {
         object(related, &mut h);
@@ -225,9 +226,9 @@ mod tests {
     }
 
     #[test]
-    fn a_different_note_slot_or_kind_is_a_new_event() {
+    fn a_different_slot_or_kind_is_a_new_event_a_different_note_is_not() {
         let base = key(&held("locks-1", "held until 12:00"));
-        assert_ne!(base, key(&held("locks-1", "held until 12:05")));
+        assert_eq!(base, key(&held("locks-1", "held until 12:05")));
         assert_ne!(base, key(&held("locks-2", "held until 12:00")));
         let mut normal = held("locks-1", "held until 12:00");
         normal.warning = false;

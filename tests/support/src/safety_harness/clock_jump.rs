@@ -21,7 +21,10 @@ pub struct Jumped {
     /// Whether, in the last reading before the jump showed, the member had a lock whose holder
     /// had it on a bare quorum.
     pub exposed: bool,
-    /// When the member's `TIME` first showed the jump (CLOCK_MONOTONIC ns).
+    /// No later than the jump took effect (CLOCK_MONOTONIC ns): when the last `TIME` request
+    /// that still showed no jump was sent. The reading that first shows it comes one round of
+    /// key reads later, and a lock the jump expired early may be taken again in between (the
+    /// safety suite once saw a violation begin 1 ms before that reading returned).
     pub visible: u64,
 }
 
@@ -62,16 +65,21 @@ pub async fn step_and_watch(
     }
     // Each reading counts once `TIME` after it shows no jump yet: it was wholly before it.
     let mut before = read_exposed(conns, member, keys).await?;
+    // The jump takes effect after the step, and after the server answered the last `TIME` that
+    // did not show it (which it did after that request was sent).
+    let mut since = mono_ns();
     step()?;
     let deadline = Instant::now() + SHOWS_WITHIN;
     loop {
         let exposed = read_exposed(conns, member, keys).await?;
+        let asked = mono_ns();
         if ahead(&mut conns[member]).await? >= jump / 2 {
             return Ok(Jumped {
                 exposed: before,
-                visible: mono_ns(),
+                visible: since,
             });
         }
+        since = asked;
         before = exposed;
         if Instant::now() > deadline {
             bail!("member {member}'s clock did not show its {jump:?} jump within {SHOWS_WITHIN:?}");

@@ -380,18 +380,8 @@ impl AdminAccess {
         expected_run_id: &str,
         hashes: &[String],
     ) -> Result<(), GuardedError> {
-        let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
-        let set = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&self.client_user)
-            .arg("resetpass")
-            .arg(hashes)
-            .get_packed_command();
-        let () = conn
-            .ask(&set)
+        self.set_passwords(ip, expected_run_id, &self.client_user, hashes)
             .await
-            .map_err(|e| GuardedError::Command(ip, e.to_string()))?;
-        Ok(())
     }
 
     /// Sets the admin user of `expected_run_id` to accept exactly the passwords `hashes`
@@ -404,10 +394,23 @@ impl AdminAccess {
         expected_run_id: &str,
         hashes: &[String],
     ) -> Result<(), GuardedError> {
+        self.set_passwords(ip, expected_run_id, &self.admin_user, hashes)
+            .await
+    }
+
+    /// `user` of `expected_run_id` accepts exactly `hashes`: `resetpass` and the hashes in one
+    /// command, on a connection that checked the run id.
+    async fn set_passwords(
+        &self,
+        ip: IpAddr,
+        expected_run_id: &str,
+        user: &str,
+        hashes: &[String],
+    ) -> Result<(), GuardedError> {
         let (mut conn, _) = self.connect_to_process(ip, expected_run_id).await?;
         let set = redis::cmd("ACL")
             .arg("SETUSER")
-            .arg(&self.admin_user)
+            .arg(user)
             .arg("resetpass")
             .arg(hashes)
             .get_packed_command();

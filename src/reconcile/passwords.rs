@@ -17,7 +17,7 @@ use crate::crd::RedlockCluster;
 use crate::error::Result;
 use crate::events;
 use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
+use crate::observe::{PodState, RedisInfo, SlotObservation};
 use crate::password_rotation::{self, Coverage, ProcessPasswords, Timing};
 use crate::resources::names::CLIENT_USER;
 use crate::resources::secrets::{Credentials, PROBE_PASSWORD_KEY, client_user, generate_password};
@@ -156,22 +156,20 @@ pub async fn rotate_admin(
 
 /// The answering processes with the admin passwords they accept.
 fn admin_processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords> {
-    observed
-        .iter()
-        .filter_map(|(slot, o)| {
-            let redis = o.probe.answered()?;
-            Some(ProcessPasswords {
-                slot: *slot,
-                run_id: redis.run_id.clone(),
-                hashes: redis.admin_password_hashes.clone()?,
-            })
-        })
-        .collect()
+    answering(observed, |redis| redis.admin_password_hashes.as_ref())
 }
 
 /// The answering processes whose lock clients log in as the client user (auth on), with the
 /// passwords it accepts.
 fn processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords> {
+    answering(observed, |redis| redis.client_password_hashes.as_ref())
+}
+
+/// The answering processes for which `hashes` (of what their probe found) is known.
+fn answering(
+    observed: &BTreeMap<Slot, SlotObservation>,
+    hashes: impl Fn(&RedisInfo) -> Option<&Vec<String>>,
+) -> Vec<ProcessPasswords> {
     observed
         .iter()
         .filter_map(|(slot, o)| {
@@ -179,7 +177,7 @@ fn processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords
             Some(ProcessPasswords {
                 slot: *slot,
                 run_id: redis.run_id.clone(),
-                hashes: redis.client_password_hashes.clone()?,
+                hashes: hashes(redis)?.clone(),
             })
         })
         .collect()

@@ -42,6 +42,10 @@ const TESTS: &[(&str, TestFn)] = &[
             )
         },
     ),
+    (
+        "a_node_that_dies_and_boots_again_holds_its_members_new_processes",
+        || Box::pin(a_node_that_dies_and_boots_again_holds_its_members_new_processes()),
+    ),
     ("safety_short_run_on_real_nodes", || {
         Box::pin(safety_short_run_on_real_nodes())
     }),
@@ -320,6 +324,87 @@ async fn a_container_that_outlives_its_force_deleted_pod_is_fenced_before_its_re
         async || Ok((!std::path::Path::new(&format!("/proc/{old_pid}")).exists()).then_some(())),
     )
     .await;
+}
+
+/// A node's machine dies and boots again (`RealNodes::lose_node`: kubelet, containerd and every
+/// container killed, runtime state gone, disk kept). Its kubelet starts slot 0's pod anew in a
+/// new sandbox: a new process without the keys of the old one. A lock client that took a bare
+/// quorum {0, 1} just before keeps its lock: a second client with the whole list, trying all
+/// along, never gets a majority while the first lock is valid, because the new process refuses
+/// clients until `heldUntil`; it serves them right after.
+async fn a_node_that_dies_and_boots_again_holds_its_members_new_processes() {
+    let env = real_env().await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "15s", "holdMargin": "500ms", "image": "redis:7.0"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(120)).await;
+    let login = env.client_login(NAME).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    let old_ips = env.member_ips(NAME, 3).await;
+    let node = env.node_of(NAME, 0).await;
+    let ttl = Duration::from_secs(15);
+    let first_taken = Instant::now();
+    let (granted, valid) = redlock_attempt(&old_ips[..2], &login, "orders", "first", ttl).await;
+    assert!(valid, "the first client takes {{0, 1}} ({granted} of 2)");
+    let first_valid_until = first_taken + ttl - ttl / 100;
+
+    let nodes = env.cp.real_nodes();
+    nodes.lose_node(&node).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nodes.restore_node(&node).await.unwrap();
+
+    // The second client tries the whole list (old and new addresses of slot 0) until the
+    // first lock has expired; its partial locks are released after each try.
+    let mut attempts = 0;
+    while Instant::now() + Duration::from_millis(500) < first_valid_until {
+        let mut ips = env.member_ips(NAME, 3).await;
+        ips.retain(|ip| !old_ips.contains(ip));
+        ips.extend(&old_ips);
+        let (granted, valid) = redlock_attempt(
+            &ips,
+            &login,
+            "orders",
+            &format!("second-{attempts}"),
+            Duration::from_secs(1),
+        )
+        .await;
+        let majority = granted > 1;
+        assert!(
+            !valid && !majority,
+            "the second client got {granted} of the 3 members ({ips:?}) while the first lock was valid"
+        );
+        attempts += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let held = env
+        .wait_member(NAME, 0, "slot 0's new process", Duration::from_secs(60), |m| {
+            m.run_id.is_some() && m.run_id != before.run_id
+        })
+        .await;
+    let until = held.held_until.expect("the new process was held").0;
+    let ip = env.pod_ip(NAME, 0).await;
+    let served = first_client_write(ip, &login, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_released_on_time(until, served);
+    let after = env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let m = after
+        .status
+        .unwrap()
+        .members
+        .into_iter()
+        .find(|m| m.slot == 0)
+        .unwrap();
+    println!(
+        "node {node} rebooted: slot 0 at {} (was {}), {attempts} tries of a second client refused, released {:?} after heldUntil",
+        ip,
+        old_ips[0],
+        served.duration_since(until)
+    );
+    assert_eq!(m.state, MemberState::Ready);
 }
 
 /// The README's install steps on real nodes: the operator runs as two pods from its image

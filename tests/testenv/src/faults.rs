@@ -62,7 +62,7 @@ impl Nodes<'_> {
         match self {
             // Its restore registers the Node again when it is missing.
             Self::Process(k) => k.heal_node(node).await,
-            Self::Real(r) => r.restore_node(node),
+            Self::Real(r) => r.restore_node(node).await,
         }
     }
 
@@ -77,7 +77,7 @@ impl Nodes<'_> {
     pub async fn restore_node(&self, node: &str) -> Result<()> {
         match self {
             Self::Process(k) => k.restore_node(node).await,
-            Self::Real(r) => r.restore_node(node),
+            Self::Real(r) => r.restore_node(node).await,
         }
     }
 

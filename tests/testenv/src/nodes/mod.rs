@@ -250,15 +250,16 @@ impl RealNodes {
         self.node(node)?.heal()
     }
 
-    /// The node dies: kubelet and every container on it are killed (containerd stays, as
-    /// on a machine whose runtime state survives a reboot).
+    /// The machine dies: kubelet, containerd and every container on it are killed, and its
+    /// runtime state (mounts, `/run`, cgroups) goes as in a power-off; its disk stays.
     pub fn lose_node(&self, node: &str) -> Result<()> {
         self.node(node)?.lose()
     }
 
-    /// The node comes back: a new kubelet, which restarts the pods still bound to it.
-    pub fn restore_node(&self, node: &str) -> Result<()> {
-        self.node(node)?.restore()
+    /// The node comes back: a lost one boots (containerd, then a new kubelet, which starts
+    /// the pods still bound to it in new sandboxes); a partitioned one gets a new kubelet.
+    pub async fn restore_node(&self, node: &str) -> Result<()> {
+        self.node(node)?.restore().await
     }
 
     /// Tags an imported image under another name on every node (`ctr images tag`), e.g. the

@@ -20,8 +20,9 @@ use crate::procs::{ManagedChild, free_port};
 
 pub(super) struct RealNode {
     pub(super) layout: NodeLayout,
-    containerd: Option<ManagedChild>,
-    /// Replaced when a lost node is restored (behind a lock: faults run on a shared handle).
+    /// Both replaced when a lost node boots again (behind locks: faults run on a shared
+    /// handle). No containerd means the node is down.
+    containerd: std::sync::Mutex<Option<ManagedChild>>,
     kubelet: std::sync::Mutex<Option<ManagedChild>>,
     bin_dir: std::path::PathBuf,
 }
@@ -52,47 +53,56 @@ impl RealNode {
         run("ip", &["link", "set", &layout.veth_peer, "up"])?;
         cgroups::create(&layout.cgroup_root)?;
 
-        let mut node = Self {
+        let node = Self {
             layout,
-            containerd: None,
+            containerd: std::sync::Mutex::new(None),
             kubelet: std::sync::Mutex::new(None),
             bin_dir: config.bin_dir.clone(),
         };
-        node.start_containerd(config).await?;
+        node.write_containerd_files(config)?;
+        node.start_containerd().await?;
         node.import_images(&config.images)?;
         node.write_kubelet_files(config)?;
         node.start_kubelet()?;
         Ok(node)
     }
 
-    async fn start_containerd(&mut self, config: &RealNodesConfig) -> Result<()> {
+    fn write_containerd_files(&self, config: &RealNodesConfig) -> Result<()> {
         let l = &self.layout;
         std::fs::create_dir_all(l.cni_conf_dir())?;
         std::fs::write(
             l.cni_conf_dir().join("10-redlock.conflist"),
             config::cni_conflist(l),
         )?;
-        let toml = l.dir.join("containerd.toml");
         std::fs::write(
-            &toml,
+            l.dir.join("containerd.toml"),
             config::containerd_toml(l, &config.bin_dir.join("runc"), &config.cni_bin),
         )?;
-        let mut cmd = Command::new(config.bin_dir.join("containerd"));
-        cmd.arg("--config").arg(&toml);
+        Ok(())
+    }
+
+    fn containerd(&self) -> std::sync::MutexGuard<'_, Option<ManagedChild>> {
+        // Every critical section only swaps, polls or signals the child: a poisoned lock is fine.
+        self.containerd.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn start_containerd(&self) -> Result<()> {
+        let l = &self.layout;
+        let mut cmd = Command::new(self.bin_dir.join("containerd"));
+        cmd.arg("--config").arg(l.dir.join("containerd.toml"));
         // The shim is found on PATH.
         let path = format!(
             "{}:{}",
-            config.bin_dir.display(),
+            self.bin_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         cmd.env("PATH", path);
         let log = l.dir.join("containerd.log");
-        self.containerd = Some(ManagedChild::spawn(&format!("containerd {}", l.name), cmd, &log)?);
+        *self.containerd() = Some(ManagedChild::spawn(&format!("containerd {}", l.name), cmd, &log)?);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.ctr(&["version"]).is_ok_and(|o| o.status.success()) {
-            if let Some(c) = self.containerd.as_mut()
-                && let Some(status) = c.exited()
-            {
+            let exited = self.containerd().as_mut().and_then(|c| c.exited());
+            if let Some(status) = exited {
                 bail!(
                     "containerd of {} exited ({status}):\n{}",
                     l.name,
@@ -256,22 +266,59 @@ impl RealNode {
         Ok(())
     }
 
+    /// The machine dies (power off): kubelet, containers, shims and containerd are killed at
+    /// once, and what a reboot does not keep goes too: every mount (container root
+    /// filesystems, Secret volumes, pod network namespaces), containerd's and runc's runtime
+    /// state (a machine's `/run`) and the cgroups. What is on disk stays: the images and
+    /// containerd's metadata, the kubelet's directory, the CNI address allocations.
     pub(super) fn lose(&self) -> Result<()> {
-        self.kubelet_signal(Signal::SIGKILL)?;
-        for pid in cgroups::processes(&self.layout.cgroup_root) {
+        let l = &self.layout;
+        let kubelet = self.kubelet().take();
+        if let Some(k) = &kubelet {
+            k.signal(Signal::SIGKILL)?;
+        }
+        let containerd = self.containerd().take();
+        if let Some(c) = &containerd {
+            c.signal(Signal::SIGKILL)?;
+        }
+        for pid in cgroups::processes(&l.cgroup_root) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
         }
-        info!(node = %self.layout.name, "node lost (kubelet and containers killed)");
+        kill_processes_naming(&l.containerd_socket());
+        // Reaped only now, so that nothing of the node ran on after the first kill.
+        for mut child in [kubelet, containerd].into_iter().flatten() {
+            child.stop(Duration::ZERO);
+        }
+        cgroups::remove(&l.cgroup_root)?;
+        unmount_below(&l.dir);
+        for volatile in [l.containerd_state(), l.runc_root()] {
+            match std::fs::remove_dir_all(&volatile) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("remove {}", volatile.display()));
+                }
+                _ => {}
+            }
+        }
+        info!(node = %l.name, "node lost (kubelet, containerd and every container killed; runtime state gone)");
         Ok(())
     }
 
-    pub(super) fn restore(&self) -> Result<()> {
+    /// The node comes back. A lost node boots: new cgroups, containerd on the same disk, and
+    /// a new kubelet, which starts the pods still bound to it in new sandboxes. A node whose
+    /// containerd runs (a partition's end) only gets a new kubelet, which registers its Node
+    /// again and kills the containers of pods deleted meanwhile.
+    pub(super) async fn restore(&self) -> Result<()> {
         let old = self.kubelet().take();
         if let Some(mut k) = old {
             k.stop(Duration::from_secs(2));
         }
+        let booting = self.containerd().is_none();
+        if booting {
+            cgroups::create(&self.layout.cgroup_root)?;
+            self.start_containerd().await?;
+        }
         self.start_kubelet()?;
-        info!(node = %self.layout.name, "node restored (new kubelet)");
+        info!(node = %self.layout.name, booting, "node restored (new kubelet)");
         Ok(())
     }
 
@@ -289,7 +336,8 @@ impl RealNode {
             warn!(node = %l.name, "{e:#}");
         }
         kill_processes_naming(&l.containerd_socket());
-        if let Some(mut c) = self.containerd.take() {
+        let containerd = self.containerd().take();
+        if let Some(mut c) = containerd {
             c.stop(Duration::from_secs(5));
         }
         kill_processes_naming(&l.containerd_socket());

@@ -6,11 +6,21 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety
+.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests
+
+## test-real-nodes: whole integration test binaries on real nodes (kubelet, containerd, CNI,
+## kube-proxy; Redis in containers) instead of the process kubelet, one test at a time inside
+## the run's own namespaces. REAL_NODE_TESTS chooses the binaries, FILTER the tests. Not in
+## `make test` (tests/real_nodes.rs is): see README "Real nodes" for why and for its last result.
+REAL_NODE_TESTS ?= lifecycle publishing leader_election password_rotation hardening partitions rollout everyday_operations
+test-real-nodes: dev-binaries nodes
+	$(CARGO) test --no-run $(addprefix --test ,$(REAL_NODE_TESTS))
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --no-fail-fast \
+	  $(addprefix --test ,$(REAL_NODE_TESTS)) -- --test-threads=1 $(FILTER)
 
 ## chart: helm lint --strict and helm template of charts/redlock-operator (tests/chart.rs
 ## additionally checks the rendered objects and that bad values are refused)
@@ -128,3 +138,8 @@ bench: controlplane
 ## operator's speed, is what takes the time.
 safety: controlplane redis-libc
 	$(CARGO) test --bench safety_full
+
+## safety-real-nodes: the same on real nodes (kubelet, containerd, kube-proxy; Redis in
+## containers), without the kinds that step a member's clock (no libfaketime in the images).
+safety-real-nodes: controlplane nodes redis-libc
+	SAFETY_NODES=real $(CARGO) test --bench safety_full

@@ -1,14 +1,31 @@
 //! `make safety`: the full safety suite, ≥ 200 faults by default (`SAFETY_FAULTS`, and
 //! `SAFETY_SEED` to replay a run; a fresh seed from the clock otherwise). Exits non-zero
 //! unless the operator run has no violation and the control run has at least one.
+//! `SAFETY_NODES=real` (`make safety-real-nodes`) runs it on real nodes, in the run's own
+//! namespaces, without the kinds that step a member's clock.
 
 use redlock_test_support::safety_harness;
 
 fn main() {
+    let real_nodes = match std::env::var("SAFETY_NODES").as_deref() {
+        Err(_) | Ok("process") => false,
+        Ok("real") => true,
+        Ok(other) => {
+            eprintln!("SAFETY_NODES={other:?}: expected \"real\" or \"process\"");
+            std::process::exit(2);
+        }
+    };
+    if real_nodes && let Err(e) = redlock_testenv::nodes::namespace::enter() {
+        eprintln!("cannot enter the run's namespaces: {e:#}");
+        std::process::exit(2);
+    }
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_secs());
-    let settings = safety_harness::Settings::from_env(220, seed, "safety");
+    let mut settings = safety_harness::Settings::from_env(220, seed, "safety");
+    if real_nodes {
+        settings = settings.on_real_nodes();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -29,8 +29,9 @@ async fn lock_then_kill_one(env: &Env) -> (Instant, Timestamp) {
     let expiry = env.first_lock(NAME, &[1, 2], TTL).await;
     let before = env.member(NAME, 1).await.unwrap();
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .await
         .unwrap();
     let (_, until) = wait_held(env, NAME, 1, before.run_id.as_deref().unwrap()).await;
     (expiry, until)

@@ -18,8 +18,9 @@ const NAME: &str = "locks";
 
 async fn kill(env: &Env, slot: i32) {
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+        .await
         .unwrap();
 }
 
@@ -958,8 +959,9 @@ async fn auth_toggles_roll_out_while_old_processes_restart() {
                 let pod = format!("{NAME}-{slot}");
                 if env
                     .cp
-                    .kubelet()
+                    .nodes()
                     .signal_pod(&env.ns, &pod, Signal::SIGKILL)
+                    .await
                     .is_ok()
                 {
                     restarted += 1;

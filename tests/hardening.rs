@@ -739,8 +739,9 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
 async fn kill_until_held(env: &Env, slot: i32) -> redlock_operator::crd::MemberStatus {
     let before = env.member(NAME, slot).await.unwrap();
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+        .await
         .unwrap();
     wait_held(env, NAME, slot, before.run_id.as_deref().unwrap()).await;
     before
@@ -793,8 +794,9 @@ async fn tls_toggles_roll_out_while_old_processes_restart() {
             if pod_tls(&env, slot).await == Some(!tls)
                 && env
                     .cp
-                    .kubelet()
+                    .nodes()
                     .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
+                    .await
                     .is_ok()
             {
                 restarted += 1;

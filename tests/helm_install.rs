@@ -256,8 +256,9 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
         password: client_secret("password").await,
     };
 
-    cp.kubelet()
+    cp.nodes()
         .signal_pod(APP_NS, "quick-1", Signal::SIGKILL)
+        .await
         .unwrap();
     let old_run = before.run_id.clone().unwrap();
     let held = wait_for("quick-1 held", Duration::from_secs(20), async || {

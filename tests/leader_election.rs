@@ -71,8 +71,9 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
     let holds_before = event_count(&env, "HoldStarted", &slot_pod, "").await;
 
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-2"), Signal::SIGKILL)
+        .await
         .unwrap();
     let (held, until) = wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
     // Kill the leader mid-hold, once the hold is on record and announced (the status is

@@ -138,8 +138,9 @@ async fn kill_9_holds_the_restarted_process_until_held_until() {
     let ip = env.pod_ip(NAME, 0).await;
 
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .await
         .unwrap();
     let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
     let err = lock(ip, &client, "res", "b", Duration::from_secs(1)).await;
@@ -205,8 +206,9 @@ async fn operator_restart_mid_hold_does_not_shorten_the_hold() {
     let ip = env.pod_ip(NAME, 2).await;
 
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-2"), Signal::SIGKILL)
+        .await
         .unwrap();
     let (_, until) = wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
     env.operator.kill().unwrap();
@@ -265,8 +267,9 @@ async fn seed_scenario_no_second_majority_while_the_first_lock_is_valid() {
         );
     }
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .await
         .unwrap();
 
     let mut attempts = 0;

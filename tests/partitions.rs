@@ -109,14 +109,14 @@ async fn outlived_pod(assertion: Assertion) {
 /// replacement in full, so no client gets a majority through either meanwhile.
 #[tokio::test]
 async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_the_slot_held() {
-    use nix::sys::signal::{Signal, killpg};
+    use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let env = Env::start(4).await;
     let (old, old_run, _node) = serving_then_partitioned(&env).await;
     let login = env.client_login(NAME).await;
-    // The process kubelet of a partitioned node still knows its processes.
-    let pid = Pid::from_raw(env.cp.kubelet().pid(&env.ns, &format!("{NAME}-1")).unwrap() as i32);
-    killpg(pid, Signal::SIGSTOP).unwrap();
+    // The node's runtime still knows its processes while its kubelet is cut off.
+    let pid = Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
     env.pods()
         .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
         .await
@@ -130,7 +130,7 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
     let new_ip = env.pod_ip(NAME, 1).await;
 
     // The old process answers again, its keys and its client user intact.
-    killpg(pid, Signal::SIGCONT).unwrap();
+    kill(pid, Signal::SIGCONT).unwrap();
     wait_for("the old process fenced", Duration::from_secs(15), async || {
         Ok(connect(old[1], &login).await.is_err().then_some(()))
     })
@@ -170,12 +170,12 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
 /// last addresses and fences them there, so the old-list client gets only slot 2.
 #[tokio::test]
 async fn removed_members_that_outlive_their_pods_are_fenced_before_old_list_clients_reach_them() {
-    use nix::sys::signal::{Signal, killpg};
+    use nix::sys::signal::{Signal, kill};
     let env = Env::start(6).await;
     let (old, login, paused) = scaled_down_with_removed_members_cut_off(&env, &[3, 4]).await;
     // They answer again, their keys and client users intact.
     for pid in paused {
-        killpg(pid, Signal::SIGCONT).unwrap();
+        kill(pid, Signal::SIGCONT).unwrap();
     }
     for slot in [3, 4] {
         wait_for("the old process fenced", Duration::from_secs(15), async || {
@@ -202,7 +202,7 @@ async fn scaled_down_with_removed_members_cut_off(
     env: &Env,
     slots: &[i32],
 ) -> (Vec<IpAddr>, Login, Vec<nix::unistd::Pid>) {
-    use nix::sys::signal::{Signal, killpg};
+    use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     env.create_cluster(
         NAME,
@@ -215,10 +215,15 @@ async fn scaled_down_with_removed_members_cut_off(
     let mut paused = Vec::new();
     for &slot in slots {
         let node = env.node_of(NAME, slot).await;
-        env.cp.kubelet().partition_node(&node).unwrap();
-        let pid = env.cp.kubelet().pid(&env.ns, &format!("{NAME}-{slot}")).unwrap();
+        env.cp.nodes().partition_node(&node).unwrap();
+        let pid = env
+            .cp
+            .nodes()
+            .pid(&env.ns, &format!("{NAME}-{slot}"))
+            .await
+            .unwrap();
         let pid = Pid::from_raw(pid as i32);
-        killpg(pid, Signal::SIGSTOP).unwrap();
+        kill(pid, Signal::SIGSTOP).unwrap();
         paused.push(pid);
     }
     env.patch_spec(NAME, json!({"instances": 3})).await;
@@ -245,7 +250,7 @@ async fn scaled_down_with_removed_members_cut_off(
 /// `ReleaseAssumesProcessGone` on the member says so, as a slot's release does (§9.5).
 #[tokio::test]
 async fn publishing_the_shorter_list_over_a_removed_process_never_found_says_so() {
-    use nix::sys::signal::{Signal, killpg};
+    use nix::sys::signal::{Signal, kill};
     let env = Env::start(6).await;
     let (_, _, paused) = scaled_down_with_removed_members_cut_off(&env, &[4]).await;
     wait_for("the list of 3 published", Duration::from_secs(30), async || {
@@ -255,6 +260,6 @@ async fn publishing_the_shorter_list_over_a_removed_process_never_found_says_so(
     .await;
     env.wait_event("ReleaseAssumesProcessGone").await;
     for pid in paused {
-        killpg(pid, Signal::SIGCONT).unwrap();
+        kill(pid, Signal::SIGCONT).unwrap();
     }
 }

@@ -155,8 +155,9 @@ async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_logi
     // A member restarted mid-rotation: held, released, and it accepts both as well.
     let before = env.member(NAME, 1).await.unwrap();
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .await
         .unwrap();
     env.wait_member(NAME, 1, "restarted and released", Duration::from_secs(30), |m| {
         m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != before.run_id
@@ -407,8 +408,9 @@ async fn the_admin_password_is_rotated_without_a_lock_outage() {
     // A member killed mid-rotation: restarted, probed with the new password, held, released.
     let before = env.member(NAME, 1).await.unwrap();
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
+        .await
         .unwrap();
     env.wait_member(NAME, 1, "restarted and released", Duration::from_secs(30), |m| {
         m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != before.run_id
@@ -485,8 +487,9 @@ async fn an_admin_rotation_held_by_a_silent_member_survives_an_operator_restart(
     let client = MajorityClient::start(env.client_login(NAME).await, ips.clone());
     let stopped = format!("{NAME}-2");
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &stopped, Signal::SIGSTOP)
+        .await
         .unwrap();
 
     annotate(&env, ROTATE_ADMIN_ANNOTATION, "a1").await;
@@ -525,8 +528,9 @@ async fn an_admin_rotation_held_by_a_silent_member_survives_an_operator_restart(
     assert_eq!(env.secret(&format!("{NAME}-admin"), "passwordNext").await, next);
 
     env.cp
-        .kubelet()
+        .nodes()
         .signal_pod(&env.ns, &stopped, Signal::SIGCONT)
+        .await
         .unwrap();
     wait_admin_rotation(&env, "Rotated").await;
     let (rounds, outages) = client.finish().await;

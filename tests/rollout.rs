@@ -108,7 +108,9 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
 
     let monitor = Monitor::start(env.clusters(), 5);
     let started = Instant::now();
-    env.patch_spec(NAME, json!({"image": "redis:7.2"})).await;
+    // An image both runtimes have: the process kubelet runs any redis tag, real nodes have
+    // redis 8.0 built here (tests/nodes/images.sh), so there it is an upgrade from 7.0.
+    env.patch_spec(NAME, json!({"image": "redis:8.0"})).await;
     // Visible in `kubectl get -o wide` and the Progressing condition while it runs.
     wait_for("rollout visible", Duration::from_secs(10), async || {
         let c = env.cluster(NAME).await;
@@ -139,7 +141,7 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
             "{} not replaced",
             p.name_any()
         );
-        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some("redis:7.2"));
+        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some("redis:8.0"));
     }
     // Never more than one member out, so never below quorum (3), never unavailable.
     assert!(samples.count > 20, "too few samples: {}", samples.count);
@@ -253,7 +255,7 @@ async fn zone_loss_with_spread_zone_keeps_the_lock_service() {
         .collect();
     let monitor = Monitor::start(env.clusters(), 5);
     for n in &zone_nodes {
-        env.cp.kubelet().lose_node(n).await.unwrap();
+        env.cp.nodes().lose_node(n).await.unwrap();
     }
     // Until the node lifecycle controller marks the pods not Ready (grace period ~8 s), and a
     // while after: the lock service stays Available with the other three members.
@@ -310,7 +312,7 @@ async fn node_loss_replaces_only_after_the_pod_is_gone() {
     let node = old.spec.unwrap().node_name.unwrap();
 
     let monitor = Monitor::start(env.clusters(), 3);
-    env.cp.kubelet().lose_node(&node).await.unwrap();
+    env.cp.nodes().lose_node(&node).await.unwrap();
 
     // The node lifecycle controller marks the node unreachable (grace ~8 s) and, after the
     // default unreachable toleration (10 s), the taint eviction controller deletes the pod. With

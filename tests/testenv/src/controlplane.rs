@@ -67,6 +67,8 @@ pub struct ControlPlaneConfig {
     pub node_clocks: Option<PathBuf>,
     /// Real nodes (kubelet, containerd, CNI, kube-proxy; see [`crate::nodes`]) instead of the
     /// process kubelet. Only inside the run's namespaces ([`crate::nodes::namespace::enter`]).
+    /// The default is `REDLOCK_TEST_NODES=real` (`make test-real-nodes`, which runs whole test
+    /// binaries inside such namespaces).
     pub real_nodes: bool,
 }
 
@@ -81,8 +83,17 @@ impl Default for ControlPlaneConfig {
             dir: None,
             extra_images: Vec::new(),
             node_clocks: None,
-            real_nodes: false,
+            real_nodes: real_nodes_by_default(),
         }
+    }
+}
+
+/// `REDLOCK_TEST_NODES`: `real` or `process` (the default).
+fn real_nodes_by_default() -> bool {
+    match std::env::var("REDLOCK_TEST_NODES").as_deref() {
+        Err(_) | Ok("process") => false,
+        Ok("real") => true,
+        Ok(other) => panic!("REDLOCK_TEST_NODES={other:?}: expected \"real\" or \"process\""),
     }
 }
 
@@ -375,6 +386,11 @@ impl ControlPlane {
             (Some(k), None) => crate::faults::Nodes::Process(k),
             (None, None) => panic!("control plane started without nodes"),
         }
+    }
+
+    /// Whether pods run on real nodes (kubelet, containerd) rather than the process kubelet.
+    pub fn has_real_nodes(&self) -> bool {
+        self.real_nodes.is_some()
     }
 
     /// The real nodes (a control plane started with `real_nodes`).

@@ -91,30 +91,37 @@ impl Settings {
     }
 
     /// One round: a fault of every kind dealt (`SAFETY_FAULTS` overrides the count), on real
-    /// nodes when `real_nodes` (then without the kinds that step a member's clock: real nodes'
-    /// Redis images have no libfaketime; the run says so).
+    /// nodes when `real_nodes` (see `on_real_nodes`).
     pub fn one_round(default_seed: u64, out: &str, real_nodes: bool) -> Self {
         let mut s = Self::from_env(0, default_seed, out);
         if real_nodes {
-            s.real_nodes = true;
-            let skipped: Vec<&str> = s
-                .kinds
-                .iter()
-                .filter(|k| k.needs_member_clocks())
-                .map(|k| k.name())
-                .collect();
-            if !skipped.is_empty() {
-                eprintln!(
-                    "safety: not run on real nodes: {} (their Redis images have no libfaketime, so a member's clock cannot be stepped; the process kubelet's runs have it)",
-                    skipped.join(", ")
-                );
-            }
-            s.kinds.retain(|k| !k.needs_member_clocks());
+            s = s.on_real_nodes();
         }
         if std::env::var("SAFETY_FAULTS").is_err() {
             s.faults = s.kinds.len();
         }
         s
+    }
+
+    /// The run on real nodes, without the kinds that step a member's clock: real nodes' Redis
+    /// images have no libfaketime (the run says so). The binary must run in the run's
+    /// namespaces (`redlock_testenv::nodes::namespace::enter`).
+    pub fn on_real_nodes(mut self) -> Self {
+        self.real_nodes = true;
+        let skipped: Vec<&str> = self
+            .kinds
+            .iter()
+            .filter(|k| k.needs_member_clocks())
+            .map(|k| k.name())
+            .collect();
+        if !skipped.is_empty() {
+            eprintln!(
+                "safety: not run on real nodes: {} (their Redis images have no libfaketime, so a member's clock cannot be stepped; the process kubelet's runs have it)",
+                skipped.join(", ")
+            );
+        }
+        self.kinds.retain(|k| !k.needs_member_clocks());
+        self
     }
 
     /// Whether the run steps members' clocks, so its Redis processes run under libfaketime.

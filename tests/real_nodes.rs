@@ -390,14 +390,8 @@ async fn a_node_that_dies_and_boots_again_holds_its_members_new_processes() {
         .await
         .unwrap();
     assert_released_on_time(until, served);
-    let after = env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
-    let m = after
-        .status
-        .unwrap()
-        .members
-        .into_iter()
-        .find(|m| m.slot == 0)
-        .unwrap();
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let m = env.member(NAME, 0).await.unwrap();
     println!(
         "node {node} rebooted: slot 0 at {} (was {}), {attempts} tries of a second client refused, released {:?} after heldUntil",
         ip,

@@ -133,7 +133,8 @@ bench: controlplane
 ## under >= 200 seeded faults, then the same faults against unfenced servers (the control).
 ## SAFETY_FAULTS=n and SAFETY_SEED=n (replay) change it, SAFETY_KINDS=a,b deals only those
 ## kinds; results in target/safety/. Redis runs under libfaketime (member clock jumps).
-## Fails unless the operator run has 0 violations and the control run at least 1.
+## Fails unless the operator run has 0 violations and kept getting locks (never 10 min without
+## one), and the control run has at least 1 violation.
 ## (`make test` runs the short version, tests/safety.rs.) Debug profile: the harness, not the
 ## operator's speed, is what takes the time.
 safety: controlplane redis-libc

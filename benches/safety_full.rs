@@ -1,6 +1,7 @@
 //! `make safety`: the full safety suite, ≥ 200 faults by default (`SAFETY_FAULTS`, and
 //! `SAFETY_SEED` to replay a run; a fresh seed from the clock otherwise). Exits non-zero
-//! unless the operator run has no violation and the control run has at least one.
+//! unless the operator run has no violation and its clients kept getting locks (never 10 min
+//! without one), and the control run has at least one violation.
 //! `SAFETY_NODES=real` (`make safety-real-nodes`) runs it on real nodes, in the run's own
 //! namespaces, without the kinds that step a member's clock.
 

@@ -184,8 +184,16 @@ pub struct PhaseReport {
     pub fault_kinds: BTreeMap<FaultKind, KindStats>,
     pub fault_log: Vec<FaultRecord>,
     pub baseline_success_rate: f64,
+    /// The longest stretch of the run, from its first attempt to its last, without any
+    /// successful acquisition: a run whose clients stopped getting locks tests nothing after
+    /// that, however many faults it goes on injecting.
+    pub longest_without_acquisition_ms: f64,
     pub duration_s: f64,
 }
+
+/// The most a run may go without any successful acquisition and still pass: longer than a
+/// real kubelet's crash-loop backoff (at most 5 min) keeps a killed majority down.
+pub const MAX_WITHOUT_ACQUISITION_MS: f64 = 600_000.0;
 
 impl PhaseReport {
     pub fn new(
@@ -206,9 +214,21 @@ impl PhaseReport {
             fault_kinds: kind_stats(ops, faults),
             fault_log: faults.to_vec(),
             baseline_success_rate: baseline_success_rate(ops, faults),
+            longest_without_acquisition_ms: longest_without_acquisition(ops) as f64 / 1e6,
             duration_s,
         }
     }
+}
+
+/// From the first attempt to the last (ns); 0 without attempts.
+fn longest_without_acquisition(ops: &[Op]) -> u64 {
+    let invoked = ops.iter().filter_map(|o| o.acquire_invoke);
+    let (Some(first), Some(last)) = (invoked.clone().min(), invoked.max()) else {
+        return 0;
+    };
+    let mut successes: Vec<u64> = ops.iter().filter_map(|o| o.acquire_ok).collect();
+    successes.sort();
+    longest_gap(&successes, first, last)
 }
 
 /// `target/safety/report.json`.
@@ -266,12 +286,20 @@ impl Report {
     }
 
     /// The suite passes when the operator run is clean but for its stated limit (overlaps that
-    /// began inside a member clock jump's window, and the updates they lost) and the control
-    /// run is not: the checker demonstrably sees what the operator prevents.
+    /// began inside a member clock jump's window, and the updates they lost), its clients kept
+    /// getting locks (none at all, or none for longer than [`MAX_WITHOUT_ACQUISITION_MS`], and
+    /// the faults after that tested nothing), and the control run is not clean: the checker
+    /// demonstrably sees what the operator prevents.
     pub fn passed(&self) -> bool {
         self.violations_beyond_limits == 0
             && self.lost_updates_beyond_limits == 0
+            && self.lock_service_kept_serving()
             && self.control_violations >= 1
+    }
+
+    pub fn lock_service_kept_serving(&self) -> bool {
+        self.operator.successful_operations > 0
+            && self.operator.longest_without_acquisition_ms <= MAX_WITHOUT_ACQUISITION_MS
     }
 
     pub fn summary_markdown(&self) -> String {
@@ -306,6 +334,11 @@ impl Report {
             "counter mismatches (lost updates)",
             o.counter_mismatches.len().to_string(),
             c.counter_mismatches.len().to_string(),
+        ));
+        s.push_str(&row(
+            "longest time without any acquisition",
+            format!("{:.1} s", o.longest_without_acquisition_ms / 1000.0),
+            format!("{:.1} s", c.longest_without_acquisition_ms / 1000.0),
         ));
         s.push_str(&row(
             "duration",
@@ -471,6 +504,25 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_stretch_without_an_acquisition_spans_the_whole_run() {
+        const MS: u64 = 1_000_000;
+        assert_eq!(longest_without_acquisition(&[]), 0);
+        // Acquired at 1 ms and 101 ms; attempts go on until 500 ms: 101..500 is the longest.
+        let ops = [
+            held(1, "k", 0, 3000, Some(10)),
+            failed(2, "k", 50),
+            held(3, "k", 100, 3000, Some(110)),
+            failed(4, "k", 500),
+        ];
+        assert_eq!(longest_without_acquisition(&ops), 399 * MS);
+        // No acquisition at all: the whole run.
+        assert_eq!(
+            longest_without_acquisition(&[failed(1, "k", 0), failed(2, "k", 700)]),
+            700 * MS
+        );
+    }
+
+    #[test]
     fn stats_per_kind_over_fault_windows() {
         let ops = vec![
             held(1, "k", 100, 3000, Some(150)), // acquired at 101, inside the first window
@@ -564,6 +616,15 @@ mod tests {
             counter: 1,
         });
         assert!(!r(&lost_update, &dirty).passed());
+        let mut stopped_serving = clean.clone();
+        stopped_serving.longest_without_acquisition_ms = MAX_WITHOUT_ACQUISITION_MS + 1.0;
+        assert!(
+            !r(&stopped_serving, &dirty).passed(),
+            "clients that stopped getting locks test nothing"
+        );
+        let mut never_served = clean.clone();
+        never_served.successful_operations = 0;
+        assert!(!r(&never_served, &dirty).passed());
 
         let report = r(&clean, &dirty);
         let json = serde_json::to_value(&report).unwrap();
@@ -643,11 +704,13 @@ mod tests {
         };
         // Operator run: the window is from the jump showing (500) to the hold on record (900).
         let faults = vec![jump(0, true, Some(900)), jump(10_000, false, Some(10_900))];
+        // Clients that got a lock (a run without any fails for that alone).
+        let served = [held(1, "k", 0, 3000, Some(10))];
         let vs = [v(400), v(600), v(900), v(950), v(10_600)];
         assert_eq!(in_clock_jump_windows(&vs, &faults), 2);
         // Control: no operator, so until the clock was stepped back (3000).
         assert_eq!(in_clock_jump_windows(&vs, &[jump(0, true, None)]), 3);
-        let o = PhaseReport::new(&[], &faults, vs[1..2].to_vec(), vec![], 1.0);
+        let o = PhaseReport::new(&served, &faults, vs[1..2].to_vec(), vec![], 1.0);
         assert_eq!(o.violations_in_clock_jump_windows, 1);
         let report = Report::new(1, vec![], serde_json::json!({}), o.clone(), o);
         let md = report.summary_markdown();
@@ -659,7 +722,7 @@ mod tests {
         assert_eq!(report.violations_beyond_limits, 0);
         assert!(report.passed() && md.contains("PASSED"), "{md}");
         // One outside the window fails the run.
-        let o = PhaseReport::new(&[], &faults, vs[1..4].to_vec(), vec![], 1.0);
+        let o = PhaseReport::new(&served, &faults, vs[1..4].to_vec(), vec![], 1.0);
         let report = Report::new(1, vec![], serde_json::json!({}), o.clone(), o);
         assert_eq!(report.violations_beyond_limits, 1);
         assert!(!report.passed());

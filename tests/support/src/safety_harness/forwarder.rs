@@ -7,6 +7,7 @@
 //! published names (`<name>-<i>.<ns>.svc`) to the ClusterIPs, as cluster DNS would.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,18 +42,13 @@ pub async fn start(client: kube::Client, ns: &str, services: &[String], forward:
     let api: Api<Service> = Api::namespaced(client.clone(), ns);
     let resolver = Resolver::new(client);
     let mut tasks = Vec::new();
-    let mut hosts = String::new();
+    let hosts = hosts_lines(&api, ns, services).await?;
+    if !forward {
+        return Ok(Forwarders { tasks, hosts });
+    }
     for name in services {
-        let svc = api.get(name).await?;
-        let ip = svc
-            .spec
-            .and_then(|s| s.cluster_ip)
-            .with_context(|| format!("service {name} has no ClusterIP"))?;
+        let ip = cluster_ip(&api, name).await?;
         let host = format!("{name}.{ns}.svc");
-        hosts.push_str(&format!("{ip} {host} {host}.cluster.local\n"));
-        if !forward {
-            continue;
-        }
         let listener = TcpListener::bind(format!("{ip}:6379"))
             .await
             .with_context(|| format!("bind {ip}:6379 for service {name}"))?;
@@ -70,6 +66,62 @@ pub async fn start(client: kube::Client, ns: &str, services: &[String], forward:
         tasks.push(tokio::spawn(accept_loop(listener, endpoints)));
     }
     Ok(Forwarders { tasks, hosts })
+}
+
+impl Forwarders {
+    /// Cluster DNS on real nodes: the hosts lines in `hosts_file` follow the Services'
+    /// ClusterIPs. A Service deleted and created again (the cluster re-created, a slot retired
+    /// by a scale-down and back with the scale-up) gets a new ClusterIP, and a client resolving
+    /// its name must reach it there. The file is rewritten in place: the workers see it through
+    /// a bind mount of this very inode. While a Service is missing the last lines stay (its old
+    /// address leads nowhere, as a name without a Service resolves to nothing).
+    pub fn follow_cluster_ips(
+        &mut self,
+        client: kube::Client,
+        ns: &str,
+        services: &[String],
+        hosts_file: PathBuf,
+    ) {
+        let api: Api<Service> = Api::namespaced(client, ns);
+        let (ns, services) = (ns.to_owned(), services.to_vec());
+        let mut written = self.hosts.clone();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(DNS_REFRESH).await;
+                let Ok(lines) = hosts_lines(&api, &ns, &services).await else {
+                    continue;
+                };
+                if lines != written && std::fs::write(&hosts_file, format!("{HOSTS_HEADER}{lines}")).is_ok() {
+                    written = lines;
+                }
+            }
+        }));
+    }
+}
+
+/// The first line of every hosts file the workers get.
+pub const HOSTS_HEADER: &str = "127.0.0.1 localhost\n";
+
+/// How often cluster DNS re-reads the Services on real nodes.
+const DNS_REFRESH: Duration = Duration::from_millis(500);
+
+async fn cluster_ip(api: &Api<Service>, name: &str) -> Result<String> {
+    api.get(name)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("service {name} has no ClusterIP"))
+}
+
+/// `/etc/hosts` lines mapping each Service's names to its ClusterIP, as cluster DNS would.
+async fn hosts_lines(api: &Api<Service>, ns: &str, services: &[String]) -> Result<String> {
+    let mut hosts = String::new();
+    for name in services {
+        let ip = cluster_ip(api, name).await?;
+        let host = format!("{name}.{ns}.svc");
+        hosts.push_str(&format!("{ip} {host} {host}.cluster.local\n"));
+    }
+    Ok(hosts)
 }
 
 async fn accept_loop(listener: TcpListener, endpoints: Arc<Mutex<Vec<SocketAddr>>>) {

@@ -316,7 +316,7 @@ async fn operator_phase(
         .await;
     let services: Vec<String> = (0..MEMBERS).map(|i| format!("{NAME}-{i}")).collect();
     // Real nodes have kube-proxy; the process kubelet's ClusterIPs need the forwarder.
-    let fwd = forwarder::start(env.cp.client(), &env.ns, &services, !settings.real_nodes).await?;
+    let mut fwd = forwarder::start(env.cp.client(), &env.ns, &services, !settings.real_nodes).await?;
     let dir = settings.out_dir.join("operator");
     std::fs::create_dir_all(&dir)?;
     let counter = CounterServer::start(&dir.join("counter.log")).await?;
@@ -326,6 +326,11 @@ async fn operator_phase(
         .context("maxLockTTLMillis")?
         .parse()?;
     let m = mounts::write(&dir, &secret, &config, &fwd.hosts, &counter.addr)?;
+    if settings.real_nodes {
+        // The process kubelet's forwarders keep listening on the first ClusterIPs and forward
+        // by Service name; kube-proxy serves each Service only at its current ClusterIP.
+        fwd.follow_cluster_ips(env.cp.client(), &env.ns, &services, m.hosts_file.clone());
+    }
     let shape = OpShape {
         keys: (0..settings.keys).map(|k| format!("key{k}")).collect(),
         ttl_ms: ttl,

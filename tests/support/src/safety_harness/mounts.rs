@@ -40,7 +40,10 @@ pub fn write(
     };
     write_dir(&m.secret_dir, secret)?;
     write_dir(&m.config_dir, config)?;
-    std::fs::write(&m.hosts_file, format!("127.0.0.1 localhost\n{extra_hosts}"))?;
+    std::fs::write(
+        &m.hosts_file,
+        format!("{}{extra_hosts}", super::forwarder::HOSTS_HEADER),
+    )?;
     Ok(m)
 }
 

@@ -502,7 +502,15 @@ impl<'a> ClusterTarget<'a> {
     /// a new process: the operator has seen the fault and its hold is over.
     async fn wait_recovered(&self, replaced: &[usize], before: &[Option<String>]) {
         let env = &*self.env;
-        wait_for("cluster recovered", Duration::from_secs(120), async || {
+        // A real kubelet restarts a container that keeps dying after a crash-loop backoff that
+        // doubles from 10 s up to 5 min (it reached 2m40s for a pod killed five times in a
+        // 39-fault run, past the 120 s that suffice on the process kubelet).
+        let timeout = if env.cp.has_real_nodes() {
+            Duration::from_secs(420)
+        } else {
+            Duration::from_secs(120)
+        };
+        wait_for("cluster recovered", timeout, async || {
             let c = env.cluster(&self.name).await;
             let s = c.status.unwrap_or_default();
             let all_ready = s.ready_instances == Some(self.members as i32)

@@ -281,15 +281,14 @@ impl RealNode {
         if let Some(c) = &containerd {
             c.signal(Signal::SIGKILL)?;
         }
-        for pid in cgroups::processes(&l.cgroup_root) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        }
+        // Kills every container (and pause) process, waits until none is left, and removes the
+        // cgroups; the shims live outside them.
+        cgroups::remove(&l.cgroup_root)?;
         kill_processes_naming(&l.containerd_socket());
         // Reaped only now, so that nothing of the node ran on after the first kill.
         for mut child in [kubelet, containerd].into_iter().flatten() {
             child.stop(Duration::ZERO);
         }
-        cgroups::remove(&l.cgroup_root)?;
         unmount_below(&l.dir);
         for volatile in [l.containerd_state(), l.runc_root()] {
             match std::fs::remove_dir_all(&volatile) {

@@ -143,6 +143,28 @@ async fn reconciles(env: &Env) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Whether cluster `name` is back to 3 Ready members within `timeout`. On a saturated machine
+/// a restarted member's pod can take longer than that to read Ready (the process kubelet's
+/// readiness exec): the benchmark says so and goes on with the next kill, rather than ending
+/// without the numbers it has.
+async fn ready_again(env: &Env, name: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(c) = env.clusters().get(name).await
+            && c.status.as_ref().is_some_and(|s| {
+                s.ready_instances == Some(3)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Available" && c.status == "True")
+            })
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
 async fn available(env: &Env) -> usize {
     let list = env.clusters().list(&ListParams::default()).await.unwrap();
     list.items
@@ -341,14 +363,18 @@ async fn main() {
             };
             let Some(until) = until else {
                 missed_holds += 1;
-                env.wait_ready(&name, 3, Duration::from_secs(60)).await;
+                if !ready_again(&env, &name, Duration::from_secs(60)).await {
+                    println!("K={k}: {name} not back to 3 Ready within 60 s after kill {j}");
+                }
                 continue;
             };
             match first_client_write(ip, &client, Duration::from_secs(30)).await {
                 Ok(served) => lateness.push(served.duration_since(until).as_secs_f64().max(0.0) * 1000.0),
                 Err(e) => println!("K={k}: {name}-{slot}: {e}"),
             }
-            env.wait_ready(&name, 3, Duration::from_secs(60)).await;
+            if !ready_again(&env, &name, Duration::from_secs(60)).await {
+                println!("K={k}: {name} not back to 3 Ready within 60 s after kill {j}");
+            }
         }
         if missed_holds > 0 {
             println!(

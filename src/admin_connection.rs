@@ -46,6 +46,18 @@ pub struct AdminConnection {
     timeout: Duration,
     /// A request's replies were not all read: nothing more can be asked on this connection.
     broken: bool,
+    /// The process at the other end, once a probe has read it on this connection.
+    pub process: Option<KnownProcess>,
+}
+
+/// Which process a connection reaches (`INFO server`), read once per connection: a connection
+/// reaches one process for its whole life (a process that restarts takes its connections
+/// with it), so a new connection is the only way to reach a new process, and only a new
+/// connection must read it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownProcess {
+    pub run_id: String,
+    pub version: String,
 }
 
 enum Stream {
@@ -76,6 +88,7 @@ impl AdminConnection {
             buf: Vec::new(),
             timeout: login.timeout,
             broken: false,
+            process: None,
         };
         let auth = redis::cmd("AUTH")
             .arg(login.user)

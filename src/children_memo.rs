@@ -7,7 +7,7 @@
 //!
 //! What applying finds depends only on the cluster object, the credentials and the children's
 //! caches: when the cluster is at the same resourceVersion, the credentials are the same, and no
-//! watch event of any child cache arrived since (`Caches::children_version`), every object
+//! watch event of its children's caches arrived since (`Caches::child_versions`), every object
 //! would again be found current, and nothing would be written. Only such an outcome is
 //! remembered: every object shown current by the cache itself (none written, none read from the
 //! API server, none refused or failed). An edit or a delete of a child by anyone is a watch

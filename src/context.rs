@@ -1,7 +1,7 @@
 //! The one shared context every reconcile receives.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{Backoff, RetryGate};
+use crate::child_versions::ChildVersions;
 use crate::clock_check::ClockCheck;
 use crate::hold_timers::HoldTimers;
 use crate::instance_index::InstanceIndex;
@@ -47,9 +48,9 @@ pub struct Caches {
     /// The names of each cluster's pods in `pods` (`Caches::pods_of`).
     pub pod_index: Arc<InstanceIndex>,
     /// Counts the watch events of every cache of children other than pods (Secrets,
-    /// ConfigMaps, Services, PDBs, NetworkPolicies): while it stands still, none of them
-    /// changed (`children_memo`).
-    pub children_version: Arc<AtomicU64>,
+    /// ConfigMaps, Services, PDBs, NetworkPolicies) per cluster: while a cluster's version
+    /// stands still, none of its children changed (`children_memo`).
+    pub child_versions: Arc<ChildVersions>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<ConfigMap>,
     pub services: Store<Service>,

@@ -1,7 +1,7 @@
 //! Wiring of the operator: watches, the controller loop, the HTTP server, shutdown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -14,13 +14,14 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
+use crate::allocator;
 use crate::cache_trim::Trim;
+use crate::child_versions::ChildVersions;
 use crate::cli::RunArgs;
 use crate::clock_check::ClockCheck;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
-use crate::heap_trim;
 use crate::http::{self, HttpState};
 use crate::instance_index::InstanceIndex;
 use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
@@ -52,7 +53,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             .clone()
             .run(client.clone(), metrics.clone(), shutdown.clone()),
     );
-    tokio::spawn(heap_trim::every(heap_trim::PERIOD, shutdown.clone()));
+    tokio::spawn(allocator::every(allocator::PERIOD, shutdown.clone()));
     let ready = Arc::new(AtomicBool::new(false));
     let standby = Arc::new(AtomicBool::new(false));
     let http = tokio::spawn(http::serve(
@@ -154,32 +155,32 @@ fn watch(
     let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone(), move |e| {
         index.apply(e)
     });
-    // Any change to a child other than a pod: what `Caches::children_version` counts.
-    let children_version = Arc::new(AtomicU64::new(0));
+    // Any change to a child other than a pod, per cluster: what `Caches::child_versions` counts.
+    let child_versions = Arc::new(ChildVersions::default());
     let (secrets, secret_events) = cached_watch(
         scoped::<Secret>(client, ns),
         managed.clone(),
-        counted(&children_version),
+        counted(&child_versions),
     );
     let (config_maps, config_map_events) = cached_watch(
         scoped::<ConfigMap>(client, ns),
         managed.clone(),
-        counted(&children_version),
+        counted(&child_versions),
     );
     let (services, service_events) = cached_watch(
         scoped::<Service>(client, ns),
         managed.clone(),
-        counted(&children_version),
+        counted(&child_versions),
     );
     let (pdbs, pdb_events) = cached_watch(
         scoped::<PodDisruptionBudget>(client, ns),
         managed.clone(),
-        counted(&children_version),
+        counted(&child_versions),
     );
     let (netpols, netpol_events) = cached_watch(
         scoped::<NetworkPolicy>(client, ns),
         managed.clone(),
-        counted(&children_version),
+        counted(&child_versions),
     );
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
@@ -202,7 +203,7 @@ fn watch(
     let caches = Caches {
         pods,
         pod_index,
-        children_version,
+        child_versions,
         secrets,
         config_maps,
         services,
@@ -357,12 +358,12 @@ where
     (store, events)
 }
 
-/// A watch event handler that counts events into `version`.
-fn counted<K>(version: &Arc<AtomicU64>) -> impl Fn(&watcher::Event<K>) + Send + 'static {
-    let version = version.clone();
-    move |_| {
-        version.fetch_add(1, Ordering::AcqRel);
-    }
+/// A watch event handler that counts events into `versions`.
+fn counted<K: Resource<DynamicType = ()>>(
+    versions: &Arc<ChildVersions>,
+) -> impl Fn(&watcher::Event<K>) + Send + 'static {
+    let versions = versions.clone();
+    move |event| versions.apply(event)
 }
 
 /// Waits until `store` has its first full list.

@@ -20,9 +20,9 @@ use kube::runtime::watcher;
 use crate::resources::names::LABEL_INSTANCE;
 
 /// (namespace, instance label) of an object; the namespace is empty for cluster-scoped ones.
-type Instance = (String, String);
+pub type Instance = (String, String);
 /// (namespace, name) of an object.
-type Key = (String, String);
+pub type Key = (String, String);
 
 #[derive(Default)]
 pub struct InstanceIndex {
@@ -102,7 +102,8 @@ impl Inner {
     }
 }
 
-fn key_of<K: Resource>(obj: &K) -> Key {
+/// (namespace, name) of `obj`.
+pub fn key_of<K: Resource>(obj: &K) -> Key {
     let meta = obj.meta();
     (
         meta.namespace.clone().unwrap_or_default(),
@@ -110,7 +111,8 @@ fn key_of<K: Resource>(obj: &K) -> Key {
     )
 }
 
-fn instance_of<K: Resource>(obj: &K) -> Option<Instance> {
+/// The cluster `obj` is labelled for, if any.
+pub fn instance_of<K: Resource>(obj: &K) -> Option<Instance> {
     let meta = obj.meta();
     let instance = meta.labels.as_ref()?.get(LABEL_INSTANCE)?;
     Some((meta.namespace.clone().unwrap_or_default(), instance.clone()))

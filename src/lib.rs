@@ -3,9 +3,11 @@
 
 pub mod admin_connection;
 pub mod admin_rotation;
+pub mod allocator;
 pub mod apply;
 pub mod backoff;
 pub mod cache_trim;
+pub mod child_versions;
 pub mod children_memo;
 pub mod cli;
 pub mod clock;
@@ -22,7 +24,6 @@ pub mod events;
 pub mod failure_domains;
 #[cfg(test)]
 pub mod fixtures;
-pub mod heap_trim;
 pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;

@@ -6,6 +6,7 @@ use redlock_operator::{controller, crd, telemetry};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
+    redlock_operator::allocator::configure();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => {

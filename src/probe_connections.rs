@@ -4,11 +4,12 @@
 //! 600 handshakes a second.
 //!
 //! A kept connection is only ever used to *read* (the probe, and the TTL audit's `SCAN` and
-//! `PTTL`). Every probe reads the run id again, so
-//! nothing trusts what an earlier probe on the same connection saw; a process that restarts
-//! takes its connections with it, so the next probe fails, and is retried once on a fresh
-//! connection (a reconnect is itself the signal that the run id must be read again, which the
-//! probe always does). Releases and fences never use these: each opens its own connection
+//! `PTTL`). It reads which process it reaches (the run id) once, on its first probe
+//! (`admin_connection::KnownProcess`): a process that restarts takes its connections with
+//! it, so the next probe fails, and is retried once on a fresh connection, which reads the
+//! run id again (a reconnect is itself the signal that the run id must be read again). What
+//! can change while a connection lives (the fence, the passwords, the clock) every probe
+//! reads. Releases and fences never use these: each opens its own connection
 //! and checks the run id on it (`redis_admin::connect_to_process`).
 //!
 //! A connection is taken out while it is used and put back once its exchange is complete: one

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::admin_connection::{AdminConnection, Login};
+use crate::admin_connection::{AdminConnection, KnownProcess, Login};
 use crate::member_clock::TimeSample;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
@@ -199,23 +199,38 @@ impl AdminAccess {
         // (`member_clock`: half the round trip is its uncertainty). Both users a lock client
         // could log in as: a process of either auth mode must let neither in while it is
         // held, and `default` turned on behind the operator's back serves clients as well as
-        // the client user would.
-        let request = resp::pack(&[
-            &["INFO", "server"],
+        // the client user would. `INFO server` (the run id) only on a connection that has
+        // not read it yet (`KnownProcess`): it is the longest reply, and on a kept connection
+        // it could only say again what it said.
+        let checks: [&[&str]; 5] = [
             &["ACL", "GETUSER", &self.client_user],
             &["ACL", "GETUSER", self.other_client_user()],
             &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
             &["TIME"],
             &["ACL", "GETUSER", &self.admin_user],
-        ]);
+        ];
+        let known = conn.process.clone();
+        let request = match known {
+            Some(_) => resp::pack(&checks),
+            None => {
+                let mut commands: Vec<&[&str]> = vec![&["INFO", "server"]];
+                commands.extend(checks);
+                resp::pack(&commands)
+            }
+        };
+        let replies = checks.len() + usize::from(known.is_none());
         let sent = std::time::Instant::now();
         let (info, member_micros, received) = conn
-            .query_with(&request, 6, |replies| {
+            .query_with(&request, replies, |replies| {
                 let received = std::time::Instant::now();
-                self.read_probe(replies)
+                self.read_probe(replies, known)
                     .map(|(info, micros)| (info, micros, received))
             })
             .await??;
+        conn.process = Some(KnownProcess {
+            run_id: info.run_id.clone(),
+            version: info.version.clone(),
+        });
         Ok((
             info,
             TimeSample {
@@ -226,13 +241,27 @@ impl AdminAccess {
         ))
     }
 
-    /// What a probe's replies say: the process, and its clock (µs).
-    fn read_probe(&self, replies: &[Reply<'_>]) -> Result<(RedisInfo, i64), ProbeError> {
-        let [info, user, other_user, title, time, admin] = replies else {
-            return Err(ProbeError::Invalid("not six replies"));
+    /// What a probe's replies say: the process (from `INFO server`, the first reply, unless
+    /// it is `known`), and its clock (µs).
+    fn read_probe(
+        &self,
+        replies: &[Reply<'_>],
+        known: Option<KnownProcess>,
+    ) -> Result<(RedisInfo, i64), ProbeError> {
+        let (process, checks) = match known {
+            Some(known) => (known, replies),
+            None => {
+                let [info, checks @ ..] = replies else {
+                    return Err(ProbeError::Invalid("no replies"));
+                };
+                let (run_id, version) = parse_info_server(info.checked()?.text()?)
+                    .ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
+                (KnownProcess { run_id, version }, checks)
+            }
         };
-        let (run_id, version) = parse_info_server(info.checked()?.text()?)
-            .ok_or(ProbeError::Invalid("INFO server has no run_id"))?;
+        let [user, other_user, title, time, admin] = checks else {
+            return Err(ProbeError::Invalid("not five replies to the checks"));
+        };
         let (user, other_user) = (user.checked()?, other_user.checked()?);
         // `CONFIG GET` answers [name, value], or nothing for an unknown setting.
         let pod_uid = match title.checked()?.items()? {
@@ -243,8 +272,8 @@ impl AdminAccess {
             return Err(ProbeError::Invalid("TIME is not two numbers"));
         };
         let info = RedisInfo {
-            run_id,
-            version,
+            run_id: process.run_id,
+            version: process.version,
             client_enabled: user_is_enabled(user) || user_is_enabled(other_user),
             pod_uid,
             // A process without the user (`Nil`) has no passwords to set: creating the user
@@ -657,7 +686,7 @@ mod tests {
                 Reply::Array(vec![Reply::Bulk(b"cc"), Reply::Bulk(b"bb")]),
             ]),
         ];
-        let (info, micros) = access.read_probe(&replies).unwrap();
+        let (info, micros) = access.read_probe(&replies, None).unwrap();
         assert_eq!(
             info.admin_password_hashes,
             Some(vec!["#bb".to_owned(), "#cc".to_owned()])
@@ -671,6 +700,17 @@ mod tests {
         // An error reply fails the probe.
         let mut failed = replies.clone();
         failed[1] = Reply::Error(b"-NOPERM no\r\n");
-        assert!(access.read_probe(&failed).is_err());
+        assert!(access.read_probe(&failed, None).is_err());
+
+        // On a connection that has read the process: no `INFO server`, the process as known.
+        let known = KnownProcess {
+            run_id: "abc123".into(),
+            version: "7.0.15".into(),
+        };
+        let (again, micros_again) = access.read_probe(&replies[1..], Some(known.clone())).unwrap();
+        assert_eq!((again, micros_again), (info, micros));
+        // Replies that do not match the request (an `INFO` where the checks begin) fail.
+        assert!(access.read_probe(&replies, Some(known)).is_err());
+        assert!(access.read_probe(&replies[1..], None).is_err());
     }
 }

@@ -83,12 +83,14 @@ impl<'a> Reply<'a> {
 
 /// Commands packed as one request (each a list of arguments).
 pub fn pack<A: AsRef<[u8]>>(commands: &[&[A]]) -> Vec<u8> {
+    use std::io::Write;
     let mut out = Vec::with_capacity(64 * commands.len());
+    // `write!` into the Vec: no String per length (this packs every probe).
     for args in commands {
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        let _ = write!(out, "*{}\r\n", args.len());
         for arg in *args {
             let arg = arg.as_ref();
-            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            let _ = write!(out, "${}\r\n", arg.len());
             out.extend_from_slice(arg);
             out.extend_from_slice(b"\r\n");
         }

@@ -330,3 +330,75 @@ async fn a_process_that_knows_only_the_old_admin_password_is_reached_through_the
     );
     assert!(old.probe(ip).await.is_err(), "the old password is refused");
 }
+
+/// How many `INFO` commands the redis-server at `port` has run (its `INFO commandstats`,
+/// asked on a connection of its own; the asking `INFO` counts only after it has answered).
+async fn info_calls(port: u16) -> u64 {
+    let client = redis::Client::open(format!("redis://admin:admin-pw@127.0.0.1:{port}/")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+        .map_or(0, |v| v.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Issue 17: a kept probe connection reads which process it reaches (`INFO server`) once; later
+/// probes on it read only what can change (the fence, passwords, the clock). A process that
+/// restarts on the same address closes that connection, and the probe that finds it reads
+/// the new process's run id on a new connection.
+#[tokio::test]
+async fn a_kept_probe_connection_reads_its_process_once_and_a_restart_is_a_new_process() {
+    use redlock_operator::probe_connections::ProbeConnections;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().unwrap();
+    let redis = start_redis(port, dir.path());
+    let access = access(port);
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let first = first_probe(&access, ip).await;
+    let kept = ProbeConnections::default();
+
+    let (info, _) = access.probe_kept(ip, &kept, "uid").await.unwrap();
+    assert_eq!(info.run_id, first.run_id);
+    assert_eq!(kept.len(), 1);
+    let calls = info_calls(port).await;
+    // What a kept connection still reads: here the client user turned on behind its back.
+    let client = redis::Client::open(format!("redis://admin:admin-pw@127.0.0.1:{port}/")).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("client")
+        .arg("on")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let (again, _) = access.probe_kept(ip, &kept, "uid").await.unwrap();
+    // The one INFO since is the one that counted `calls`.
+    assert_eq!(
+        info_calls(port).await,
+        calls + 1,
+        "no INFO on the kept connection"
+    );
+    assert_eq!(again.run_id, first.run_id);
+    assert_eq!(again.version, first.version);
+    assert_eq!(again.pod_uid.as_deref(), Some("uid-A"));
+    assert!(again.client_enabled, "the fence is read on every probe");
+
+    // kill -9 and a new process on the same port.
+    redis.signal(Signal::SIGKILL).unwrap();
+    drop(redis);
+    let _redis = start_redis(port, dir.path());
+    let second = first_probe(&access, ip).await;
+    assert_ne!(second.run_id, first.run_id);
+    let (after, _) = access.probe_kept(ip, &kept, "uid").await.unwrap();
+    assert_eq!(
+        after.run_id, second.run_id,
+        "the kept connection's process is not trusted after a restart"
+    );
+    assert!(!after.client_enabled);
+    assert_eq!(kept.len(), 1);
+}

@@ -2,7 +2,6 @@
 //! and releases, in that order.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -171,7 +170,7 @@ async fn publish_endpoints(
     // Not built again while nothing it is built from or compared with changed (`children_memo`).
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
     let fingerprint = Fingerprint::of(cluster, &(&serving, published, confirmed, hold_ttl));
-    let version = ctx.caches.children_version.load(Ordering::Acquire);
+    let version = ctx.caches.child_versions.of(ns, &cluster.name_any());
     if ctx.memory.endpoints.current(uid, fingerprint, version) {
         return None;
     }

@@ -10,8 +10,6 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use std::sync::atomic::Ordering;
-
 use super::inputs::Inputs;
 use crate::apply;
 use crate::children_memo::Fingerprint;
@@ -90,7 +88,7 @@ pub async fn apply(
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
     let fingerprint = Fingerprint::of(cluster, &inputs.credentials);
     // Read before applying: an event during the apply leaves the memo behind it.
-    let version = ctx.caches.children_version.load(Ordering::Acquire);
+    let version = ctx.caches.child_versions.of(ns, &cluster.name_any());
     // A rotation's conditional write is decided afresh each time (its read is not the cache's).
     let memo = inputs
         .credentials

@@ -14,7 +14,6 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-use crate::allocator;
 use crate::cache_trim::Trim;
 use crate::child_versions::ChildVersions;
 use crate::cli::RunArgs;
@@ -22,6 +21,7 @@ use crate::clock_check::ClockCheck;
 use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
+use crate::heap_trim;
 use crate::http::{self, HttpState};
 use crate::instance_index::InstanceIndex;
 use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
@@ -53,7 +53,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             .clone()
             .run(client.clone(), metrics.clone(), shutdown.clone()),
     );
-    tokio::spawn(allocator::every(allocator::PERIOD, shutdown.clone()));
+    tokio::spawn(heap_trim::every(heap_trim::PERIOD, shutdown.clone()));
     let ready = Arc::new(AtomicBool::new(false));
     let standby = Arc::new(AtomicBool::new(false));
     let http = tokio::spawn(http::serve(

@@ -3,7 +3,6 @@
 
 pub mod admin_connection;
 pub mod admin_rotation;
-pub mod allocator;
 pub mod apply;
 pub mod backoff;
 pub mod cache_trim;
@@ -24,6 +23,7 @@ pub mod events;
 pub mod failure_domains;
 #[cfg(test)]
 pub mod fixtures;
+pub mod heap_trim;
 pub mod hold;
 pub mod hold_policy;
 pub mod hold_timers;

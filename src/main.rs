@@ -6,7 +6,6 @@ use redlock_operator::{controller, crd, telemetry};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
-    redlock_operator::allocator::configure();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => {

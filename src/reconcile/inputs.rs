@@ -171,13 +171,14 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
     // from them (`credentials_memo`).
     let versions = cached_versions(&ctx.caches.secrets, ns, &name);
     let memo = versions.as_ref().and_then(|v| ctx.memory.credentials.get(uid, v));
-    let owner = secrets::admin_secret(
-        cluster,
-        &Credentials::new(String::new(), String::new(), String::new()),
-    );
-    let foreign = |s: &Arc<Secret>| matches!(ownership(s.as_ref(), &owner), Ownership::Other(_));
     let generated = AtomicBool::new(false);
     let recover = async |fresh: bool| -> Result<Credentials> {
+        // Built here, not per reconcile: a memo hit (steady state) needs no owner to compare.
+        let owner = secrets::admin_secret(
+            cluster,
+            &Credentials::new(String::new(), String::new(), String::new()),
+        );
+        let foreign = |s: &Arc<Secret>| matches!(ownership(s.as_ref(), &owner), Ownership::Other(_));
         let read_any = async |secret: String| -> Result<Option<Arc<Secret>>> {
             Ok(if fresh {
                 Api::<Secret>::namespaced(ctx.client.clone(), ns)

@@ -46,8 +46,10 @@ struct Inner {
     /// Where each object was filed by its last event, so that a changed or removed label
     /// still counts for the cluster it left.
     filed: HashMap<Key, Instance>,
-    /// During a re-list: what has been listed so far, swapped in when it ends.
-    relisting: Option<HashMap<Key, Instance>>,
+    /// Per kind during its re-list: what has been listed so far, swapped in for that kind's
+    /// entries when it ends (the watches of the five kinds re-list independently, also
+    /// interleaved).
+    relisting: HashMap<&'static str, HashMap<instance_index::Key, Instance>>,
 }
 
 impl ChildVersions {
@@ -79,14 +81,23 @@ impl ChildVersions {
                     inner.all += 1;
                 }
             }
-            watcher::Event::Init => inner.relisting = Some(HashMap::new()),
+            watcher::Event::Init => {
+                inner.relisting.insert(kind_of::<K>(), HashMap::new());
+            }
             watcher::Event::InitApply(obj) => {
-                if let (Some(listed), Some(instance)) = (inner.relisting.as_mut(), instance_of(obj)) {
-                    listed.insert(key_of(obj), instance);
+                if let (Some(listed), Some(instance)) =
+                    (inner.relisting.get_mut(kind_of::<K>()), instance_of(obj))
+                {
+                    listed.insert(instance_index::key_of(obj), instance);
                 }
             }
             watcher::Event::InitDone => {
-                inner.filed = inner.relisting.take().unwrap_or_default();
+                let kind = kind_of::<K>();
+                let listed = inner.relisting.remove(kind).unwrap_or_default();
+                inner.filed.retain(|(k, _), _| *k != kind);
+                inner
+                    .filed
+                    .extend(listed.into_iter().map(|(key, instance)| ((kind, key), instance)));
                 inner.all += 1;
             }
         }
@@ -113,13 +124,16 @@ impl Inner {
     }
 }
 
-fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> Key {
-    let kind = match K::kind(&()) {
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()) {
         std::borrow::Cow::Borrowed(kind) => kind,
         // Every kind watched here has a static name; another would share one key space.
         std::borrow::Cow::Owned(_) => "",
-    };
-    (kind, instance_index::key_of(obj))
+    }
+}
+
+fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> Key {
+    (kind_of::<K>(), instance_index::key_of(obj))
 }
 
 #[cfg(test)]
@@ -234,6 +248,34 @@ mod tests {
         let last = versions(&v);
         assert_ne!(last[1], after[1]);
         assert_eq!(last[0], after[0]);
+    }
+
+    /// The five watches re-list independently, also interleaved: one kind's re-list keeps
+    /// what the others filed, so a relabel after it still reaches the cluster it left.
+    #[test]
+    fn interleaved_relists_of_two_kinds_keep_each_others_filing() {
+        let v = ChildVersions::default();
+        v.apply(&watcher::Event::<Secret>::Init);
+        v.apply(&watcher::Event::<ConfigMap>::Init);
+        v.apply(&watcher::Event::InitApply(secret("n", "a-acl", Some("a"))));
+        v.apply(&watcher::Event::InitApply(cm("n", "a-conf", Some("a"))));
+        v.apply(&watcher::Event::<Secret>::InitDone);
+        v.apply(&watcher::Event::<ConfigMap>::InitDone);
+        // A later re-list of ConfigMaps alone leaves the Secret filed.
+        v.apply(&watcher::Event::<ConfigMap>::Init);
+        v.apply(&watcher::Event::InitApply(cm("n", "a-conf", Some("a"))));
+        v.apply(&watcher::Event::<ConfigMap>::InitDone);
+        for relabelled in [
+            watcher::Event::Apply(secret("n", "a-acl", Some("b"))),
+            watcher::Event::Apply(secret("n", "a-acl", Some("a"))),
+        ] {
+            let [a, ..] = versions(&v);
+            v.apply(&relabelled);
+            assert_ne!(versions(&v)[0], a, "a Secret relabelled away from or back to a");
+        }
+        let [a, ..] = versions(&v);
+        v.apply(&watcher::Event::Apply(cm("n", "a-conf", Some("b"))));
+        assert_ne!(versions(&v)[0], a, "a ConfigMap relabelled away from a");
     }
 
     /// A version never comes back to an earlier value, whatever the events.

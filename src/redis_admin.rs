@@ -218,7 +218,8 @@ impl AdminAccess {
                 resp::pack(&commands)
             }
         };
-        let replies = checks.len() + usize::from(known.is_none());
+        let first = known.is_none();
+        let replies = checks.len() + usize::from(first);
         let sent = std::time::Instant::now();
         let (info, member_micros, received) = conn
             .query_with(&request, replies, |replies| {
@@ -227,10 +228,12 @@ impl AdminAccess {
                     .map(|(info, micros)| (info, micros, received))
             })
             .await??;
-        conn.process = Some(KnownProcess {
-            run_id: info.run_id.clone(),
-            version: info.version.clone(),
-        });
+        if first {
+            conn.process = Some(KnownProcess {
+                run_id: info.run_id.clone(),
+                version: info.version.clone(),
+            });
+        }
         Ok((
             info,
             TimeSample {

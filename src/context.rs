@@ -36,6 +36,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// The process's clock and its measured offset to the API server.
     pub clock: Arc<ClockCheck>,
+    /// Where the watch of a resting cluster sends it when a probe shows a change
+    /// ([`crate::rest_watch`]): the controller reconciles it at once.
+    pub wake: crate::rest_watch::Wake,
     /// What the process remembers between reconciles (lost on restart, by design: each is
     /// rebuilt safely, see the fields).
     pub memory: Memory,
@@ -120,6 +123,9 @@ pub struct Memory {
     pub children: crate::children_memo::ChildrenMemo,
     /// The same for its endpoints ConfigMap (written after the status, from what serves).
     pub endpoints: crate::children_memo::ChildrenMemo,
+    /// The clusters at rest, watched by probes instead of reconciled every period
+    /// ([`crate::at_rest`]); after a restart every cluster is reconciled, and rests again.
+    pub resting: crate::at_rest::Resting,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
     pub probe_connections: crate::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.

@@ -80,6 +80,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         .map_or_else(Leadership::unconditional, |(_, l)| l.clone());
 
     let (caches, controller) = watch(&client, ns, clusters, ready);
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let controller = controller.reconcile_on(woken);
     let controller = controller.with_config(
         kube::runtime::controller::Config::default().concurrency(args.max_concurrent_reconciles),
     );
@@ -106,6 +108,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         },
         leadership,
         clock,
+        wake,
         memory: Memory::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");

@@ -4,6 +4,7 @@
 pub mod admin_connection;
 pub mod admin_rotation;
 pub mod apply;
+pub mod at_rest;
 pub mod backoff;
 pub mod cache_trim;
 pub mod child_versions;
@@ -46,6 +47,7 @@ pub mod redis_admin;
 pub mod resize;
 pub mod resources;
 pub mod resp;
+pub mod rest_watch;
 pub mod rollout;
 pub mod server_clock;
 pub mod spec_hashes;

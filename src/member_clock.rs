@@ -19,12 +19,17 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::model::Slot;
+
 /// Scheduling noise of reading `TIME` (the reply is formed some time after the server's clock
 /// is read) and of this process taking its monotonic reading.
 pub const READ_SLACK: Duration = Duration::from_millis(2);
 
 /// Drift is judged over at least this much time, so that round trips do not dominate it.
 pub const DRIFT_WINDOW: Duration = Duration::from_secs(30);
+
+/// A member clock's key in `Memory::member_clocks`: the cluster's UID and the slot.
+pub type ClockKey = (String, Slot);
 
 /// One probe's `TIME`: the member's clock (µs since the epoch) and when the probe's request
 /// left and its answer arrived, on the operator's monotonic clock.

@@ -517,6 +517,104 @@ async fn steady_state_costs_zero_api_writes() {
     }
 }
 
+/// Issue 17: a cluster with nothing to do rests. It is not reconciled every probe period
+/// (with the TTL audit set to a minute here, nothing else is due), yet every member is still
+/// probed every period on its kept connection, and what only a probe can see wakes a
+/// reconcile at once: a password added to a member's client user behind the operator's back
+/// is removed, and a member fenced behind its back released again, within seconds, not at the
+/// next audit.
+#[tokio::test]
+async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
+    let env = Env::start_with(3, &["--ttl-audit-period-ms=60000"]).await;
+    env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "5s"}))
+        .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    // Let the last status write's own reconcile come and go.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let window = Duration::from_secs(20);
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let reconciles_before = reconciles(&metrics);
+    let mut probes_before = vec![];
+    for slot in 0..3 {
+        probes_before.push(time_calls(&env, slot).await);
+    }
+    tokio::time::sleep(window).await;
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let reconciled = reconciles(&metrics) - reconciles_before;
+    for (slot, before) in probes_before.iter().enumerate() {
+        let probed = time_calls(&env, slot as i32).await - before;
+        println!("slot {slot}: {probed} probes in {window:?}");
+        assert!(
+            probed as f64 >= window.as_secs_f64() * 0.5,
+            "slot {slot}: only {probed} probes in {window:?}"
+        );
+    }
+    println!("{reconciled} reconciles in {window:?}");
+    assert!(
+        reconciled <= window.as_secs_f64() / 4.0,
+        "{reconciled} reconciles in {window:?}: the idle cluster did not rest"
+    );
+
+    // A password added to the client user behind the operator's back: no API object changes,
+    // and the pod stays Ready (its readiness probe logs in as the admin user). Only the probe
+    // sees it, and the reconcile it wakes sets the passwords on record again.
+    let ip = env.pod_ip(NAME, 1).await;
+    let admin = env.admin_login(NAME).await;
+    let client = env.client_login(NAME).await;
+    let intruder = Login {
+        user: client.user.clone(),
+        password: "intruder".into(),
+    };
+    let mut a = connect(ip, &admin).await.unwrap();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&client.user)
+        .arg(">intruder")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    assert!(connect(ip, &intruder).await.is_ok(), "the added password works");
+    wait_for(
+        "the added password removed (long before the next audit, a minute away)",
+        Duration::from_secs(15),
+        async || Ok(connect(ip, &intruder).await.is_err().then_some(())),
+    )
+    .await;
+    assert!(connect(ip, &client).await.is_ok(), "the password on record works");
+
+    // Fenced behind the operator's back (this one the pod's readiness also shows).
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&client.user)
+        .arg("off")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    assert!(connect(ip, &client).await.is_err(), "fenced by hand");
+    wait_for(
+        "the member released again (long before the next audit, a minute away)",
+        Duration::from_secs(15),
+        async || Ok(connect(ip, &client).await.ok().map(|_| ())),
+    )
+    .await;
+}
+
+/// How many `TIME` commands a member has answered: every operator probe sends one, and
+/// nothing else in these tests does.
+async fn time_calls(env: &Env, slot: i32) -> u64 {
+    let admin = env.admin_login(NAME).await;
+    let mut c = connect(env.pod_ip(NAME, slot).await, &admin).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_time:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `total_connections_received` of a member (INFO stats).
 async fn connections_received(env: &Env, slot: i32) -> u64 {
     let admin = env.admin_login(NAME).await;

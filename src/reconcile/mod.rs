@@ -30,12 +30,14 @@ use kube::runtime::reflector::ObjectRef;
 
 pub use persist::status_patch;
 
+use crate::at_rest;
 use crate::conditions::{self, ConditionType};
 use crate::context::Context;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::reasons::ClusterReason;
+use crate::rest_watch;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).
@@ -53,6 +55,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let _timer = ctx.metrics.reconcile_started();
+    let uid = cached.metadata.uid.clone().unwrap_or_default();
+    // Whatever woke this reconcile (an event, the rest watch, a requeue), the cluster's rest
+    // ends before anything is read: its watch stops, and stores nothing after this.
+    ctx.memory.resting.wake(&uid);
     let ns = cached
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(cached.name_any()))?;
@@ -61,7 +67,6 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // nothing per cluster). Until the cache shows this process's last status write, planning
     // from the older version could mistake the operator's own new pods or holds for unknown
     // ones: wait for it. (Anyone else's newer write is caught by the conditional status write.)
-    let uid = cached.metadata.uid.clone().unwrap_or_default();
     if ctx
         .memory
         .status_writes
@@ -96,6 +101,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     password_rotation.extend(
         passwords::rotate_admin(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?,
     );
+    let rotation_quiet = password_rotation.is_empty();
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
@@ -114,6 +120,24 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             spec_hash: &spec_hash,
         },
         clock,
+    );
+    let rest = at_rest::rest_of(
+        cluster,
+        &inputs.access,
+        &decision.plan,
+        &decision.status,
+        &at_rest::Settled {
+            instances: cluster.spec.instances,
+            observed: &observation.slots,
+            quiet: inputs.rejections.is_empty()
+                && children.problems.is_empty()
+                && rotation_quiet
+                && decision.cluster_events.is_empty(),
+            release_blocked: release_blocked.is_some(),
+            probe_period: ctx.settings.probe_period,
+            next_audit: observation.next_audit,
+        },
+        in_force.into(),
     );
     let mut after = decision.requeue;
     let next_timers = decision.timers.clone();
@@ -136,6 +160,18 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     if let Some(retry) = acted.retry {
         after = after.min(retry);
     }
+    match rest {
+        Ok(rest) if acted.retry.is_none() && !acted.released => {
+            // Nothing to do but watch: the rest watch probes every period, and a reconcile
+            // comes when it sees a change, an event arrives, or the next TTL audit is due.
+            after = rest.until_reconcile;
+            let rest = Arc::new(rest);
+            let generation = ctx.memory.resting.rest(&uid, rest.clone());
+            rest_watch::spawn(ctx.clone(), uid, generation, rest);
+        }
+        Ok(_) => tracing::trace!(cluster = %cluster.name_any(), "not at rest: acting left something to do"),
+        Err(why) => tracing::trace!(cluster = %cluster.name_any(), why, "not at rest"),
+    }
     Ok(Action::requeue(after))
 }
 
@@ -149,6 +185,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     ctx.memory.pod_creates.succeeded(&key);
     ctx.memory.pod_deletes.succeeded(&key);
     if let Some(uid) = uid {
+        ctx.memory.resting.wake(uid);
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
         ctx.memory.children.forget(uid);

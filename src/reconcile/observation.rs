@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::crd::ClockRecord;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
-use crate::member_clock::{self, ClockTrack};
+use crate::member_clock::{self, ClockKey, ClockTrack};
 use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
@@ -44,9 +44,6 @@ pub struct Observation {
     /// be judged against the post-jump sample next time, and never reported.
     pub clock_tracks: Vec<(ClockKey, ClockTrack)>,
 }
-
-/// A member clock's key in `Memory::member_clocks`: the cluster's UID and the slot.
-pub type ClockKey = (String, Slot);
 
 pub async fn observe(
     ctx: &Context,

@@ -1,0 +1,286 @@
+//! Clusters at rest: every member serving, nothing planned, nothing pending. Such a cluster
+//! is not reconciled once a probe period; the watch of [`crate::rest_watch`] probes its
+//! members instead and wakes a reconcile as soon as a probe reads anything a reconcile would
+//! act on (issue 17: a reconcile of every cluster every second was most of an idle operator's
+//! CPU).
+//!
+//! What may rest is decided here (pure, [`rest_of`]), and which rests are current
+//! ([`Resting`]). The rule is narrow on purpose: anything time-driven (a hold running out, a
+//! lowering of maxLockTTL, a process awaited, a retry) keeps the per-period reconcile, and a
+//! change the API server sees (a pod, a child, the cluster, a node's zone) triggers a
+//! reconcile through the watches as before. What only a probe can see (a restarted or stopped
+//! process, a fence lifted behind the operator's back, changed passwords, a member clock's
+//! jump) is what the rest watch compares, every probe period, as the reconcile would.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::reflector::ObjectRef;
+
+use crate::crd::{MemberState, RedlockCluster, RedlockClusterStatus};
+use crate::member_clock::Verdict;
+use crate::model::Slot;
+use crate::observe::{PodState, RedisInfo, SlotObservation};
+use crate::plan::Plan;
+use crate::redis_admin::AdminAccess;
+
+/// What the reconcile that would let a cluster rest decided and saw, besides the plan and
+/// the status.
+pub struct Settled<'a> {
+    pub instances: i32,
+    pub observed: &'a BTreeMap<Slot, SlotObservation>,
+    /// The spec was accepted, every child applied, no password rotation has anything to say,
+    /// no event about the cluster is due, and acting left nothing to retry.
+    pub quiet: bool,
+    /// Releases may not happen now (the operator's clock): a state to leave soon, not rest in.
+    pub release_blocked: bool,
+    pub probe_period: Duration,
+    /// When the next TTL audit period starts: the resting cluster is reconciled then.
+    pub next_audit: Duration,
+}
+
+/// One member of a resting cluster, as the reconcile that let it rest probed it.
+#[derive(Clone, Debug)]
+pub struct RestingMember {
+    pub slot: Slot,
+    pub ip: IpAddr,
+    /// How its process is reached when not as the cluster's access says (a pod built for
+    /// another client user or TLS mode, `AdminAccess::for_slot`).
+    pub access: Option<AdminAccess>,
+    pub seen: Seen,
+}
+
+/// What a probe read of a process, as far as a reconcile acts on it. The run id and the
+/// fence exactly; the rest (version, pod tag, both users' password hashes) as a digest,
+/// which is all a comparison needs and keeps a resting cluster small.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub run_id: String,
+    pub client_enabled: bool,
+    digest: u64,
+}
+
+impl Seen {
+    pub fn of(info: &RedisInfo) -> Self {
+        let mut h = DefaultHasher::new();
+        info.version.hash(&mut h);
+        info.pod_uid.hash(&mut h);
+        info.client_password_hashes.hash(&mut h);
+        info.admin_password_hashes.hash(&mut h);
+        Self {
+            run_id: info.run_id.clone(),
+            client_enabled: info.client_enabled,
+            digest: h.finish(),
+        }
+    }
+}
+
+/// A cluster at rest: what its rest watch probes, and what it compares with.
+#[derive(Debug)]
+pub struct Rest {
+    pub cluster: ObjectRef<RedlockCluster>,
+    pub access: AdminAccess,
+    pub members: Vec<RestingMember>,
+    /// The spec's clock drift factor and the maxLockTTL in force: member clocks are judged
+    /// as the reconcile judges them (`member_clock::judge`).
+    pub drift_factor: f64,
+    pub max_lock_ttl: Duration,
+    /// How long the cluster rests before it is reconciled anyway (the next TTL audit).
+    pub until_reconcile: Duration,
+}
+
+/// Why a cluster does not rest (for the debug log), or the rest it may take.
+pub fn rest_of(
+    cluster: &RedlockCluster,
+    access: &AdminAccess,
+    plan: &Plan,
+    status: &RedlockClusterStatus,
+    settled: &Settled<'_>,
+    max_lock_ttl: Duration,
+) -> Result<Rest, &'static str> {
+    busy(plan, status, settled)?;
+    let mut members = Vec::with_capacity(settled.instances.max(0) as usize);
+    for (slot, o) in settled.observed {
+        let info = o.probe.answered().ok_or("a member did not answer")?;
+        let ip = o.pod_ip.ok_or("a member has no address")?;
+        let for_slot = access.for_slot(o);
+        members.push(RestingMember {
+            slot: *slot,
+            ip,
+            access: match for_slot {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(a) => Some(a),
+            },
+            seen: Seen::of(info),
+        });
+    }
+    Ok(Rest {
+        cluster: ObjectRef::from_obj(cluster),
+        access: access.clone(),
+        members,
+        drift_factor: cluster.spec.clock_drift_factor,
+        max_lock_ttl,
+        until_reconcile: settled.next_audit,
+    })
+}
+
+/// Why the cluster must be reconciled again within a probe period, if it must.
+fn busy(plan: &Plan, status: &RedlockClusterStatus, s: &Settled<'_>) -> Result<(), &'static str> {
+    if !s.quiet {
+        return Err("a rejection, an apply problem, a rotation, an event or a retry is pending");
+    }
+    if s.release_blocked {
+        return Err("releases are blocked by the operator's clock");
+    }
+    if s.next_audit <= s.probe_period {
+        return Err("the next TTL audit is due within a probe period");
+    }
+    if !plan.create_pods.is_empty()
+        || !plan.delete_pods.is_empty()
+        || !plan.fences.is_empty()
+        || !plan.releases.is_empty()
+        || !plan.events.is_empty()
+        || plan.awaiting_process
+        || plan.next_hold_end.is_some()
+    {
+        return Err("the plan acts or waits");
+    }
+    if status.hold.as_ref().is_some_and(|h| h.lowers_at.is_some()) {
+        return Err("a lowering of maxLockTTL is pending");
+    }
+    let n = Some(s.instances);
+    if status.published_instances != n
+        || status.confirmed_instances != n
+        || status.updated_instances != n
+        || status.ready_instances != n
+    {
+        return Err("a resize, a rollout or an unready member");
+    }
+    if status.members.len() != s.instances.max(0) as usize || s.observed.len() != status.members.len() {
+        return Err("a member record or a pod beyond the spec");
+    }
+    for m in &status.members {
+        let o = s.observed.get(&m.slot).ok_or("a member without a pod")?;
+        let serving = m.state == MemberState::Ready
+            && m.maintenance.is_none()
+            && m.unstopped.is_none()
+            && m.slot.within(s.instances);
+        let running = matches!(
+            o.pod,
+            PodState::Running {
+                ready: true,
+                terminating: false,
+                ..
+            }
+        );
+        let answered = o
+            .probe
+            .answered()
+            .is_some_and(|i| i.client_enabled && m.run_id.as_deref() == Some(i.run_id.as_str()));
+        if !(serving && running && answered && matches!(o.clock, Some(Verdict::Steady))) {
+            return Err("a member is not serving steadily");
+        }
+    }
+    Ok(())
+}
+
+/// The clusters at rest now, by UID. Each rest has a generation: a rest watch acts only while
+/// the rest it was started for is current, so a reconcile that ends a rest (and may start
+/// another) is never raced by the watch of the old one.
+#[derive(Default)]
+pub struct Resting {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    by_uid: HashMap<String, (u64, Arc<Rest>)>,
+}
+
+impl Resting {
+    /// Lets the cluster `uid` rest; returns the rest's generation.
+    pub fn rest(&self, uid: &str, rest: Arc<Rest>) -> u64 {
+        let mut inner = self.lock();
+        inner.next += 1;
+        let generation = inner.next;
+        inner.by_uid.insert(uid.to_owned(), (generation, rest));
+        generation
+    }
+
+    /// Ends the cluster's rest, whichever it is (a reconcile starts, the cluster is gone).
+    pub fn wake(&self, uid: &str) {
+        self.lock().by_uid.remove(uid);
+    }
+
+    /// Ends the rest `generation` if it is still current; whether it was.
+    pub fn wake_if(&self, uid: &str, generation: u64) -> bool {
+        let mut inner = self.lock();
+        if inner.by_uid.get(uid).is_some_and(|(g, _)| *g == generation) {
+            inner.by_uid.remove(uid);
+            return true;
+        }
+        false
+    }
+
+    /// Runs `f` while the rest `generation` is current, under the lock a reconcile's
+    /// [`Self::wake`] takes: what `f` stores is stored before that reconcile reads anything.
+    pub fn while_current<T>(&self, uid: &str, generation: u64, f: impl FnOnce() -> T) -> Option<T> {
+        let inner = self.lock();
+        inner
+            .by_uid
+            .get(uid)
+            .filter(|(g, _)| *g == generation)
+            .map(|_| f())
+    }
+
+    /// How many clusters rest (for the benchmark and tests).
+    pub fn len(&self) -> usize {
+        self.lock().by_uid.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("resting lock is never poisoned")
+    }
+}
+
+/// What a rest watch's probe of one member means.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Look {
+    /// What the reconcile saw, and a steady clock.
+    Same,
+    /// Something a reconcile acts on: why, for the log.
+    Changed(String),
+}
+
+/// Compares one member's probe with what the rest began with (pure).
+pub fn look(member: &RestingMember, probe: &Result<RedisInfo, String>, clock: Option<&Verdict>) -> Look {
+    let slot = member.slot.index();
+    match probe {
+        Err(e) => Look::Changed(format!("slot {slot}: probe failed: {e}")),
+        Ok(info) if info.run_id != member.seen.run_id => Look::Changed(format!(
+            "slot {slot}: process {} instead of {}",
+            info.run_id, member.seen.run_id
+        )),
+        Ok(info) if info.client_enabled != member.seen.client_enabled => {
+            Look::Changed(format!("slot {slot}: the client user's fence changed"))
+        }
+        Ok(info) if Seen::of(info) != member.seen => {
+            Look::Changed(format!("slot {slot}: its version, pod tag or passwords changed"))
+        }
+        Ok(_) => match clock {
+            Some(Verdict::Steady) => Look::Same,
+            other => Look::Changed(format!("slot {slot}: its clock: {other:?}")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

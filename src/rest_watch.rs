@@ -1,0 +1,106 @@
+//! The watch over a resting cluster ([`crate::at_rest`]): every probe period it probes each
+//! member on the kept probe connection, as a reconcile would, and wakes a reconcile of the
+//! cluster as soon as anything differs from what the rest began with. Reads only: it never
+//! writes to the API server or to a process, and it ends with its rest.
+//!
+//! Detection does not get slower: a reconcile probed once a period before, and so does this;
+//! a change is handed to the controller at once (`reconcile_on`), and that reconcile probes
+//! again before it decides anything.
+
+use std::sync::Arc;
+
+use futures::channel::mpsc::UnboundedSender;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::at_rest::{Look, Rest, look};
+use crate::context::Context;
+use crate::crd::RedlockCluster;
+use crate::member_clock::{self, ClockKey, ClockTrack};
+
+/// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
+pub type Wake = UnboundedSender<ObjectRef<RedlockCluster>>;
+
+/// Starts the watch of rest `generation` of cluster `uid`.
+pub fn spawn(ctx: Arc<Context>, uid: String, generation: u64, rest: Arc<Rest>) {
+    tokio::spawn(async move { watch(&ctx, &uid, generation, &rest).await });
+}
+
+async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
+    let period = ctx.settings.probe_period;
+    // The reconcile that let the cluster rest probed just now: the first look is a period on.
+    let start = tokio::time::Instant::now() + period;
+    let mut ticks = tokio::time::interval_at(start, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if ctx.memory.resting.while_current(uid, generation, || ()).is_none() {
+            return;
+        }
+        match probe(ctx, uid, rest).await {
+            Ok(tracks) => {
+                // The clocks move on only while the rest is current: a reconcile that ended it
+                // judges its own probe against what it finds here, never against a sample
+                // taken after its own.
+                let kept = ctx.memory.resting.while_current(uid, generation, || {
+                    ctx.memory
+                        .member_clocks
+                        .lock()
+                        .expect("clock lock is never poisoned")
+                        .extend(tracks)
+                });
+                if kept.is_none() {
+                    return;
+                }
+            }
+            Err(why) => {
+                if ctx.memory.resting.wake_if(uid, generation) {
+                    tracing::debug!(cluster = %rest.cluster, %why, "woken from rest");
+                    // The receiver lives as long as the controller: a send fails only while
+                    // the operator stops, when nothing needs waking.
+                    let _ = ctx.wake.unbounded_send(rest.cluster.clone());
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Probes every member once, side by side; the clocks to remember when all is as before,
+/// otherwise why not.
+async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, ClockTrack)>, String> {
+    let kept = &ctx.memory.probe_connections;
+    let probes = rest.members.iter().map(|m| async move {
+        let access = m.access.as_ref().unwrap_or(&rest.access);
+        (m, access.probe_kept(m.ip, kept, uid).await)
+    });
+    let results = futures::future::join_all(probes).await;
+    let clocks = ctx
+        .memory
+        .member_clocks
+        .lock()
+        .expect("clock lock is never poisoned");
+    let mut tracks = Vec::with_capacity(results.len());
+    for (m, result) in results {
+        let key = (uid.to_owned(), m.slot);
+        let (info, verdict) = match result {
+            Ok((info, time)) => {
+                // Judged as the reconcile judges it; a track that goes on keeps what the
+                // reconcile knew of the reading on record (`compared`).
+                let (verdict, track) = member_clock::judge(
+                    clocks.get(&key),
+                    &info.run_id,
+                    time,
+                    rest.drift_factor,
+                    rest.max_lock_ttl,
+                );
+                tracks.push((key, track));
+                (Ok(info), Some(verdict))
+            }
+            Err(e) => (Err(e), None),
+        };
+        if let Look::Changed(why) = look(m, &info, verdict.as_ref()) {
+            return Err(why);
+        }
+    }
+    Ok(tracks)
+}

@@ -32,11 +32,16 @@ use crate::redis_admin::AdminAccess;
 pub struct Settled<'a> {
     pub instances: i32,
     pub observed: &'a BTreeMap<Slot, SlotObservation>,
-    /// The spec was accepted, every child applied, no password rotation has anything to say,
+    /// The spec was accepted, every child applied, no password rotation is under way,
     /// no event about the cluster is due, and acting left nothing to retry.
     pub quiet: bool,
     /// Releases may not happen now (the operator's clock): a state to leave soon, not rest in.
     pub release_blocked: bool,
+    /// Every member's clock was compared with the reading on record by this leader
+    /// (`clock_record::across_leaders`; it waits for the operator's own offset to the API
+    /// server). Until then each reconcile tries again: a jump while no leader probed the
+    /// member is found only so, and the rest watch judges only against its own samples.
+    pub clocks_compared: bool,
     pub probe_period: Duration,
     /// When the next TTL audit period starts: the resting cluster is reconciled then.
     pub next_audit: Duration,
@@ -134,6 +139,9 @@ fn busy(plan: &Plan, status: &RedlockClusterStatus, s: &Settled<'_>) -> Result<(
     }
     if s.release_blocked {
         return Err("releases are blocked by the operator's clock");
+    }
+    if !s.clocks_compared {
+        return Err("a member's clock is not yet compared with its record");
     }
     if s.next_audit <= s.probe_period {
         return Err("the next TTL audit is due within a probe period");

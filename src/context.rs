@@ -59,8 +59,8 @@ pub struct Caches {
     pub services: Store<Service>,
     pub pod_disruption_budgets: Store<PodDisruptionBudget>,
     pub network_policies: Store<NetworkPolicy>,
-    /// Node metadata (labels: zones), for failure-domain reporting. Not a trigger: node
-    /// heartbeats must not cause reconciles.
+    /// Node metadata (labels: zones), for failure-domain reporting. Only a changed zone is a
+    /// trigger (`node_zones`): node heartbeats must not cause reconciles.
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// Set once every cache above has its first full list. kube's controller only waits for
     /// its own store; planning from an empty pod cache would read every member as lost.

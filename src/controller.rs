@@ -26,6 +26,7 @@ use crate::http::{self, HttpState};
 use crate::instance_index::InstanceIndex;
 use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
 use crate::metrics::Metrics;
+use crate::node_zones::NodeZones;
 use crate::reconcile::{error_policy, reconcile};
 use crate::recorder::{Recorder, Reporter};
 use crate::resources::names::managed_selector;
@@ -187,13 +188,19 @@ fn watch(
     );
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
-    let node_watch = watcher(
+    // Only a known node's new zone reconciles the clusters (their failure domains); the
+    // controller drives this stream, and with it the node cache.
+    let mut zones = NodeZones::default();
+    let zone_changes = watcher(
         Api::<PartialObjectMeta<Node>>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
-    .reflect(node_writer);
-    tokio::spawn(node_watch.for_each(|_| async {}));
+    .reflect(node_writer)
+    .filter_map(move |event| {
+        let changed = event.is_ok_and(|e| zones.changed(&e));
+        async move { changed.then_some(()) }
+    });
 
     let (cluster_cache, cluster_events) = cached_watch(clusters, watcher::Config::default(), |_| {});
     let controller = Controller::for_stream(cluster_events, cluster_cache.clone())
@@ -202,7 +209,8 @@ fn watch(
         .owns_stream(config_map_events)
         .owns_stream(service_events)
         .owns_stream(pdb_events)
-        .owns_stream(netpol_events);
+        .owns_stream(netpol_events)
+        .reconcile_all_on(zone_changes);
     let caches = Caches {
         pods,
         pod_index,

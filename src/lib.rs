@@ -35,6 +35,7 @@ pub mod maintenance;
 pub mod member_clock;
 pub mod metrics;
 pub mod model;
+pub mod node_zones;
 pub mod observe;
 pub mod password_rotation;
 pub mod plan;

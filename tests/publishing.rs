@@ -522,7 +522,7 @@ async fn steady_state_costs_zero_api_writes() {
 /// probed every period on its kept connection, and what only a probe can see wakes a
 /// reconcile at once: a password added to a member's client user behind the operator's back
 /// is removed, and a member fenced behind its back released again, within seconds, not at the
-/// next audit.
+/// next audit. So is a member's node moving to another zone (status.failureDomains).
 #[tokio::test]
 async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     let env = Env::start_with(3, &["--ttl-audit-period-ms=60000"]).await;
@@ -554,6 +554,33 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
         reconciled <= window.as_secs_f64() / 4.0,
         "{reconciled} reconciles in {window:?}: the idle cluster did not rest"
     );
+
+    // A member's node moved to another zone: the status's failure domains follow at once
+    // (a zone change wakes the clusters; node heartbeats do not).
+    let node = env.node_of(NAME, 2).await;
+    env.kubectl(&[
+        "label",
+        "node",
+        &node,
+        "topology.kubernetes.io/zone=moved",
+        "--overwrite",
+    ])
+    .await;
+    wait_for(
+        "the new zone in status.failureDomains (long before the next audit)",
+        Duration::from_secs(15),
+        async || {
+            let zones = env
+                .cluster(NAME)
+                .await
+                .status
+                .and_then(|s| s.failure_domains)
+                .map(|d| d.zones)
+                .unwrap_or_default();
+            Ok(zones.contains_key("moved").then_some(()))
+        },
+    )
+    .await;
 
     // A password added to the client user behind the operator's back: no API object changes,
     // and the pod stays Ready (its readiness probe logs in as the admin user). Only the probe

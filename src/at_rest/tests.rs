@@ -51,6 +51,7 @@ struct Steady {
     observed: BTreeMap<Slot, SlotObservation>,
     quiet: bool,
     release_blocked: bool,
+    clocks_compared: bool,
     next_audit: Duration,
 }
 
@@ -69,6 +70,7 @@ impl Steady {
             observed: (0..3).map(|s| (Slot::new(s), observed(s))).collect(),
             quiet: true,
             release_blocked: false,
+            clocks_compared: true,
             next_audit: AUDIT,
         }
     }
@@ -84,6 +86,7 @@ impl Steady {
                 observed: &self.observed,
                 quiet: self.quiet,
                 release_blocked: self.release_blocked,
+                clocks_compared: self.clocks_compared,
                 probe_period: PERIOD,
                 next_audit: self.next_audit,
             },
@@ -133,6 +136,9 @@ fn anything_pending_or_timed_keeps_the_cluster_busy() {
     let cases: Vec<(&str, Change)> = vec![
         ("not quiet", |s| s.quiet = false),
         ("releases blocked", |s| s.release_blocked = true),
+        ("a clock not compared with its record", |s| {
+            s.clocks_compared = false
+        }),
         ("audit due within a period", |s| s.next_audit = PERIOD),
         ("a pod to create", |s| s.plan.create_pods.push(Slot::new(3))),
         ("a pod to delete", |s| s.plan.delete_pods.push(Slot::new(2))),

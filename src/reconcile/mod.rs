@@ -101,7 +101,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     password_rotation.extend(
         passwords::rotate_admin(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?,
     );
-    let rotation_quiet = password_rotation.is_empty();
+    // A rotation under way (status True) has steps to take; one done (or refused because
+    // auth is off) says so for good, and waits for nothing.
+    let rotation_quiet = password_rotation.iter().all(|c| !c.status);
     let clock = ctx.clock.now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
@@ -134,6 +136,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
                 && rotation_quiet
                 && decision.cluster_events.is_empty(),
             release_blocked: release_blocked.is_some(),
+            clocks_compared: observation.clock_tracks.iter().all(|(_, t)| t.compared),
             probe_period: ctx.settings.probe_period,
             next_audit: observation.next_audit,
         },

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use kube::runtime::reflector::ObjectRef;
 
-use crate::crd::{MemberState, RedlockCluster, RedlockClusterStatus};
+use crate::crd::{ClockRecord, MemberState, RedlockCluster, RedlockClusterStatus};
 use crate::member_clock::Verdict;
 use crate::model::Slot;
 use crate::observe::{PodState, RedisInfo, SlotObservation};
@@ -32,8 +32,10 @@ use crate::redis_admin::AdminAccess;
 pub struct Settled<'a> {
     pub instances: i32,
     pub observed: &'a BTreeMap<Slot, SlotObservation>,
-    /// The spec was accepted, every child applied, no password rotation is under way,
-    /// no event about the cluster is due, and acting left nothing to retry.
+    /// The spec was accepted, every child applied and shown current by the caches (no
+    /// conflict), no password rotation is under way, every process accepts exactly the
+    /// passwords on record, no event about the cluster is due, and acting left nothing to
+    /// retry.
     pub quiet: bool,
     /// Releases may not happen now (the operator's clock): a state to leave soon, not rest in.
     pub release_blocked: bool,
@@ -56,6 +58,9 @@ pub struct RestingMember {
     /// another client user or TLS mode, `AdminAccess::for_slot`).
     pub access: Option<AdminAccess>,
     pub seen: Seen,
+    /// Its clock reading as the reconcile put it on record (`clock_record`): the watch wakes
+    /// a reconcile when the record is due to be written again, as a reconcile would write it.
+    pub clock_record: Option<ClockRecord>,
 }
 
 /// What a probe read of a process, as far as a reconcile acts on it. The run id and the
@@ -112,6 +117,7 @@ pub fn rest_of(
         let info = o.probe.answered().ok_or("a member did not answer")?;
         let ip = o.pod_ip.ok_or("a member has no address")?;
         let for_slot = access.for_slot(o);
+        let record = status.members.iter().find(|m| m.slot == *slot);
         members.push(RestingMember {
             slot: *slot,
             ip,
@@ -120,6 +126,7 @@ pub fn rest_of(
                 std::borrow::Cow::Owned(a) => Some(a),
             },
             seen: Seen::of(info),
+            clock_record: record.and_then(|m| m.clock.clone()),
         });
     }
     Ok(Rest {
@@ -224,6 +231,19 @@ impl Resting {
         self.lock().by_uid.remove(uid);
     }
 
+    /// Ends the rest of the cluster `ns/name`, for a cluster gone whose UID is not known;
+    /// returns the UID it rested under.
+    pub fn wake_cluster(&self, ns: &str, name: &str) -> Option<String> {
+        let mut inner = self.lock();
+        let uid = inner
+            .by_uid
+            .iter()
+            .find(|(_, (_, r))| r.cluster.name == name && r.cluster.namespace.as_deref() == Some(ns))
+            .map(|(uid, _)| uid.clone())?;
+        inner.by_uid.remove(&uid);
+        Some(uid)
+    }
+
     /// Ends the rest `generation` if it is still current; whether it was.
     pub fn wake_if(&self, uid: &str, generation: u64) -> bool {
         let mut inner = self.lock();
@@ -268,8 +288,15 @@ pub enum Look {
     Changed(String),
 }
 
-/// Compares one member's probe with what the rest began with (pure).
-pub fn look(member: &RestingMember, probe: &Result<RedisInfo, String>, clock: Option<&Verdict>) -> Look {
+/// Compares one member's probe with what the rest began with (pure). `clock` is the probe's
+/// verdict on the member's clock (`member_clock::judge`), `record` the clock record a reconcile
+/// would keep from it (`clock_record::across_leaders`), when a reading was possible.
+pub fn look(
+    member: &RestingMember,
+    probe: &Result<RedisInfo, String>,
+    clock: Option<&Verdict>,
+    record: Option<&ClockRecord>,
+) -> Look {
     let slot = member.slot.index();
     match probe {
         Err(e) => Look::Changed(format!("slot {slot}: probe failed: {e}")),
@@ -284,7 +311,10 @@ pub fn look(member: &RestingMember, probe: &Result<RedisInfo, String>, clock: Op
             Look::Changed(format!("slot {slot}: its version, pod tag or passwords changed"))
         }
         Ok(_) => match clock {
-            Some(Verdict::Steady) => Look::Same,
+            Some(Verdict::Steady) if record.is_none_or(|r| Some(r) == member.clock_record.as_ref()) => {
+                Look::Same
+            }
+            Some(Verdict::Steady) => Look::Changed(format!("slot {slot}: its clock record is due")),
             other => Look::Changed(format!("slot {slot}: its clock: {other:?}")),
         },
     }

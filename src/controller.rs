@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::channel::mpsc::UnboundedSender;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -154,37 +155,43 @@ fn watch(
     ready: Arc<AtomicBool>,
 ) -> (Caches, Controller<RedlockCluster>) {
     let managed = watcher::Config::default().labels(&managed_selector());
+    // A re-list's end reconciles every cluster: the controller is not told of objects deleted
+    // while a watch was down, and a cluster at rest would otherwise see its missing child only
+    // at its next audit.
+    let (relisted, relists) = futures::channel::mpsc::unbounded::<()>();
     let pod_index = Arc::new(InstanceIndex::default());
     let index = pod_index.clone();
+    let pods_relisted = relisted.clone();
     let (pods, pod_events) = cached_watch(scoped::<Pod>(client, ns), managed.clone(), move |e| {
-        index.apply(e)
+        index.apply(e);
+        tell_relist(&pods_relisted, e);
     });
     // Any change to a child other than a pod, per cluster: what `Caches::child_versions` counts.
     let child_versions = Arc::new(ChildVersions::default());
     let (secrets, secret_events) = cached_watch(
         scoped::<Secret>(client, ns),
         managed.clone(),
-        counted(&child_versions),
+        counted(&child_versions, &relisted),
     );
     let (config_maps, config_map_events) = cached_watch(
         scoped::<ConfigMap>(client, ns),
         managed.clone(),
-        counted(&child_versions),
+        counted(&child_versions, &relisted),
     );
     let (services, service_events) = cached_watch(
         scoped::<Service>(client, ns),
         managed.clone(),
-        counted(&child_versions),
+        counted(&child_versions, &relisted),
     );
     let (pdbs, pdb_events) = cached_watch(
         scoped::<PodDisruptionBudget>(client, ns),
         managed.clone(),
-        counted(&child_versions),
+        counted(&child_versions, &relisted),
     );
     let (netpols, netpol_events) = cached_watch(
         scoped::<NetworkPolicy>(client, ns),
         managed.clone(),
-        counted(&child_versions),
+        counted(&child_versions, &relisted),
     );
     let (nodes, node_writer) = reflector::store();
     // Metadata only: zone labels are all that is needed, and node status changes constantly.
@@ -210,7 +217,8 @@ fn watch(
         .owns_stream(service_events)
         .owns_stream(pdb_events)
         .owns_stream(netpol_events)
-        .reconcile_all_on(zone_changes);
+        .reconcile_all_on(zone_changes)
+        .reconcile_all_on(relists);
     let caches = Caches {
         pods,
         pod_index,
@@ -271,7 +279,7 @@ async fn drive(
                 &gone_ctx,
                 gone.namespace.as_deref().unwrap_or_default(),
                 &gone.name,
-                None,
+                gone.extra.uid.as_deref(),
             );
         }
         async move {
@@ -369,12 +377,25 @@ where
     (store, events)
 }
 
-/// A watch event handler that counts events into `versions`.
+/// A watch event handler that counts events into `versions`, and tells `relisted` when a
+/// re-list ends.
 fn counted<K: Resource<DynamicType = ()>>(
     versions: &Arc<ChildVersions>,
+    relisted: &UnboundedSender<()>,
 ) -> impl Fn(&watcher::Event<K>) + Send + 'static {
     let versions = versions.clone();
-    move |event| versions.apply(event)
+    let relisted = relisted.clone();
+    move |event| {
+        versions.apply(event);
+        tell_relist(&relisted, event);
+    }
+}
+
+fn tell_relist<K>(relisted: &UnboundedSender<()>, event: &watcher::Event<K>) {
+    if matches!(event, watcher::Event::InitDone) {
+        // The receiver lives as long as the controller.
+        let _ = relisted.unbounded_send(());
+    }
 }
 
 /// Waits until `store` has its first full list.

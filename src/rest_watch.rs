@@ -13,6 +13,7 @@ use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::at_rest::{Look, Rest, look};
+use crate::clock_record;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::member_clock::{self, ClockKey, ClockTrack};
@@ -82,7 +83,7 @@ async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, C
     let mut tracks = Vec::with_capacity(results.len());
     for (m, result) in results {
         let key = (uid.to_owned(), m.slot);
-        let (info, verdict) = match result {
+        let (info, verdict, record) = match result {
             Ok((info, time)) => {
                 // Judged as the reconcile judges it; a track that goes on keeps what the
                 // reconcile knew of the reading on record (`compared`).
@@ -93,12 +94,29 @@ async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, C
                     rest.drift_factor,
                     rest.max_lock_ttl,
                 );
+                // The record a reconcile would keep from this reading: one due to be written
+                // again (its age, or the readings apart by more than the band) wakes it.
+                let record = ctx
+                    .clock
+                    .server_time(time.middle())
+                    .and_then(|server| clock_record::reading(&info.run_id, &time, server))
+                    .and_then(|now| {
+                        clock_record::across_leaders(
+                            m.clock_record.as_ref(),
+                            Some(now),
+                            true,
+                            verdict,
+                            rest.drift_factor,
+                            rest.max_lock_ttl,
+                        )
+                        .record
+                    });
                 tracks.push((key, track));
-                (Ok(info), Some(verdict))
+                (Ok(info), Some(verdict), record)
             }
-            Err(e) => (Err(e), None),
+            Err(e) => (Err(e), None, None),
         };
-        if let Look::Changed(why) = look(m, &info, verdict.as_ref()) {
+        if let Look::Changed(why) = look(m, &info, verdict.as_ref(), record.as_ref()) {
             return Err(why);
         }
     }

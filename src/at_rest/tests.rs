@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::crd::{HoldPolicy, MemberStatus, RedlockClusterStatus};
+use crate::crd::{ClockRecord, HoldPolicy, MemberStatus, RedlockClusterStatus};
 use crate::fixtures::{cluster, running};
 use crate::member_clock::Verdict;
 use crate::observe::Probe;
@@ -250,6 +250,17 @@ fn info(run: &str, enabled: bool) -> RedisInfo {
     }
 }
 
+fn record(offset: i64) -> ClockRecord {
+    ClockRecord {
+        run_id: "r0".into(),
+        offset_low_millis: offset,
+        offset_high_millis: offset + 1,
+        read_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ),
+    }
+}
+
 #[test]
 fn a_probe_wakes_the_cluster_on_anything_a_reconcile_acts_on() {
     let seen = info("r0", true);
@@ -258,11 +269,24 @@ fn a_probe_wakes_the_cluster_on_anything_a_reconcile_acts_on() {
         ip: "10.0.0.1".parse().unwrap(),
         access: None,
         seen: Seen::of(&seen),
+        clock_record: Some(record(0)),
     };
     let steady = Some(Verdict::Steady);
-    assert_eq!(look(&m, &Ok(seen.clone()), steady.as_ref()), Look::Same);
+    assert_eq!(look(&m, &Ok(seen.clone()), steady.as_ref(), None), Look::Same);
+    assert_eq!(
+        look(&m, &Ok(seen.clone()), steady.as_ref(), Some(&record(0))),
+        Look::Same,
+        "the record a reconcile would keep is the one on record"
+    );
+    assert!(
+        matches!(
+            look(&m, &Ok(seen.clone()), steady.as_ref(), Some(&record(1))),
+            Look::Changed(_)
+        ),
+        "a record due to be written again"
+    );
     let changed = |probe: Result<RedisInfo, String>, clock: Option<Verdict>| {
-        matches!(look(&m, &probe, clock.as_ref()), Look::Changed(_))
+        matches!(look(&m, &probe, clock.as_ref(), None), Look::Changed(_))
     };
     assert!(changed(Err("connection refused".into()), None), "no answer");
     assert!(changed(Ok(info("r1", true)), steady), "a new process");
@@ -314,4 +338,17 @@ fn only_the_current_rest_acts_and_a_reconcile_ends_any() {
     assert!(!resting.wake_if("uid-1", second), "woken once");
     assert_eq!(resting.while_current("uid-2", other, || ()), Some(()));
     assert_eq!(resting.len(), 1);
+    // A cluster gone whose UID the controller does not know: found by namespace and name.
+    assert_eq!(resting.wake_cluster("team", "other"), None);
+    assert_eq!(resting.wake_cluster("team", "locks"), Some("uid-2".into()));
+    assert!(resting.is_empty());
+}
+
+#[test]
+fn each_member_rests_with_its_clock_record() {
+    let mut s = Steady::new();
+    s.status.members[1].clock = Some(record(5));
+    let rest = s.rest().unwrap();
+    assert_eq!(rest.members[1].clock_record, Some(record(5)));
+    assert_eq!(rest.members[0].clock_record, None);
 }

@@ -133,7 +133,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             observed: &observation.slots,
             quiet: inputs.rejections.is_empty()
                 && children.problems.is_empty()
+                && children.conflicts.is_empty()
+                && !children.unsettled
                 && rotation_quiet
+                && passwords::in_sync(&inputs.credentials, &observation.slots)
                 && decision.cluster_events.is_empty(),
             release_blocked: release_blocked.is_some(),
             clocks_compared: observation.clock_tracks.iter().all(|(_, t)| t.compared),
@@ -178,8 +181,11 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     Ok(Action::requeue(after))
 }
 
-/// Drops what is kept in memory about a cluster that is gone (by UID where known).
+/// Drops what is kept in memory about a cluster that is gone (by UID where known; else the
+/// UID it rested under, if it did).
 pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
+    let rested = ctx.memory.resting.wake_cluster(ns, name);
+    let uid = uid.or(rested.as_deref());
     ctx.metrics.forget_cluster(ns, name);
     // Backoffs are kept by namespace and name: a cluster re-created under the same name must
     // not wait out its predecessor's (up to 5 min before its first pods).

@@ -154,6 +154,14 @@ pub async fn rotate_admin(
     Ok(desired)
 }
 
+/// Whether every answering process accepts exactly the passwords on record (client and, during
+/// an admin rotation, admin): otherwise a sync was just attempted, and the next probe must show
+/// whether it took.
+pub(super) fn in_sync(creds: &Credentials, observed: &BTreeMap<Slot, SlotObservation>) -> bool {
+    password_rotation::syncs(creds, &processes(observed)).is_empty()
+        && admin_rotation::syncs(creds, &admin_processes(observed)).is_empty()
+}
+
 /// The answering processes with the admin passwords they accept.
 fn admin_processes(observed: &BTreeMap<Slot, SlotObservation>) -> Vec<ProcessPasswords> {
     answering(observed, |redis| redis.admin_password_hashes.as_ref())

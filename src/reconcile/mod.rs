@@ -184,7 +184,12 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
 /// Drops what is kept in memory about a cluster that is gone (by UID where known; else the
 /// UID it rested under, if it did).
 pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
-    let rested = ctx.memory.resting.wake_cluster(ns, name);
+    // By name only when the UID is not known: a cluster re-created under the same name meanwhile
+    // has a rest of its own, under its own UID.
+    let rested = uid
+        .is_none()
+        .then(|| ctx.memory.resting.wake_cluster(ns, name))
+        .flatten();
     let uid = uid.or(rested.as_deref());
     ctx.metrics.forget_cluster(ns, name);
     // Backoffs are kept by namespace and name: a cluster re-created under the same name must

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::crd::ClockRecord;
 use crate::hold::floor_micros;
-use crate::member_clock::{READ_SLACK, TimeSample, Verdict};
+use crate::member_clock::{self, ClockTrack, READ_SLACK, TimeSample, Verdict};
 use crate::server_clock::ServerTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
@@ -77,6 +77,33 @@ pub struct Across {
     pub record: Option<ClockRecord>,
     /// Whether this leader has compared this process with the record (or made the record).
     pub compared: bool,
+}
+
+/// One probe's `TIME` of process `run_id`, judged as a leader judges every sample: against
+/// this leader's last sample of it (`member_clock::judge`, on `prev`) and, once per process and
+/// leader, against the reading on `recorded` (a jump while no leader probed it, docs/design.md
+/// §9.3), when the API server's time at the sample (`server`) is known well enough. Returns the
+/// judgement and the track to remember, which carries whether the comparison was made.
+pub fn judge_sample(
+    prev: Option<&ClockTrack>,
+    recorded: Option<&ClockRecord>,
+    run_id: &str,
+    sample: TimeSample,
+    server: Option<ServerTime>,
+    drift_factor: f64,
+    max_lock_ttl: Duration,
+) -> (Across, ClockTrack) {
+    let (verdict, mut track) = member_clock::judge(prev, run_id, sample, drift_factor, max_lock_ttl);
+    let across = across_leaders(
+        recorded,
+        server.and_then(|server| reading(run_id, &sample, server)),
+        prev.is_some_and(|p| p.run_id == run_id && p.compared),
+        verdict,
+        drift_factor,
+        max_lock_ttl,
+    );
+    track.compared = across.compared;
+    (across, track)
 }
 
 /// Judges `now` (this leader's reading, when the API server's time is known well enough)

@@ -16,7 +16,7 @@ use crate::at_rest::{Look, Rest, look};
 use crate::clock_record;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
-use crate::member_clock::{self, ClockKey, ClockTrack};
+use crate::member_clock::{ClockKey, ClockTrack};
 
 /// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
 pub type Wake = UnboundedSender<ObjectRef<RedlockCluster>>;
@@ -85,34 +85,20 @@ async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, C
         let key = (uid.to_owned(), m.slot);
         let (info, verdict, record) = match result {
             Ok((info, time)) => {
-                // Judged as the reconcile judges it; a track that goes on keeps what the
-                // reconcile knew of the reading on record (`compared`).
-                let (verdict, track) = member_clock::judge(
+                // Judged as the reconcile judges it (`clock_record::judge_sample`); a record
+                // due to be written again (its age, or the readings apart by more than the
+                // band) wakes the cluster as a changed verdict does.
+                let (across, track) = clock_record::judge_sample(
                     clocks.get(&key),
+                    m.clock_record.as_ref(),
                     &info.run_id,
                     time,
+                    ctx.clock.server_time(time.middle()),
                     rest.drift_factor,
                     rest.max_lock_ttl,
                 );
-                // The record a reconcile would keep from this reading: one due to be written
-                // again (its age, or the readings apart by more than the band) wakes it.
-                let record = ctx
-                    .clock
-                    .server_time(time.middle())
-                    .and_then(|server| clock_record::reading(&info.run_id, &time, server))
-                    .and_then(|now| {
-                        clock_record::across_leaders(
-                            m.clock_record.as_ref(),
-                            Some(now),
-                            true,
-                            verdict,
-                            rest.drift_factor,
-                            rest.max_lock_ttl,
-                        )
-                        .record
-                    });
                 tracks.push((key, track));
-                (Ok(info), Some(verdict), record)
+                (Ok(info), Some(across.verdict), across.record)
             }
             Err(e) => (Err(e), None, None),
         };

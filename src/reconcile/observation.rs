@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::crd::ClockRecord;
 use crate::crd::{FailureDomains, RedlockCluster};
 use crate::error::Result;
-use crate::member_clock::{self, ClockKey, ClockTrack};
+use crate::member_clock::{ClockKey, ClockTrack};
 use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
@@ -246,22 +246,15 @@ async fn probe_all(
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
                 let prev = clocks.get(&key);
-                let factor = cluster.spec.clock_drift_factor;
-                let (verdict, mut track) =
-                    member_clock::judge(prev, &info.run_id, time, factor, max_lock_ttl);
-                // Against the reading on record, once per process and leader: a jump while no
-                // leader probed it (docs/design.md §9.3).
-                let across = clock_record::across_leaders(
+                let (across, track) = clock_record::judge_sample(
+                    prev,
                     recorded_clock(cluster, slot),
-                    ctx.clock
-                        .server_time(time.middle())
-                        .and_then(|server| clock_record::reading(&info.run_id, &time, server)),
-                    prev.is_some_and(|p| p.run_id == info.run_id && p.compared),
-                    verdict,
-                    factor,
+                    &info.run_id,
+                    time,
+                    ctx.clock.server_time(time.middle()),
+                    cluster.spec.clock_drift_factor,
                     max_lock_ttl,
                 );
-                track.compared = across.compared;
                 tracks.push((key, track));
                 o.clock = Some(across.verdict);
                 o.clock_record = across.record;

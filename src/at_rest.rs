@@ -26,6 +26,7 @@ use crate::model::Slot;
 use crate::observe::{PodState, RedisInfo, SlotObservation};
 use crate::plan::Plan;
 use crate::redis_admin::AdminAccess;
+use crate::ttl_audit;
 
 /// What the reconcile that would let a cluster rest decided and saw, besides the plan and
 /// the status.
@@ -45,8 +46,12 @@ pub struct Settled<'a> {
     /// member is found only so, and the rest watch judges only against its own samples.
     pub clocks_compared: bool,
     pub probe_period: Duration,
-    /// When the next TTL audit period starts: the resting cluster is reconciled then.
+    /// When the next TTL audit period starts. The rest watch runs the audit's periods while
+    /// the cluster rests; one due within a probe period is left to the next reconcile.
     pub next_audit: Duration,
+    /// What the TTL audit reported (`None` until it has swept a member): the status shows it,
+    /// and the rest watch wakes a reconcile when a period of its own reports other findings.
+    pub ttl: Option<ttl_audit::Report>,
 }
 
 /// One member of a resting cluster, as the reconcile that let it rest probed it.
@@ -98,9 +103,16 @@ pub struct Rest {
     /// as the reconcile judges them (`member_clock::judge`).
     pub drift_factor: f64,
     pub max_lock_ttl: Duration,
-    /// How long the cluster rests before it is reconciled anyway (the next TTL audit).
+    /// The TTL audit's report the status shows.
+    pub ttl: Option<ttl_audit::Report>,
+    /// How long the cluster rests before it is reconciled anyway ([`RESYNC`]).
     pub until_reconcile: Duration,
 }
+
+/// How often a resting cluster is reconciled all the same: a net under the watches and the
+/// rest watch, which between them see every change a reconcile acts on (the API server's
+/// objects, each process, the TTL audit). It costs one reconcile per cluster per period.
+pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// Why a cluster does not rest (for the debug log), or the rest it may take.
 pub fn rest_of(
@@ -135,7 +147,8 @@ pub fn rest_of(
         members,
         drift_factor: cluster.spec.clock_drift_factor,
         max_lock_ttl,
-        until_reconcile: settled.next_audit,
+        ttl: settled.ttl.clone(),
+        until_reconcile: RESYNC,
     })
 }
 

@@ -56,4 +56,5 @@ pub mod status;
 pub mod telemetry;
 pub mod tls_cas;
 pub mod ttl_audit;
+pub mod ttl_sampling;
 pub mod validate;

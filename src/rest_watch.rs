@@ -1,7 +1,8 @@
 //! The watch over a resting cluster ([`crate::at_rest`]): every probe period it probes each
-//! member on the kept probe connection, as a reconcile would, and wakes a reconcile of the
-//! cluster as soon as anything differs from what the rest began with. Reads only: it never
-//! writes to the API server or to a process, and it ends with its rest.
+//! member on the kept probe connection, as a reconcile would, and each TTL audit period it
+//! runs the audit's period (`ttl_sampling`); it wakes a reconcile of the cluster as soon as
+//! anything differs from what the rest began with. Reads only: it never writes to the API
+//! server or to a process, and it ends with its rest.
 //!
 //! Detection does not get slower: a reconcile probed once a period before, and so does this;
 //! a change is handed to the controller at once (`reconcile_on`), and that reconcile probes
@@ -17,6 +18,8 @@ use crate::clock_record;
 use crate::context::Context;
 use crate::crd::RedlockCluster;
 use crate::member_clock::{ClockKey, ClockTrack};
+use crate::ttl_audit;
+use crate::ttl_sampling::{self, Serving};
 
 /// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
 pub type Wake = UnboundedSender<ObjectRef<RedlockCluster>>;
@@ -53,16 +56,68 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
                     return;
                 }
             }
-            Err(why) => {
-                if ctx.memory.resting.wake_if(uid, generation) {
-                    tracing::debug!(cluster = %rest.cluster, %why, "woken from rest");
-                    // The receiver lives as long as the controller: a send fails only while
-                    // the operator stops, when nothing needs waking.
-                    let _ = ctx.wake.unbounded_send(rest.cluster.clone());
-                }
-                return;
-            }
+            Err(why) => return wake(ctx, uid, generation, rest, &why),
         }
+        match audit(ctx, uid, generation, rest).await {
+            Audited::Same => {}
+            Audited::Other => return wake(ctx, uid, generation, rest, "the TTL audit found other keys"),
+            Audited::RestOver => return,
+        }
+    }
+}
+
+/// Hands the cluster to the controller, if rest `generation` is still current.
+fn wake(ctx: &Context, uid: &str, generation: u64, rest: &Rest, why: &str) {
+    if ctx.memory.resting.wake_if(uid, generation) {
+        tracing::debug!(cluster = %rest.cluster, %why, "woken from rest");
+        // The receiver lives as long as the controller: a send fails only while the operator
+        // stops, when nothing needs waking.
+        let _ = ctx.wake.unbounded_send(rest.cluster.clone());
+    }
+}
+
+enum Audited {
+    /// No period was due, or it found what the status shows.
+    Same,
+    /// Its findings differ from what the status shows: a reconcile writes them.
+    Other,
+    /// The rest ended meanwhile; its samples were not kept.
+    RestOver,
+}
+
+/// The TTL audit's period, when due, over the members as the rest began (all serving). The
+/// samples are absorbed only while the rest is current: a reconcile that ended it runs the
+/// audit's periods itself, and a member it found restarted must not take samples of the
+/// process before.
+async fn audit(ctx: &Context, uid: &str, generation: u64, rest: &Rest) -> Audited {
+    let key = format!(
+        "{}/{}",
+        rest.cluster.namespace.as_deref().unwrap_or_default(),
+        rest.cluster.name
+    );
+    let serving: Vec<Serving<'_>> = rest
+        .members
+        .iter()
+        .filter(|m| m.seen.client_enabled)
+        .map(|m| Serving {
+            slot: m.slot,
+            run_id: m.seen.run_id.clone(),
+            ip: m.ip,
+            access: m.access.as_ref().unwrap_or(&rest.access),
+        })
+        .collect();
+    let now = std::time::Instant::now();
+    let Ok(cursors) = ttl_sampling::take_due(ctx, &key, &serving, now) else {
+        return Audited::Same;
+    };
+    let results = ttl_sampling::sample(ctx, uid, &serving, cursors).await;
+    let report = ctx.memory.resting.while_current(uid, generation, || {
+        ttl_sampling::absorb(ctx, &key, &rest.cluster.name, results, rest.max_lock_ttl, now)
+    });
+    match report {
+        None => Audited::RestOver,
+        Some(report) if ttl_audit::same_findings(report.as_ref(), rest.ttl.as_ref()) => Audited::Same,
+        Some(_) => Audited::Other,
     }
 }
 

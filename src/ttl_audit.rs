@@ -115,12 +115,20 @@ impl ClusterAudit {
         }
     }
 
-    /// Whether a period starts now (and if so, schedules the next one).
+    /// Whether a period starts now (and if so, schedules the next one). Periods keep their
+    /// cadence: one taken a little late (the caller looks once a probe period, after its
+    /// probe) does not push the next one back, or a period would last up to a probe period
+    /// longer than configured. After a long pause the cadence starts again from now.
     pub fn take_due(&mut self, now: Instant, period: Duration) -> bool {
         if now < self.next_due {
             return false;
         }
-        self.next_due = now + period;
+        let on_cadence = self.next_due + period;
+        self.next_due = if now < on_cadence {
+            on_cadence
+        } else {
+            now + period
+        };
         true
     }
 
@@ -149,6 +157,14 @@ pub struct Report {
     pub violations: u64,
     pub members_with_violations: usize,
     pub example: Option<Example>,
+}
+
+/// Whether two reports say the same to the user: the `TTLPolicy` condition and the
+/// violations metric show all but the number of keys checked, which moves with every sweep
+/// of a cluster in use and would wake a resting cluster for nothing to write.
+pub fn same_findings(a: Option<&Report>, b: Option<&Report>) -> bool {
+    let shown = |r: &Report| (r.violations, r.members_with_violations, r.example.clone());
+    a.map(shown) == b.map(shown)
 }
 
 /// The report over the members' last completed sweeps; `None` until one has completed.
@@ -214,6 +230,14 @@ mod tests {
         assert!(c.take_due(t0, Duration::from_secs(10)));
         assert!(!c.take_due(t0 + Duration::from_secs(9), Duration::from_secs(10)));
         assert!(c.take_due(t0 + Duration::from_secs(10), Duration::from_secs(10)));
+        // Taken 3 s late: the next is still due on the cadence, at 30 s.
+        assert!(c.take_due(t0 + Duration::from_secs(23), Duration::from_secs(10)));
+        assert!(!c.take_due(t0 + Duration::from_millis(29_999), Duration::from_secs(10)));
+        assert!(c.take_due(t0 + Duration::from_secs(30), Duration::from_secs(10)));
+        // After a pause longer than a period, the cadence starts again from then.
+        assert!(c.take_due(t0 + Duration::from_secs(75), Duration::from_secs(10)));
+        assert!(!c.take_due(t0 + Duration::from_secs(84), Duration::from_secs(10)));
+        assert!(c.take_due(t0 + Duration::from_secs(85), Duration::from_secs(10)));
 
         assert_eq!(
             c.retain(&[(Slot::new(0), "a".into()), (Slot::new(1), "b".into())]),
@@ -253,5 +277,41 @@ mod tests {
         let e = r.example.unwrap();
         assert_eq!((e.member.as_str(), e.key.as_str()), ("locks-0", "k9"));
         assert_eq!(report(&BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn reports_differ_only_in_what_the_user_is_shown() {
+        let r = Report {
+            checked: 10,
+            violations: 1,
+            members_with_violations: 1,
+            example: Some(Example {
+                member: "locks-0".into(),
+                key: "k".into(),
+                finding: Finding::NoExpiry,
+            }),
+        };
+        let same = |f: fn(&mut Report)| {
+            let mut other = r.clone();
+            f(&mut other);
+            same_findings(Some(&r), Some(&other))
+        };
+        assert!(same(|o| o.checked = 11));
+        assert!(!same(|o| o.violations = 2));
+        assert!(!same(|o| o.members_with_violations = 2));
+        assert!(!same(|o| o.example = None));
+        assert!(!same(|o| o.example.as_mut().unwrap().key = "j".into()));
+        assert!(!same(
+            |o| o.example.as_mut().unwrap().finding = Finding::TtlAbove { ttl_ms: 1 }
+        ));
+        // Absent (no sweep yet) is not the same as a clean sweep: the condition appears.
+        let clean = Report {
+            violations: 0,
+            members_with_violations: 0,
+            example: None,
+            ..r.clone()
+        };
+        assert!(!same_findings(None, Some(&clean)));
+        assert!(same_findings(None, None));
     }
 }

@@ -525,7 +525,8 @@ async fn steady_state_costs_zero_api_writes() {
 /// next audit. So is a member's node moving to another zone (status.failureDomains).
 #[tokio::test]
 async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
-    let env = Env::start_with(3, &["--ttl-audit-period-ms=60000"]).await;
+    // A TTL audit every 2 s: at rest its periods run in the rest watch, not in reconciles.
+    let env = Env::start_with(3, &["--ttl-audit-period-ms=2000"]).await;
     env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "5s"}))
         .await;
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
@@ -534,19 +535,24 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     let window = Duration::from_secs(20);
     let (_, metrics) = env.operator.get("/metrics").await.unwrap();
     let reconciles_before = reconciles(&metrics);
-    let mut probes_before = vec![];
+    let mut calls_before = vec![];
     for slot in 0..3 {
-        probes_before.push(time_calls(&env, slot).await);
+        calls_before.push((calls(&env, slot, "time").await, calls(&env, slot, "scan").await));
     }
     tokio::time::sleep(window).await;
     let (_, metrics) = env.operator.get("/metrics").await.unwrap();
     let reconciled = reconciles(&metrics) - reconciles_before;
-    for (slot, before) in probes_before.iter().enumerate() {
-        let probed = time_calls(&env, slot as i32).await - before;
-        println!("slot {slot}: {probed} probes in {window:?}");
+    for (slot, (probes_before, scans_before)) in calls_before.iter().enumerate() {
+        let probed = calls(&env, slot as i32, "time").await - probes_before;
+        let scanned = calls(&env, slot as i32, "scan").await - scans_before;
+        println!("slot {slot}: {probed} probes and {scanned} TTL audit SCANs in {window:?}");
         assert!(
             probed as f64 >= window.as_secs_f64() * 0.5,
             "slot {slot}: only {probed} probes in {window:?}"
+        );
+        assert!(
+            scanned as f64 >= window.as_secs_f64() / 2.0 * 0.5,
+            "slot {slot}: only {scanned} audit SCANs in {window:?}"
         );
     }
     println!("{reconciled} reconciles in {window:?}");
@@ -554,6 +560,33 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
         reconciled <= window.as_secs_f64() / 4.0,
         "{reconciled} reconciles in {window:?}: the idle cluster did not rest"
     );
+
+    // A key that outlives maxLockTTL, written by a client of the resting cluster: the rest
+    // watch's audit period finds it and wakes the reconcile that reports it, and the same
+    // once it is gone.
+    let client = env.client_login(NAME).await;
+    let mut c = connect(env.pod_ip(NAME, 0).await, &client).await.unwrap();
+    let () = redis::cmd("SET")
+        .arg("forever")
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    wait_for(
+        "TTLPolicy False (found at rest)",
+        Duration::from_secs(10),
+        async || Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "False")),
+    )
+    .await;
+    let () = redis::cmd("DEL")
+        .arg("forever")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    wait_for("TTLPolicy True again", Duration::from_secs(10), async || {
+        Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "True"))
+    })
+    .await;
 
     // A member's node moved to another zone: the status's failure domains follow at once
     // (a zone change wakes the clusters; node heartbeats do not).
@@ -587,7 +620,6 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     // sees it, and the reconcile it wakes sets the passwords on record again.
     let ip = env.pod_ip(NAME, 1).await;
     let admin = env.admin_login(NAME).await;
-    let client = env.client_login(NAME).await;
     let intruder = Login {
         user: client.user.clone(),
         password: "intruder".into(),
@@ -602,7 +634,7 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
         .unwrap();
     assert!(connect(ip, &intruder).await.is_ok(), "the added password works");
     wait_for(
-        "the added password removed (long before the next audit, a minute away)",
+        "the added password removed (found by the rest watch's probe)",
         Duration::from_secs(15),
         async || Ok(connect(ip, &intruder).await.is_err().then_some(())),
     )
@@ -619,7 +651,7 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
         .unwrap();
     assert!(connect(ip, &client).await.is_err(), "fenced by hand");
     wait_for(
-        "the member released again (long before the next audit, a minute away)",
+        "the member released again (found by the rest watch's probe)",
         Duration::from_secs(15),
         async || Ok(connect(ip, &client).await.ok().map(|_| ())),
     )
@@ -628,7 +660,7 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
 
 /// How many `TIME` commands a member has answered: every operator probe sends one, and
 /// nothing else in these tests does.
-async fn time_calls(env: &Env, slot: i32) -> u64 {
+async fn calls(env: &Env, slot: i32, command: &str) -> u64 {
     let admin = env.admin_login(NAME).await;
     let mut c = connect(env.pod_ip(NAME, slot).await, &admin).await.unwrap();
     let info: String = redis::cmd("INFO")
@@ -637,7 +669,7 @@ async fn time_calls(env: &Env, slot: i32) -> u64 {
         .await
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_time:calls="))
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
         .and_then(|v| v.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }

@@ -89,6 +89,7 @@ impl Steady {
                 clocks_compared: self.clocks_compared,
                 probe_period: PERIOD,
                 next_audit: self.next_audit,
+                ttl: None,
             },
             Duration::from_secs(30),
         )
@@ -102,7 +103,7 @@ impl Steady {
 #[test]
 fn a_steady_cluster_rests_until_its_next_audit_with_each_member_as_probed() {
     let rest = Steady::new().rest().expect("a steady cluster rests");
-    assert_eq!(rest.until_reconcile, AUDIT);
+    assert_eq!(rest.until_reconcile, RESYNC);
     assert_eq!(rest.max_lock_ttl, Duration::from_secs(30));
     assert_eq!(rest.cluster.name, "locks");
     assert_eq!(rest.members.len(), 3);

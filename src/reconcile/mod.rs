@@ -142,6 +142,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             clocks_compared: observation.clock_tracks.iter().all(|(_, t)| t.compared),
             probe_period: ctx.settings.probe_period,
             next_audit: observation.next_audit,
+            ttl: observation.ttl.clone(),
         },
         in_force.into(),
     );
@@ -168,8 +169,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     }
     match rest {
         Ok(rest) if acted.retry.is_none() && !acted.released => {
-            // Nothing to do but watch: the rest watch probes every period, and a reconcile
-            // comes when it sees a change, an event arrives, or the next TTL audit is due.
+            // Nothing to do but watch: the rest watch probes every period and runs the TTL
+            // audit, and a reconcile comes when it sees a change, an event arrives, or the
+            // resync is due.
             after = rest.until_reconcile;
             let rest = Arc::new(rest);
             let generation = ctx.memory.resting.rest(&uid, rest.clone());

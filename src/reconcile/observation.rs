@@ -21,7 +21,7 @@ use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::AdminAccess;
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
-use crate::{failure_domains, ttl_audit};
+use crate::{failure_domains, ttl_audit, ttl_sampling};
 
 pub struct Observation {
     pub slots: BTreeMap<Slot, SlotObservation>,
@@ -366,122 +366,46 @@ async fn audit_ttls(
     observed: &BTreeMap<Slot, SlotObservation>,
     max_lock_ttl: Duration,
 ) -> (Option<ttl_audit::Report>, Duration) {
-    let key = format!(
-        "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    );
-    let serving = serving_members(cluster, observed);
+    let name = cluster.name_any();
+    let key = format!("{}/{name}", cluster.namespace().unwrap_or_default());
+    // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during a
+    // TLS toggle's rollout the spec's mode reaches only the pods already replaced.
+    let accesses: BTreeMap<Slot, std::borrow::Cow<'_, AdminAccess>> = observed
+        .iter()
+        .map(|(slot, o)| (*slot, access.for_slot(o)))
+        .collect();
+    let serving = serving_members(cluster, observed, &accesses);
     let now = std::time::Instant::now();
-    let cursors = match due_cursors(ctx, &key, &serving, now) {
+    let cursors = match ttl_sampling::take_due(ctx, &key, &serving, now) {
         Ok(cursors) => cursors,
         Err(not_due) => return not_due,
     };
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
-    let kept = &ctx.memory.probe_connections;
-    let samples = cursors.into_iter().filter_map(|(slot, cursor)| {
-        let (_, _, ip) = serving.iter().find(|(s, _, _)| *s == slot)?;
-        // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during
-        // a TLS toggle's rollout the spec's mode reaches only the pods already replaced.
-        let access = access.for_slot(observed.get(&slot)?);
-        Some(async move {
-            (
-                slot,
-                access
-                    .sample_ttls(*ip, kept, uid, cursor, ctx.settings.ttl_audit_keys)
-                    .await,
-            )
-        })
-    });
-    let results = futures::future::join_all(samples).await;
-    let report = absorb_samples(ctx, cluster, &key, results, max_lock_ttl, now);
+    let results = ttl_sampling::sample(ctx, uid, &serving, cursors).await;
+    let report = ttl_sampling::absorb(ctx, &key, &name, results, max_lock_ttl, now);
     (report, ctx.settings.ttl_audit_period)
 }
 
 /// The members the audit reads: slots of the spec whose process answered and lets lock
 /// clients in, with its run id (a new process starts a new sweep) and address.
-fn serving_members(
+fn serving_members<'a>(
     cluster: &RedlockCluster,
     observed: &BTreeMap<Slot, SlotObservation>,
-) -> Vec<(Slot, String, std::net::IpAddr)> {
+    accesses: &'a BTreeMap<Slot, std::borrow::Cow<'_, AdminAccess>>,
+) -> Vec<ttl_sampling::Serving<'a>> {
     observed
         .iter()
+        .filter(|(slot, _)| slot.within(cluster.spec.instances))
         .filter_map(|(slot, o)| {
             let info = o.probe.answered().filter(|i| i.client_enabled)?;
-            Some((*slot, info.run_id.clone(), o.pod_ip?))
+            Some(ttl_sampling::Serving {
+                slot: *slot,
+                run_id: info.run_id.clone(),
+                ip: o.pod_ip?,
+                access: accesses.get(slot)?,
+            })
         })
-        .filter(|(slot, _, _)| slot.within(cluster.spec.instances))
         .collect()
-}
-
-/// The audit's last report and when its next period starts.
-type NotDue = (Option<ttl_audit::Report>, Duration);
-
-/// One member's sample: the keys read and the cursor to continue from, or why it failed.
-type Sample = (
-    Slot,
-    std::result::Result<(Vec<ttl_audit::SampledKey>, u64), String>,
-);
-
-/// Where each serving member's sweep continues, when a period is due; otherwise the last
-/// report and when the next period starts. The lock is not held across the samples' I/O.
-fn due_cursors(
-    ctx: &Context,
-    key: &str,
-    serving: &[(Slot, String, std::net::IpAddr)],
-    now: std::time::Instant,
-) -> std::result::Result<Vec<(Slot, u64)>, NotDue> {
-    with_audit(ctx, key, now, |audit| {
-        if !audit.take_due(now, ctx.settings.ttl_audit_period) {
-            let next = audit.next_due.saturating_duration_since(now);
-            return Err((ttl_audit::report(&audit.members), next));
-        }
-        let ids: Vec<(Slot, String)> = serving.iter().map(|(s, id, _)| (*s, id.clone())).collect();
-        Ok(audit.retain(&ids))
-    })
-}
-
-/// Runs `f` on the cluster's audit (`key`), made when it has none yet, under the audits' lock.
-fn with_audit<T>(
-    ctx: &Context,
-    key: &str,
-    now: std::time::Instant,
-    f: impl FnOnce(&mut ttl_audit::ClusterAudit) -> T,
-) -> T {
-    let mut audits = ctx
-        .memory
-        .ttl_audits
-        .lock()
-        .expect("audit lock is never poisoned");
-    f(audits
-        .entry(key.to_owned())
-        .or_insert_with(|| ttl_audit::ClusterAudit::new(now)))
-}
-
-/// Adds this period's samples to each member's sweep (keys checked against the maxLockTTL in
-/// force) and returns the cluster's report.
-fn absorb_samples(
-    ctx: &Context,
-    cluster: &RedlockCluster,
-    key: &str,
-    results: Vec<Sample>,
-    max_lock_ttl: Duration,
-    now: std::time::Instant,
-) -> Option<ttl_audit::Report> {
-    let max_ms = max_lock_ttl.as_millis() as u64;
-    let name = cluster.name_any();
-    with_audit(ctx, key, now, |audit| {
-        for (slot, result) in results {
-            match (result, audit.members.get_mut(&slot)) {
-                (Ok((batch, next)), Some(m)) => m.absorb(&slot_name(&name, slot), &batch, next, max_ms),
-                (Err(e), _) => {
-                    tracing::debug!(cluster = %name, slot = slot.index(), error = %e, "TTL audit sample failed")
-                }
-                _ => {}
-            }
-        }
-        ttl_audit::report(&audit.members)
-    })
 }
 
 #[cfg(test)]

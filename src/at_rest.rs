@@ -45,10 +45,6 @@ pub struct Settled<'a> {
     /// server). Until then each reconcile tries again: a jump while no leader probed the
     /// member is found only so, and the rest watch judges only against its own samples.
     pub clocks_compared: bool,
-    pub probe_period: Duration,
-    /// When the next TTL audit period starts. The rest watch runs the audit's periods while
-    /// the cluster rests; one due within a probe period is left to the next reconcile.
-    pub next_audit: Duration,
     /// What the TTL audit reported (`None` until it has swept a member): the status shows it,
     /// and the rest watch wakes a reconcile when a period of its own reports other findings.
     pub ttl: Option<ttl_audit::Report>,
@@ -162,9 +158,6 @@ fn busy(plan: &Plan, status: &RedlockClusterStatus, s: &Settled<'_>) -> Result<(
     }
     if !s.clocks_compared {
         return Err("a member's clock is not yet compared with its record");
-    }
-    if s.next_audit <= s.probe_period {
-        return Err("the next TTL audit is due within a probe period");
     }
     if !plan.create_pods.is_empty()
         || !plan.delete_pods.is_empty()

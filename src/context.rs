@@ -104,8 +104,8 @@ pub struct Memory {
     /// Per-cluster backoff of pod deletes, apart from creates: a create refused for good (a
     /// quota, a webhook) must not hold up the deletes of a scale-down or a rollout.
     pub pod_deletes: RetryGate,
-    /// TTL audit state per cluster (`namespace/name`); after a restart the audit simply
-    /// sweeps again.
+    /// TTL audit state per cluster (`ttl_sampling::audit_key`); after a restart the audit
+    /// simply sweeps again.
     pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,
     /// Deadlines this process has timed itself, per cluster UID; after a restart every running
     /// hold is timed again (longer, never shorter).

@@ -157,7 +157,7 @@ fn watch(
     let managed = watcher::Config::default().labels(&managed_selector());
     // A re-list's end reconciles every cluster: the controller is not told of objects deleted
     // while a watch was down, and a cluster at rest would otherwise see its missing child only
-    // at its next audit.
+    // at its resync (`at_rest::RESYNC`).
     let (relisted, relists) = futures::channel::mpsc::unbounded::<()>();
     let pod_index = Arc::new(InstanceIndex::default());
     let index = pod_index.clone();

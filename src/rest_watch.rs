@@ -58,6 +58,10 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
             }
             Err(why) => return wake(ctx, uid, generation, rest, &why),
         }
+        // After the probe, as the reconcile ran it: a member slow to answer its `SCAN` delays
+        // the next probe as it delayed the next reconcile (each request waits the connection
+        // timeout at most). Not cut short: a cut would drop the connection mid-exchange, and a
+        // batch that always takes longer than the cut would never move its sweep on.
         match audit(ctx, uid, generation, rest).await {
             Audited::Same => {}
             Audited::Other => return wake(ctx, uid, generation, rest, "the TTL audit found other keys"),
@@ -86,14 +90,14 @@ enum Audited {
 }
 
 /// The TTL audit's period, when due, over the members as the rest began (all serving). The
-/// samples are absorbed only while the rest is current: a reconcile that ended it runs the
-/// audit's periods itself, and a member it found restarted must not take samples of the
-/// process before.
+/// period is taken, and its samples absorbed, only while the rest is current: a reconcile
+/// that ended it runs the audit's periods itself, and a member it found restarted must not
+/// take samples of the process before.
 async fn audit(ctx: &Context, uid: &str, generation: u64, rest: &Rest) -> Audited {
-    let key = format!(
-        "{}/{}",
+    let key = ttl_sampling::audit_key(
         rest.cluster.namespace.as_deref().unwrap_or_default(),
-        rest.cluster.name
+        &rest.cluster.name,
+        uid,
     );
     let serving: Vec<Serving<'_>> = rest
         .members
@@ -107,8 +111,13 @@ async fn audit(ctx: &Context, uid: &str, generation: u64, rest: &Rest) -> Audite
         })
         .collect();
     let now = std::time::Instant::now();
-    let Ok(cursors) = ttl_sampling::take_due(ctx, &key, &serving, now) else {
-        return Audited::Same;
+    let due = ctx.memory.resting.while_current(uid, generation, || {
+        ttl_sampling::take_due(ctx, &key, &serving, now)
+    });
+    let cursors = match due {
+        None => return Audited::RestOver,
+        Some(Err(_not_due)) => return Audited::Same,
+        Some(Ok(cursors)) => cursors,
     };
     let results = ttl_sampling::sample(ctx, uid, &serving, cursors).await;
     let report = ctx.memory.resting.while_current(uid, generation, || {

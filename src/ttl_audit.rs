@@ -16,18 +16,20 @@ pub struct SampledKey {
     pub pttl_ms: i64,
 }
 
-/// Why a key breaks the policy.
+/// Why a key breaks the policy. Not the key's remaining TTL: it shrinks from one sweep to the
+/// next, and a status message that showed it would be rewritten every audit period (and a
+/// resting cluster woken for it) while nothing about the finding changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Finding {
     NoExpiry,
-    TtlAbove { ttl_ms: i64 },
+    TtlAbove,
 }
 
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Finding::NoExpiry => f.write_str("no expiry"),
-            Finding::TtlAbove { ttl_ms } => write!(f, "TTL {ttl_ms}ms"),
+            Finding::TtlAbove => f.write_str("TTL above maxLockTTL"),
         }
     }
 }
@@ -35,7 +37,7 @@ impl std::fmt::Display for Finding {
 pub fn classify(pttl_ms: i64, max_lock_ttl_ms: u64) -> Option<Finding> {
     match pttl_ms {
         -1 => Some(Finding::NoExpiry),
-        ms if ms >= 0 && ms as u64 > max_lock_ttl_ms => Some(Finding::TtlAbove { ttl_ms: ms }),
+        ms if ms >= 0 && ms as u64 > max_lock_ttl_ms => Some(Finding::TtlAbove),
         // -2: expired or deleted between SCAN and PTTL.
         _ => None,
     }
@@ -198,10 +200,7 @@ mod tests {
         assert_eq!(classify(-2, 30_000), None);
         assert_eq!(classify(0, 30_000), None);
         assert_eq!(classify(30_000, 30_000), None);
-        assert_eq!(
-            classify(30_001, 30_000),
-            Some(Finding::TtlAbove { ttl_ms: 30_001 })
-        );
+        assert_eq!(classify(30_001, 30_000), Some(Finding::TtlAbove));
     }
 
     #[test]
@@ -213,10 +212,7 @@ mod tests {
         let last = m.last.clone().unwrap();
         assert_eq!((last.checked, last.violations), (3, 2));
         let example = last.example.unwrap();
-        assert_eq!(
-            (example.key.as_str(), example.finding),
-            ("aa", Finding::TtlAbove { ttl_ms: 60_000 })
-        );
+        assert_eq!((example.key.as_str(), example.finding), ("aa", Finding::TtlAbove));
         assert_eq!(m.current, Sweep::default());
         // The next sweep replaces the last one once it completes: keys gone, report clears.
         m.absorb("locks-0", &[key("ok", 100)], 0, 30_000);
@@ -301,9 +297,7 @@ mod tests {
         assert!(!same(|o| o.members_with_violations = 2));
         assert!(!same(|o| o.example = None));
         assert!(!same(|o| o.example.as_mut().unwrap().key = "j".into()));
-        assert!(!same(
-            |o| o.example.as_mut().unwrap().finding = Finding::TtlAbove { ttl_ms: 1 }
-        ));
+        assert!(!same(|o| o.example.as_mut().unwrap().finding = Finding::TtlAbove));
         // Absent (no sweep yet) is not the same as a clean sweep: the condition appears.
         let clean = Report {
             violations: 0,

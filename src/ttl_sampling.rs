@@ -2,8 +2,8 @@
 //! watch over a resting cluster (`rest_watch`): which members' sweeps continue, their
 //! samples (`SCAN` + `PTTL` on the kept probe connection), and the cluster's report once they
 //! are absorbed. The bookkeeping itself is pure, in [`crate::ttl_audit`]; the audit state is
-//! the context's, by `namespace/name`, so whichever of the two runs a period, the other sees
-//! it as taken.
+//! the context's, by [`audit_key`], so whichever of the two runs a period, the other sees it as
+//! taken.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -13,6 +13,14 @@ use crate::model::Slot;
 use crate::redis_admin::AdminAccess;
 use crate::resources::names::slot_name;
 use crate::ttl_audit::{self, ClusterAudit, Report};
+
+/// The key of a cluster's audit state: by name and UID, so the rest watch of a deleted
+/// cluster (still running until it learns so) never takes the periods of a successor of the
+/// same name, and by name first, so [`crate::reconcile::forget`] can drop every incarnation's
+/// when it knows no UID.
+pub fn audit_key(ns: &str, name: &str, uid: &str) -> String {
+    format!("{ns}/{name}/{uid}")
+}
 
 /// A member the audit reads: a slot of the spec whose process answered and lets lock clients
 /// in. A new run id starts a new sweep.

@@ -517,12 +517,13 @@ async fn steady_state_costs_zero_api_writes() {
     }
 }
 
-/// Issue 17: a cluster with nothing to do rests. It is not reconciled every probe period
-/// (with the TTL audit set to a minute here, nothing else is due), yet every member is still
-/// probed every period on its kept connection, and what only a probe can see wakes a
-/// reconcile at once: a password added to a member's client user behind the operator's back
-/// is removed, and a member fenced behind its back released again, within seconds, not at the
-/// next audit. So is a member's node moving to another zone (status.failureDomains).
+/// Issue 17: a cluster with nothing to do rests. It is not reconciled every probe period, nor
+/// every TTL audit period (2 s here), yet every member is still probed every period on its
+/// kept connection and audited every audit period, and what only a probe or the audit can see
+/// wakes a reconcile at once: a key that outlives maxLockTTL is reported (and, reported, wakes
+/// nothing more), a password added to a member's client user behind the operator's back is
+/// removed, and a member fenced behind its back released again, within seconds, not at the
+/// resync. So is a member's node moving to another zone (status.failureDomains).
 #[tokio::test]
 async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     // A TTL audit every 2 s: at rest its periods run in the rest watch, not in reconciles.
@@ -562,24 +563,42 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     );
 
     // A key that outlives maxLockTTL, written by a client of the resting cluster: the rest
-    // watch's audit period finds it and wakes the reconcile that reports it, and the same
-    // once it is gone.
+    // watch's audit period finds it and wakes the reconcile that reports it. Reported, it
+    // wakes nothing more, although its remaining TTL shrinks from sweep to sweep. Gone, it is
+    // reported gone.
     let client = env.client_login(NAME).await;
     let mut c = connect(env.pod_ip(NAME, 0).await, &client).await.unwrap();
     let () = redis::cmd("SET")
-        .arg("forever")
+        .arg("too-long")
         .arg("x")
+        .arg("PX")
+        .arg(120_000)
         .query_async(&mut c)
         .await
         .unwrap();
-    wait_for(
+    let (_, _, message) = wait_for(
         "TTLPolicy False (found at rest)",
         Duration::from_secs(10),
         async || Ok(condition(&env, "TTLPolicy").await.filter(|c| c.0 == "False")),
     )
     .await;
+    assert!(
+        message.contains(&format!("e.g. \"too-long\" on {NAME}-0 (TTL above maxLockTTL)")),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let before = reconciles(&metrics);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (_, metrics) = env.operator.get("/metrics").await.unwrap();
+    let woken = reconciles(&metrics) - before;
+    println!("{woken} reconciles in 8 s (4 audit periods) with a violation on record");
+    assert!(
+        woken <= 1.0,
+        "{woken} reconciles: a reported violation keeps waking the cluster"
+    );
     let () = redis::cmd("DEL")
-        .arg("forever")
+        .arg("too-long")
         .query_async(&mut c)
         .await
         .unwrap();

@@ -12,9 +12,6 @@ use crate::observe::Probe;
 use crate::plan::{MemberEvent, Plan};
 use crate::reasons::MemberReason;
 
-const PERIOD: Duration = Duration::from_secs(1);
-const AUDIT: Duration = Duration::from_secs(10);
-
 fn access() -> AdminAccess {
     AdminAccess {
         admin_user: "redlock-admin".into(),
@@ -52,7 +49,6 @@ struct Steady {
     quiet: bool,
     release_blocked: bool,
     clocks_compared: bool,
-    next_audit: Duration,
 }
 
 impl Steady {
@@ -71,7 +67,6 @@ impl Steady {
             quiet: true,
             release_blocked: false,
             clocks_compared: true,
-            next_audit: AUDIT,
         }
     }
 
@@ -87,8 +82,6 @@ impl Steady {
                 quiet: self.quiet,
                 release_blocked: self.release_blocked,
                 clocks_compared: self.clocks_compared,
-                probe_period: PERIOD,
-                next_audit: self.next_audit,
                 ttl: None,
             },
             Duration::from_secs(30),
@@ -101,7 +94,7 @@ impl Steady {
 }
 
 #[test]
-fn a_steady_cluster_rests_until_its_next_audit_with_each_member_as_probed() {
+fn a_steady_cluster_rests_until_its_resync_with_each_member_as_probed() {
     let rest = Steady::new().rest().expect("a steady cluster rests");
     assert_eq!(rest.until_reconcile, RESYNC);
     assert_eq!(rest.max_lock_ttl, Duration::from_secs(30));
@@ -140,7 +133,6 @@ fn anything_pending_or_timed_keeps_the_cluster_busy() {
         ("a clock not compared with its record", |s| {
             s.clocks_compared = false
         }),
-        ("audit due within a period", |s| s.next_audit = PERIOD),
         ("a pod to create", |s| s.plan.create_pods.push(Slot::new(3))),
         ("a pod to delete", |s| s.plan.delete_pods.push(Slot::new(2))),
         ("a fence", |s| s.plan.fences.push((Slot::new(0), "r0".into()))),

@@ -140,8 +140,6 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
                 && decision.cluster_events.is_empty(),
             release_blocked: release_blocked.is_some(),
             clocks_compared: observation.clock_tracks.iter().all(|(_, t)| t.compared),
-            probe_period: ctx.settings.probe_period,
-            next_audit: observation.next_audit,
             ttl: observation.ttl.clone(),
         },
         in_force.into(),
@@ -220,11 +218,13 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
             .expect("clock lock is never poisoned")
             .retain(|(u, _), _| u != uid);
     }
+    // Every incarnation's (`ttl_sampling::audit_key`): a successor's audit merely starts over.
+    let incarnations = format!("{ns}/{name}/");
     ctx.memory
         .ttl_audits
         .lock()
         .expect("audit lock is never poisoned")
-        .remove(&format!("{ns}/{name}"));
+        .retain(|key, _| !key.starts_with(&incarnations));
 }
 
 /// Events for conditions the user must act on, once per change (never once per reconcile:

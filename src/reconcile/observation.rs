@@ -367,7 +367,8 @@ async fn audit_ttls(
     max_lock_ttl: Duration,
 ) -> (Option<ttl_audit::Report>, Duration) {
     let name = cluster.name_any();
-    let key = format!("{}/{name}", cluster.namespace().unwrap_or_default());
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let key = ttl_sampling::audit_key(&cluster.namespace().unwrap_or_default(), &name, uid);
     // Addressed as its pod was built (TLS or plain, that pod's CA), as the probe is: during a
     // TLS toggle's rollout the spec's mode reaches only the pods already replaced.
     let accesses: BTreeMap<Slot, std::borrow::Cow<'_, AdminAccess>> = observed
@@ -380,7 +381,6 @@ async fn audit_ttls(
         Ok(cursors) => cursors,
         Err(not_due) => return not_due,
     };
-    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
     let results = ttl_sampling::sample(ctx, uid, &serving, cursors).await;
     let report = ttl_sampling::absorb(ctx, &key, &name, results, max_lock_ttl, now);
     (report, ctx.settings.ttl_audit_period)

@@ -60,8 +60,10 @@ controlplane:
 
 ## nodes: what real nodes need (tests/real_nodes.rs): kubelet and kube-proxy (with the control
 ## plane), containerd, runc and the CNI plugins from their pinned Go modules, and the pause,
-## Redis and Valkey images from Debian packages, the operator image (Dockerfile's recipe); cached in ~/.cache/redlock-operator
-nodes: controlplane
+## Redis and Valkey images from Debian packages, the test image redis:7.0-faketime (redis-libc
+## under libfaketime, following its node's clock), the operator image (Dockerfile's recipe);
+## cached in ~/.cache/redlock-operator
+nodes: controlplane redis-libc
 	tests/nodes/build.sh
 	tests/nodes/images.sh > /dev/null
 	tests/nodes/images.sh operator > /dev/null
@@ -141,6 +143,6 @@ safety: controlplane redis-libc
 	$(CARGO) test --bench safety_full
 
 ## safety-real-nodes: the same on real nodes (kubelet, containerd, kube-proxy; Redis in
-## containers), without the kinds that step a member's clock (no libfaketime in the images).
+## containers of the redis:7.0-faketime image, so member clock jumps step a node's clock).
 safety-real-nodes: controlplane nodes redis-libc
 	SAFETY_NODES=real $(CARGO) test --bench safety_full

@@ -195,7 +195,7 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     let expiry = env.first_lock(NAME, &[1, 2], TTL).await;
     let before = env.member(NAME, 1).await.unwrap();
     let node = env.node_of(NAME, 1).await;
-    env.cp.kubelet().set_node_clock(&node, "+60s").unwrap();
+    env.cp.nodes().set_node_clock(&node, "+60s").unwrap();
 
     // The window the README owns up to: libfaketime shows the member the new offset within
     // 1 s, the next probe comes within 1 s, the fence right after the status write. From 3 s
@@ -268,7 +268,7 @@ async fn a_member_clock_jump_while_no_leader_probes_is_found_by_the_next_one() {
     let expiry = env.first_lock(NAME, &[1, 2], ttl).await;
     env.operator.terminate(Duration::from_secs(10)).await.unwrap();
     let node = env.node_of(NAME, 1).await;
-    env.cp.kubelet().set_node_clock(&node, "+60s").unwrap();
+    env.cp.nodes().set_node_clock(&node, "+60s").unwrap();
     // libfaketime shows the member the new offset within 1 s: its copy of the lock expires.
     tokio::time::sleep(Duration::from_secs(2)).await;
 

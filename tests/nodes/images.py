@@ -70,8 +70,15 @@ class ServerImage:
     flavour: str  # "redis" or "valkey": the Debian source package's binary prefix
     series: str  # upstream major.minor the tag promises; the package must match it
     user: str  # name of uid/gid 999 in the official image
+    # Tests only: the server runs under libfaketime, with the wall clock of the node it runs on
+    # (the file FAKETIME_FILE that real nodes bind into every container), so a test can step a
+    # member's clock. A redis-server built with libc's malloc (tests/tools/build-redis-libc.sh:
+    # Debian's is linked with jemalloc, which libfaketime cannot start under).
+    faketime: bool = False
 
     def describe(self):
+        if self.faketime:
+            return f"{self.flavour} {self.series}.x (Debian {self.suite} source, libc malloc) under libfaketime, tests only"
         return f"{self.flavour} {self.series}.x from Debian {self.suite}"
 
 
@@ -101,7 +108,35 @@ SERVER_IMAGES = [
     ServerImage("redis-8.0", "docker.io/library/redis:8.0", "trixie", "redis", "8.0", "redis"),
     ServerImage("valkey-8.1", "docker.io/valkey/valkey:8.1", "trixie", "valkey", "8.1", "valkey"),
     ServerImage("valkey-9.1", "docker.io/valkey/valkey:9.1", "forky", "valkey", "9.1", "valkey"),
+    ServerImage("redis-7.0-faketime", "docker.io/library/redis:7.0-faketime", "bookworm", "redis", "7.0",
+                "redis", faketime=True),
 ]
+
+# Where real nodes bind their clock directory into every container (tests/testenv/src/nodes:
+# `NODE_CLOCK_DIR`), and the file in it: a libfaketime offset such as "+0" or "+30s".
+FAKETIME_FILE = "/redlock-node-clock/offset"
+LIBFAKETIME = f"/usr/lib/{MULTIARCH}/faketime/libfaketime.so.1"
+# What the libc-malloc build links besides what redis-server's own packages bring (checked with
+# readelf: libm, libssl, libcrypto, libc, libatomic, liblzf).
+FAKETIME_PACKAGES = ["libfaketime", "libatomic1", "liblzf1", "libssl3", "libc6"]
+# The server the faketime image runs: the wrapper at the server's usual path sets libfaketime up
+# and execs it (same pid, so the process title and signals are the server's own).
+FAKETIME_SERVER = "/usr/local/lib/redis-faketime/redis-server"
+FAKETIME_WRAPPER = f"""#!/bin/sh
+# redis-server under libfaketime, with the wall clock of the node this container runs on (a
+# test image: {FAKETIME_FILE} is the node's clock offset, bound in by the test nodes). Only the
+# wall clock is faked, as a stepped system clock would be; the monotonic clock is true.
+if [ ! -r {FAKETIME_FILE} ]; then
+  echo "redis-server: no node clock at {FAKETIME_FILE} (this image runs only on the test nodes)" >&2
+  exit 1
+fi
+export LD_PRELOAD={LIBFAKETIME}
+export FAKETIME_TIMESTAMP_FILE={FAKETIME_FILE}
+export FAKETIME_CACHE_DURATION=1
+export FAKETIME_DONT_FAKE_MONOTONIC=1
+exec {FAKETIME_SERVER} "$@"
+"""
+
 IMAGES = {i.name: i for i in [PauseImage(), *SERVER_IMAGES, OperatorImage()]}
 DEFAULT = ["pause", *(i.name for i in SERVER_IMAGES)]
 
@@ -487,6 +522,12 @@ class PackageTree:
                     disk = os.path.join(dirpath, n)
                     self.files.setdefault(usr_merged(os.path.relpath(disk, dest)), (package, disk))
 
+    def add_local(self, name, version, path, disk, depends):
+        """A file built here (not from a package) at `path`, as if package `name` shipped it,
+        with the library packages it links (`depends`): library_closure() follows them."""
+        self.packages[name] = (version, Path(disk).parent, list(depends))
+        self.files[usr_merged(path)] = (name, str(disk))
+
     def resolve(self, path, depth=0):
         """(package, disk path) of the regular file `path` names, following symlinks across the
         union; None if absent."""
@@ -587,7 +628,22 @@ def server_inputs(img, refresh):
     suite = suite_named(img.suite)
     suite.ensure_lists(refresh)
     roots = [f"{img.flavour}-server", f"{img.flavour}-tools", "busybox-static"]
-    return suite, {"packages": suite.library_closure_versions(roots)}
+    if not img.faketime:
+        return suite, {"packages": suite.library_closure_versions(roots)}
+    server = redis_libc()
+    return suite, {
+        "packages": suite.library_closure_versions(roots + FAKETIME_PACKAGES),
+        "redis-libc": {"path": str(server), "sha256": sha256_file(server)},
+    }
+
+
+def redis_libc():
+    """The redis-server built with libc's malloc from the Debian source of the machine's
+    redis-server (built once and cached by tests/tools/build-redis-libc.sh; its last line of
+    output is the path)."""
+    script = REPO / "tests/tools/build-redis-libc.sh"
+    path = out(["bash", str(script)]).strip().splitlines()[-1]
+    return Path(path)
 
 
 def upstream_version(debian_version):
@@ -613,12 +669,29 @@ def build_server(img, suite, workdir):
         if tree.resolve(p) is None:
             raise RuntimeError(f"{p} is in none of the packages")
     log(f"  {server} -> {tree.resolve(server)[1]}")
-    libs, interp, interp_disk, used = library_closure(tree, [server, cli, busybox])
+    roots = [server, cli, busybox]
+    if img.faketime:
+        # The libc-malloc build instead of the package's server, and libfaketime beside it.
+        tree.add(*FAKETIME_PACKAGES)
+        built = redis_libc()
+        tree.add_local("redis-libc-build", dpkg_version("redis-server"), FAKETIME_SERVER, built,
+                       ["libatomic1", "liblzf1", "libssl3", "libc6"])
+        version = upstream_version(dpkg_version("redis-server"))
+        if not version.startswith(img.series + "."):
+            raise RuntimeError(f"the machine's redis-server is {version}, not {img.series}.x: "
+                               f"the tag {img.ref} would lie")
+        roots = [FAKETIME_SERVER, cli, busybox, LIBFAKETIME]
+    libs, interp, interp_disk, used = library_closure(tree, roots)
 
     root = Root()
     for top in ("bin", "sbin", "lib", "lib64"):
         root.symlink(top, f"usr/{top}")
-    root.copy(f"/usr/local/bin/{img.flavour}-server", tree.resolve(server)[1], 0o755)
+    if img.faketime:
+        root.file(f"/usr/local/bin/{img.flavour}-server", FAKETIME_WRAPPER.encode(), 0o755)
+        root.copy(FAKETIME_SERVER, tree.resolve(FAKETIME_SERVER)[1], 0o755)
+        root.copy(LIBFAKETIME, tree.resolve(LIBFAKETIME)[1], 0o644)
+    else:
+        root.copy(f"/usr/local/bin/{img.flavour}-server", tree.resolve(server)[1], 0o755)
     root.copy(f"/usr/local/bin/{img.flavour}-cli", tree.resolve(cli)[1], 0o755)
     # As in the official images: the check tools and sentinel are the server under other
     # names, and the valkey image answers to the redis names the operator's pods run.
@@ -660,8 +733,12 @@ def build_server(img, suite, workdir):
         "User": "999:999",
         "WorkingDir": "/data",
     }
+    if img.faketime:
+        built_from = f"{FAKETIME_SERVER}: the redis-server {dpkg_version('redis-server')} source built with MALLOC=libc, under libfaketime {tree.packages['libfaketime'][0]}"
+    else:
+        built_from = f"{tools_pkg} {tree.packages[tools_pkg][0]} {os.path.relpath(tree.resolve(server)[1], tree.packages[tools_pkg][1])}"
     binaries = {
-        "server": f"{tools_pkg} {tree.packages[tools_pkg][0]} {os.path.relpath(tree.resolve(server)[1], tree.packages[tools_pkg][1])}",
+        "server": built_from,
         "libraries": sorted(libs) + ([interp_name] if interp_name not in libs else []),
     }
     labels = {
@@ -858,6 +935,11 @@ def verify_server(img, tar_path, meta):
         st = os.stat(root / "data")
         c.ok((st.st_uid, st.st_gid) == (999, 999), "/data is owned by 999:999")
         user = "999:999"
+        if img.faketime:
+            # The node's clock as the test nodes bind it in: an hour ahead, checked with TIME.
+            clock = root / FAKETIME_FILE.lstrip("/")
+            clock.parent.mkdir(parents=True, exist_ok=True)
+            clock.write_text("+3600s\n")
 
         def call(argv, env=None, timeout=20):
             cmd, e = in_root(root, user, argv, env=env or {})
@@ -926,6 +1008,14 @@ def verify_server(img, tar_path, meta):
         except OSError:
             title = ""
         c.ok("pod-uid=verify-uid" in title, f"process title: {title}")
+        if img.faketime:
+            r = call(["redis-cli", "-h", "127.0.0.1", "-p", str(port), "TIME"])
+            ahead = int(r.stdout.split()[0]) - time.time() if r.stdout.split() else 0
+            c.ok(3590 < ahead < 3610, f"TIME under libfaketime is {ahead:.0f} s ahead (the node clock says +3600s)")
+            (root / FAKETIME_FILE.lstrip("/")).unlink()
+            r = call(["redis-server", "--version"])
+            c.ok(r.returncode != 0 and "no node clock" in r.stdout,
+                 f"without a node clock the server refuses to start: {r.stdout.strip()}")
         r = call(["redis-cli", "-h", "127.0.0.1", "-p", str(port), "SET", "k", "v"])
         c.ok(r.stdout.strip() == "OK", "SET as uid 999")
         r = call(["sh", "-c", "id -u; ls /usr/local/bin | grep -c redis-server"])

@@ -78,12 +78,12 @@ impl Env {
         Api::namespaced(self.cp.client(), &self.ns)
     }
 
-    /// On real nodes a spec without `image` gets `redis:7.0`: the CRD's default (`redis:7.4`)
-    /// is no image built here (tests/nodes/images.sh: no Debian suite packages 7.4), and the
-    /// nodes pull from no registry. The process kubelet runs any tag as the machine's Redis.
+    /// On real nodes a spec without `image` gets one built here (`ControlPlane::redis_image`).
     pub async fn create_cluster(&self, name: &str, mut spec: serde_json::Value) {
-        if self.cp.has_real_nodes() && spec.get("image").is_none() {
-            spec["image"] = json!("redis:7.0");
+        if let Some(image) = self.cp.redis_image()
+            && spec.get("image").is_none()
+        {
+            spec["image"] = json!(image);
         }
         let c: RedlockCluster = serde_json::from_value(json!({
             "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",

@@ -63,7 +63,8 @@ pub struct ControlPlaneConfig {
     /// `KubeletConfig::extra_images`. Such pods reach this API server in-cluster style.
     pub extra_images: Vec<(String, PathBuf)>,
     /// Per-node wall clocks for Redis pods (a redis-server that runs under libfaketime), see
-    /// `KubeletConfig::node_clocks`.
+    /// `KubeletConfig::node_clocks`. Real nodes always have their clocks; their Redis
+    /// processes follow them in the `redis:7.0-faketime` image ([`Self::redis_image`]).
     pub node_clocks: Option<PathBuf>,
     /// Real nodes (kubelet, containerd, CNI, kube-proxy; see [`crate::nodes`]) instead of the
     /// process kubelet. Only inside the run's namespaces ([`crate::nodes::namespace::enter`]).
@@ -112,6 +113,7 @@ pub struct ControlPlane {
     ip_block: IpBlock,
     dir: PathBuf,
     pki: Pki,
+    node_clocks: bool,
     _tempdir: Option<tempfile::TempDir>,
 }
 
@@ -322,6 +324,7 @@ impl ControlPlane {
             ip_block,
             dir,
             pki: pki.clone(),
+            node_clocks: config.node_clocks.is_some(),
             _tempdir: tempdir,
         };
         // The service-account controller creating `default` proves the controller manager
@@ -391,6 +394,19 @@ impl ControlPlane {
     /// Whether pods run on real nodes (kubelet, containerd) rather than the process kubelet.
     pub fn has_real_nodes(&self) -> bool {
         self.real_nodes.is_some()
+    }
+
+    /// The image a test cluster's spec names when it names none, if it must: on real nodes
+    /// `redis:7.0`, as the CRD's default (`redis:7.4`) is no image built here
+    /// (tests/nodes/images.sh: no Debian suite packages 7.4) and the nodes pull from no
+    /// registry; with node clocks, the same server under libfaketime. The process kubelet runs
+    /// any tag as the machine's Redis (under libfaketime with `node_clocks`).
+    pub fn redis_image(&self) -> Option<&'static str> {
+        match (self.has_real_nodes(), self.node_clocks) {
+            (false, _) => None,
+            (true, false) => Some("redis:7.0"),
+            (true, true) => Some(crate::nodes::FAKETIME_IMAGE),
+        }
     }
 
     /// The real nodes (a control plane started with `real_nodes`).

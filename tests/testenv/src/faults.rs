@@ -82,14 +82,13 @@ impl Nodes<'_> {
     }
 
     /// Steps the wall clock of every Redis process on `node` to `offset` from true time (a
-    /// libfaketime offset such as "+30s"); only the process kubelet started with
-    /// `node_clocks` can. Real nodes' Redis images have no libfaketime.
+    /// libfaketime offset such as "+30s"): on the process kubelet started with `node_clocks`,
+    /// and on real nodes for the processes of the `redis:7.0-faketime` image
+    /// ([`crate::nodes::FAKETIME_IMAGE`]).
     pub fn set_node_clock(&self, node: &str, offset: &str) -> Result<()> {
         match self {
             Self::Process(k) => k.set_node_clock(node, offset),
-            Self::Real(_) => anyhow::bail!(
-                "real nodes cannot step a member's clock: their Redis images have no libfaketime"
-            ),
+            Self::Real(r) => r.set_node_clock(node, offset),
         }
     }
 }

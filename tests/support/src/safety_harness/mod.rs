@@ -103,24 +103,11 @@ impl Settings {
         s
     }
 
-    /// The run on real nodes, without the kinds that step a member's clock: real nodes' Redis
-    /// images have no libfaketime (the run says so). The binary must run in the run's
-    /// namespaces (`redlock_testenv::nodes::namespace::enter`).
+    /// The run on real nodes. A run that steps members' clocks runs its members in the
+    /// `redis:7.0-faketime` image, which follows its node's clock. The binary must run in the
+    /// run's namespaces (`redlock_testenv::nodes::namespace::enter`).
     pub fn on_real_nodes(mut self) -> Self {
         self.real_nodes = true;
-        let skipped: Vec<&str> = self
-            .kinds
-            .iter()
-            .filter(|k| k.needs_member_clocks())
-            .map(|k| k.name())
-            .collect();
-        if !skipped.is_empty() {
-            eprintln!(
-                "safety: not run on real nodes: {} (their Redis images have no libfaketime, so a member's clock cannot be stepped; the process kubelet's runs have it)",
-                skipped.join(", ")
-            );
-        }
-        self.kinds.retain(|k| !k.needs_member_clocks());
         self
     }
 
@@ -306,11 +293,9 @@ async fn operator_phase(
         &[],
     )
     .await;
-    let mut spec = json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"});
-    if settings.real_nodes {
-        // An image built here (Debian's redis 7.0); the process kubelet runs any redis tag.
-        spec["image"] = json!("redis:7.0");
-    }
+    // On real nodes an image built here (`ControlPlane::redis_image`: under libfaketime when
+    // members' clocks jump).
+    let spec = json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"});
     env.create_cluster(NAME, spec).await;
     env.wait_ready(NAME, MEMBERS as i32, Duration::from_secs(90))
         .await;
@@ -501,9 +486,6 @@ pub async fn run(settings: &Settings) -> Result<Report> {
         kinds: settings.kinds.clone(),
         ..Default::default()
     };
-    if settings.real_nodes && settings.member_clocks() {
-        bail!("real nodes cannot step a member's clock (their Redis images have no libfaketime)");
-    }
     // A jump must expire every lock on the member at once, in both runs.
     let longest_ttl = settings.max_lock_ttl_ms.max(settings.control_ttl_ms);
     if settings.member_clocks() && config.clock_jump_s.0 * 1000 <= longest_ttl {

@@ -12,6 +12,32 @@ use super::layout::{Layout, NodeLayout};
 /// `pause.c` (tests/nodes/images.sh), never pulled.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
 
+/// Where every container of a node sees the node's clock directory (read-only): the test
+/// image `redis:7.0-faketime` runs its server under libfaketime with `offset` in it as the
+/// wall clock's offset (tests/nodes/images.py), so a test can step the clock of every Redis
+/// process on a node, as a node's stepped system clock would (`RealNodes::set_node_clock`).
+/// Other images ignore it.
+pub const NODE_CLOCK_DIR: &str = "/redlock-node-clock";
+
+/// The base OCI spec of a node's containers: containerd's own default (`ctr oci spec`, which
+/// the CRI plugin starts from when no base spec is set) plus the read-only bind of the node's
+/// clock directory. The CRI plugin keeps a base spec's mounts unless the pod mounts the same
+/// path.
+pub fn base_runtime_spec(default_spec: &str, node: &NodeLayout) -> anyhow::Result<String> {
+    let mut spec: serde_json::Value = serde_json::from_str(default_spec)?;
+    let mounts = spec
+        .get_mut("mounts")
+        .and_then(|m| m.as_array_mut())
+        .ok_or_else(|| anyhow::anyhow!("containerd's default spec has no mounts"))?;
+    mounts.push(json!({
+        "destination": NODE_CLOCK_DIR,
+        "type": "bind",
+        "source": node.clock_dir(),
+        "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
+    }));
+    Ok(serde_json::to_string_pretty(&spec)?)
+}
+
 /// containerd 2.x config (version 3) of one node: everything under the node's directory,
 /// so several containerds share one kernel without sharing state.
 pub fn containerd_toml(node: &NodeLayout, runc: &Path, cni_bin: &Path) -> String {
@@ -50,6 +76,7 @@ imports = []
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      base_runtime_spec = "{base_spec}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "{runc}"
@@ -73,6 +100,7 @@ imports = []
         runc_root = node.runc_root().display(),
         cni_bin = cni_bin.display(),
         cni_conf = node.cni_conf_dir().display(),
+        base_spec = node.base_runtime_spec().display(),
     )
 }
 
@@ -215,6 +243,29 @@ mod tests {
         assert_eq!(
             s(&v["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]),
             PAUSE_IMAGE
+        );
+        assert_eq!(
+            s(&runtime["containerd"]["runtimes"]["runc"]["base_runtime_spec"]),
+            "/run/x/nodes/node-1/base-runtime-spec.json"
+        );
+    }
+
+    #[test]
+    fn every_container_sees_its_nodes_clock_read_only_on_top_of_containerds_default_spec() {
+        let default = r#"{"ociVersion": "1.3.0", "process": {"cwd": "/"},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}"#;
+        let v: serde_json::Value =
+            serde_json::from_str(&base_runtime_spec(default, &node()).unwrap()).unwrap();
+        assert_eq!(v["process"]["cwd"], "/", "the default is kept");
+        assert_eq!(v["mounts"][0]["destination"], "/proc");
+        let clock = &v["mounts"][1];
+        assert_eq!(clock["destination"], NODE_CLOCK_DIR);
+        assert_eq!(clock["source"], "/run/x/nodes/node-1/clock");
+        assert_eq!(clock["type"], "bind");
+        assert!(clock["options"].as_array().unwrap().contains(&json!("ro")));
+        assert!(
+            base_runtime_spec("{}", &node()).is_err(),
+            "a spec without mounts is refused"
         );
     }
 

@@ -65,6 +65,16 @@ impl NodeLayout {
     pub fn kubelet_root(&self) -> PathBuf {
         self.dir.join("kubelet")
     }
+    /// The node's wall clock as libfaketime reads it (`offset` in it: "+0", "+30s", ...),
+    /// bound read-only into every container at [`super::config::NODE_CLOCK_DIR`].
+    pub fn clock_dir(&self) -> PathBuf {
+        self.dir.join("clock")
+    }
+    /// The OCI spec every container of the node starts from (containerd's default plus the
+    /// clock's bind mount).
+    pub fn base_runtime_spec(&self) -> PathBuf {
+        self.dir.join("base-runtime-spec.json")
+    }
     pub fn pod_logs(&self) -> PathBuf {
         self.dir.join("pod-logs")
     }

@@ -30,6 +30,10 @@ use crate::procs::{ManagedChild, free_port};
 use layout::{Layout, NodeLayout};
 use node::RealNode;
 
+/// The test image whose Redis follows its node's clock (`RealNodes::set_node_clock`):
+/// redis 7.0 built with libc's malloc, under libfaketime (tests/nodes/images.py).
+pub const FAKETIME_IMAGE: &str = "redis:7.0-faketime";
+
 /// Kernel settings the kubelet changes machine-wide at start (`setupKernelTunables`); they
 /// are put back when the nodes stop.
 const KUBELET_SYSCTLS: &[&str] = &["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"];
@@ -260,6 +264,13 @@ impl RealNodes {
     /// the pods still bound to it in new sandboxes); a partitioned one gets a new kubelet.
     pub async fn restore_node(&self, node: &str) -> Result<()> {
         self.node(node)?.restore().await
+    }
+
+    /// Steps the wall clock of every Redis process on `node` that runs the
+    /// `redis:7.0-faketime` image to `offset` from true time (a libfaketime offset such as
+    /// "+30s"); running processes see it within a second.
+    pub fn set_node_clock(&self, node: &str, offset: &str) -> Result<()> {
+        self.node(node)?.set_clock(offset)
     }
 
     /// Tags an imported image under another name on every node (`ctr images tag`), e.g. the

@@ -78,6 +78,31 @@ impl RealNode {
             l.dir.join("containerd.toml"),
             config::containerd_toml(l, &config.bin_dir.join("runc"), &config.cni_bin),
         )?;
+        // The node's clock starts true; `set_clock` steps it.
+        std::fs::create_dir_all(l.clock_dir())?;
+        self.set_clock("+0")?;
+        let default_spec = Command::new(self.bin_dir.join("ctr"))
+            .args(["oci", "spec"])
+            .output()?;
+        if !default_spec.status.success() {
+            bail!("ctr oci spec: {}", String::from_utf8_lossy(&default_spec.stderr));
+        }
+        std::fs::write(
+            l.base_runtime_spec(),
+            config::base_runtime_spec(&String::from_utf8_lossy(&default_spec.stdout), l)?,
+        )?;
+        Ok(())
+    }
+
+    /// Sets the wall-clock offset every Redis process of the `redis:7.0-faketime` image on
+    /// this node sees (a libfaketime offset such as "+30s"), within a second for running
+    /// ones (`FAKETIME_CACHE_DURATION=1`) and from the start for new ones. Written whole and
+    /// renamed into place, so a reader never sees half an offset.
+    pub(super) fn set_clock(&self, offset: &str) -> Result<()> {
+        let dir = self.layout.clock_dir();
+        let tmp = dir.join(".offset.tmp");
+        std::fs::write(&tmp, format!("{offset}\n"))?;
+        std::fs::rename(&tmp, dir.join("offset"))?;
         Ok(())
     }
 

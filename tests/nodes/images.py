@@ -12,6 +12,9 @@ key always means the same image digest.
 Redis and Valkey come from Debian packages: the server and CLI of the suite's package, the
 ELF library closure of those binaries taken from the same suite's packages (never the host's),
 and busybox-static for the readiness probe's `sh -c "redis-cli ... | grep -q '^PONG$'"`.
+The one exception is the test image redis:7.0-faketime: its server is built on this machine
+(tests/tools/build-redis-libc.sh, from the Debian source of the installed redis-server, with
+libc's malloc) and runs under bookworm's libfaketime; its libraries still come from the suite.
 Package lists of each suite are kept in a private apt state under the cache directory (the
 host's sources, lists and installed packages are neither used nor changed); they are read once
 and reused until `--refresh`, so the key stays put between runs and a cached run is offline.
@@ -695,8 +698,11 @@ def build_server(img, suite, workdir):
     root.copy(f"/usr/local/bin/{img.flavour}-cli", tree.resolve(cli)[1], 0o755)
     # As in the official images: the check tools and sentinel are the server under other
     # names, and the valkey image answers to the redis names the operator's pods run.
+    # (The faketime image's server under its own path: the binary picks its mode from argv[0],
+    # and the wrapper would run it as a server whatever name it was called by.)
+    tools_target = FAKETIME_SERVER if img.faketime else f"{img.flavour}-server"
     for tool in ("check-rdb", "check-aof", "sentinel"):
-        root.symlink(f"/usr/local/bin/{img.flavour}-{tool}", f"{img.flavour}-server")
+        root.symlink(f"/usr/local/bin/{img.flavour}-{tool}", tools_target)
     if img.flavour != "redis":
         for tool in ("server", "cli", "check-rdb", "check-aof", "sentinel"):
             root.symlink(f"/usr/local/bin/redis-{tool}", f"{img.flavour}-{tool}")

@@ -346,6 +346,7 @@ impl ControlPlane {
                     images: crate::nodes::image_tarballs(&images)?,
                     // Renewed every second, like the process kubelet's lease.
                     node_lease_seconds: 4,
+                    node_clocks: config.node_clocks.is_some(),
                 },
             )
             .await

@@ -12,19 +12,29 @@ use super::layout::{Layout, NodeLayout};
 /// `pause.c` (tests/nodes/images.sh), never pulled.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
 
-/// Where every container of a node sees the node's clock directory (read-only): the test
-/// image `redis:7.0-faketime` runs its server under libfaketime with `offset` in it as the
-/// wall clock's offset (tests/nodes/images.py), so a test can step the clock of every Redis
-/// process on a node, as a node's stepped system clock would (`RealNodes::set_node_clock`).
-/// Other images ignore it.
+/// Where every container of a node (not the pod sandboxes, whose spec ignores base specs) sees
+/// the node's clock directory, read-only: the test image `redis:7.0-faketime` runs its server
+/// under libfaketime with `offset` in it as the wall clock's offset (tests/nodes/images.py), so
+/// a test can step the clock of every Redis process on a node, as a node's stepped system
+/// clock would (`RealNodes::set_node_clock`). Other images ignore it.
 pub const NODE_CLOCK_DIR: &str = "/redlock-node-clock";
 
-/// The base OCI spec of a node's containers: containerd's own default (`ctr oci spec`, which
-/// the CRI plugin starts from when no base spec is set) plus the read-only bind of the node's
-/// clock directory. The CRI plugin keeps a base spec's mounts unless the pod mounts the same
-/// path.
+/// The base OCI spec of a node's containers: the spec the CRI plugin builds without one, plus
+/// the read-only bind of the node's clock directory. That is containerd's default (`ctr oci
+/// spec`) without what the plugin drops from it when no base spec is set
+/// (`WithoutDefaultSecuritySettings`, containerd 2.4 `internal/cri/opts/spec_opts.go`): its
+/// rlimits (`RLIMIT_NOFILE` 1024, which would cap Redis's `maxclients` at 992), AppArmor
+/// profile and seccomp filter (the pod's own settings still apply). The plugin keeps a base
+/// spec's mounts unless the pod mounts the same path.
 pub fn base_runtime_spec(default_spec: &str, node: &NodeLayout) -> anyhow::Result<String> {
     let mut spec: serde_json::Value = serde_json::from_str(default_spec)?;
+    if let Some(process) = spec.get_mut("process").and_then(|p| p.as_object_mut()) {
+        process.remove("rlimits");
+        process.remove("apparmorProfile");
+    }
+    if let Some(linux) = spec.get_mut("linux").and_then(|l| l.as_object_mut()) {
+        linux.remove("seccomp");
+    }
     let mounts = spec
         .get_mut("mounts")
         .and_then(|m| m.as_array_mut())
@@ -252,11 +262,19 @@ mod tests {
 
     #[test]
     fn every_container_sees_its_nodes_clock_read_only_on_top_of_containerds_default_spec() {
-        let default = r#"{"ociVersion": "1.3.0", "process": {"cwd": "/"},
+        let default = r#"{"ociVersion": "1.3.0",
+            "process": {"cwd": "/", "apparmorProfile": "x",
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]},
+            "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}, "maskedPaths": ["/proc/kcore"]},
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}"#;
         let v: serde_json::Value =
             serde_json::from_str(&base_runtime_spec(default, &node()).unwrap()).unwrap();
         assert_eq!(v["process"]["cwd"], "/", "the default is kept");
+        assert_eq!(v["linux"]["maskedPaths"][0], "/proc/kcore");
+        // What CRI drops from the default when it has no base spec, dropped here too.
+        assert!(v["process"].get("rlimits").is_none(), "{v}");
+        assert!(v["process"].get("apparmorProfile").is_none(), "{v}");
+        assert!(v["linux"].get("seccomp").is_none(), "{v}");
         assert_eq!(v["mounts"][0]["destination"], "/proc");
         let clock = &v["mounts"][1];
         assert_eq!(clock["destination"], NODE_CLOCK_DIR);

@@ -54,6 +54,9 @@ pub struct RealNodesConfig {
     pub images: Vec<PathBuf>,
     /// Node lease duration; the kubelet renews every quarter of it.
     pub node_lease_seconds: u32,
+    /// Whether tests step the nodes' clocks (`set_node_clock`): their clusters then run the
+    /// image that follows them ([`FAKETIME_IMAGE`]); other images ignore a node's clock.
+    pub node_clocks: bool,
 }
 
 /// Where `tests/nodes/build.sh` and `tests/nodes/images.sh` put their results.
@@ -270,6 +273,11 @@ impl RealNodes {
     /// `redis:7.0-faketime` image to `offset` from true time (a libfaketime offset such as
     /// "+30s"); running processes see it within a second.
     pub fn set_node_clock(&self, node: &str, offset: &str) -> Result<()> {
+        if !self.config.node_clocks {
+            bail!(
+                "node clocks are off (ControlPlaneConfig::node_clocks): the pods run images that ignore them"
+            );
+        }
         self.node(node)?.set_clock(offset)
     }
 

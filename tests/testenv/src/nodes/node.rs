@@ -1,6 +1,7 @@
 //! One real node's processes: containerd (with the images imported) and the kubelet, its
 //! veth (the node IP), cgroup root and directories.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -78,8 +79,10 @@ impl RealNode {
             l.dir.join("containerd.toml"),
             config::containerd_toml(l, &config.bin_dir.join("runc"), &config.cni_bin),
         )?;
-        // The node's clock starts true; `set_clock` steps it.
+        // The node's clock starts true; `set_clock` steps it. Readable by the containers'
+        // users (uid 999), whatever the umask.
         std::fs::create_dir_all(l.clock_dir())?;
+        std::fs::set_permissions(l.clock_dir(), std::fs::Permissions::from_mode(0o755))?;
         self.set_clock("+0")?;
         let default_spec = Command::new(self.bin_dir.join("ctr"))
             .args(["oci", "spec"])
@@ -102,6 +105,7 @@ impl RealNode {
         let dir = self.layout.clock_dir();
         let tmp = dir.join(".offset.tmp");
         std::fs::write(&tmp, format!("{offset}\n"))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
         std::fs::rename(&tmp, dir.join("offset"))?;
         Ok(())
     }

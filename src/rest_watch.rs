@@ -35,6 +35,13 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
     let start = tokio::time::Instant::now() + period;
     let mut ticks = tokio::time::interval_at(start, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What the audit reads is fixed for the rest: worked out once, not every period.
+    let audit_key = ttl_sampling::audit_key(
+        rest.cluster.namespace.as_deref().unwrap_or_default(),
+        &rest.cluster.name,
+        uid,
+    );
+    let serving = serving(rest);
     loop {
         ticks.tick().await;
         if ctx.memory.resting.while_current(uid, generation, || ()).is_none() {
@@ -62,7 +69,7 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
         // the next probe as it delayed the next reconcile (each request waits the connection
         // timeout at most). Not cut short: a cut would drop the connection mid-exchange, and a
         // batch that always takes longer than the cut would never move its sweep on.
-        match audit(ctx, uid, generation, rest).await {
+        match audit(ctx, uid, generation, rest, &audit_key, &serving).await {
             Audited::Same => {}
             Audited::Other => return wake(ctx, uid, generation, rest, "the TTL audit found other keys"),
             Audited::RestOver => return,
@@ -89,18 +96,9 @@ enum Audited {
     RestOver,
 }
 
-/// The TTL audit's period, when due, over the members as the rest began (all serving). The
-/// period is taken, and its samples absorbed, only while the rest is current: a reconcile
-/// that ended it runs the audit's periods itself, and a member it found restarted must not
-/// take samples of the process before.
-async fn audit(ctx: &Context, uid: &str, generation: u64, rest: &Rest) -> Audited {
-    let key = ttl_sampling::audit_key(
-        rest.cluster.namespace.as_deref().unwrap_or_default(),
-        &rest.cluster.name,
-        uid,
-    );
-    let serving: Vec<Serving<'_>> = rest
-        .members
+/// The members the audit reads: those of the rest (all serving), as the rest began.
+fn serving(rest: &Rest) -> Vec<Serving<'_>> {
+    rest.members
         .iter()
         .filter(|m| m.seen.client_enabled)
         .map(|m| Serving {
@@ -109,19 +107,34 @@ async fn audit(ctx: &Context, uid: &str, generation: u64, rest: &Rest) -> Audite
             ip: m.ip,
             access: m.access.as_ref().unwrap_or(&rest.access),
         })
-        .collect();
+        .collect()
+}
+
+/// The TTL audit's period over `serving` (the cluster's audit state under `key`), when due.
+/// The period is taken, and its samples absorbed, only while the rest is current: a reconcile
+/// that ended it runs the audit's periods itself, and a member it found restarted must not
+/// take samples of the process before.
+async fn audit(
+    ctx: &Context,
+    uid: &str,
+    generation: u64,
+    rest: &Rest,
+    key: &str,
+    serving: &[Serving<'_>],
+) -> Audited {
     let now = std::time::Instant::now();
-    let due = ctx.memory.resting.while_current(uid, generation, || {
-        ttl_sampling::take_due(ctx, &key, &serving, now)
-    });
+    let due = ctx
+        .memory
+        .resting
+        .while_current(uid, generation, || ttl_sampling::take_due(ctx, key, serving, now));
     let cursors = match due {
         None => return Audited::RestOver,
         Some(Err(_not_due)) => return Audited::Same,
         Some(Ok(cursors)) => cursors,
     };
-    let results = ttl_sampling::sample(ctx, uid, &serving, cursors).await;
+    let results = ttl_sampling::sample(ctx, uid, serving, cursors).await;
     let report = ctx.memory.resting.while_current(uid, generation, || {
-        ttl_sampling::absorb(ctx, &key, &rest.cluster.name, results, rest.max_lock_ttl, now)
+        ttl_sampling::absorb(ctx, key, &rest.cluster.name, results, rest.max_lock_ttl, now)
     });
     match report {
         None => Audited::RestOver,

@@ -165,7 +165,9 @@ pub struct Report {
 /// violations metric show all but the number of keys checked, which moves with every sweep
 /// of a cluster in use and would wake a resting cluster for nothing to write.
 pub fn same_findings(a: Option<&Report>, b: Option<&Report>) -> bool {
-    let shown = |r: &Report| (r.violations, r.members_with_violations, r.example.clone());
+    fn shown(r: &Report) -> (u64, usize, Option<&Example>) {
+        (r.violations, r.members_with_violations, r.example.as_ref())
+    }
     a.map(shown) == b.map(shown)
 }
 

@@ -8,19 +8,24 @@ PREFIX ?= $(HOME)/.local
 
 .PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
-## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane)
+## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
+## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
+## default: each control plane's nodes get a network namespace of their own, so tests run in
+## parallel. Tests that need the process kubelet say so (README "Real nodes").
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
-	$(CARGO) test --workspace --lib --bins --tests
+	$(CARGO) test --workspace --lib --bins --tests --no-run
+	$(CARGO) build --workspace --bins
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --workspace --lib --bins --tests
 
-## test-real-nodes: whole integration test binaries on real nodes (kubelet, containerd, CNI,
-## kube-proxy; Redis in containers) instead of the process kubelet, one test at a time inside
-## the run's own namespaces. REAL_NODE_TESTS chooses the binaries, FILTER the tests. Not in
-## `make test` (tests/real_nodes.rs is): see README "Real nodes" for why and for its last result.
+## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
+## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.
+## REAL_NODE_TESTS chooses the binaries, FILTER the tests, TEST_THREADS how many at once.
 REAL_NODE_TESTS ?= lifecycle publishing leader_election password_rotation hardening partitions rollout everyday_operations
+TEST_THREADS ?= 2
 test-real-nodes: dev-binaries nodes
 	$(CARGO) test --no-run $(addprefix --test ,$(REAL_NODE_TESTS))
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --no-fail-fast \
-	  $(addprefix --test ,$(REAL_NODE_TESTS)) -- --test-threads=1 $(FILTER)
+	  $(addprefix --test ,$(REAL_NODE_TESTS)) -- --test-threads=$(TEST_THREADS) $(FILTER)
 
 ## chart: helm lint --strict and helm template of charts/redlock-operator (tests/chart.rs
 ## additionally checks the rendered objects and that bad values are refused)

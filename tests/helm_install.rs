@@ -89,7 +89,10 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
     let cp = ControlPlane::start(ControlPlaneConfig {
         // The example asks for 5 instances, at most one per node.
         nodes: 5,
+        // The operator runs as a local program through the process kubelet's image table;
+        // tests/real_nodes.rs runs the same install with the operator image on real nodes.
         extra_images: vec![("*redlock-operator".into(), operator_bin())],
+        real_nodes: false,
         ..Default::default()
     })
     .await

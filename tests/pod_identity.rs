@@ -174,7 +174,17 @@ fn fenced(e: &redis::RedisError) -> bool {
 #[tokio::test]
 async fn a_replacement_seen_at_another_slots_address_neither_fences_nor_releases_that_process() {
     const NAME: &str = "reuse";
-    let env = Env::start(3).await;
+    // The stale view of a reused address is a fault only the process kubelet can make
+    // (`report_address`); a real kubelet reports what the CNI gave the pod.
+    let env = Env::start_config(
+        redlock_testenv::ControlPlaneConfig {
+            nodes: 3,
+            real_nodes: false,
+            ..Default::default()
+        },
+        &[],
+    )
+    .await;
     env.serving_with_ttl(NAME, 3, "8s").await;
     let client = env.client_login(NAME).await;
     let slot1_ip = env.pod_ip(NAME, 1).await;

@@ -18,7 +18,8 @@ use kube::{Client, Config};
 use crate::certs::Pki;
 use crate::kubelet::{KubeletConfig, ProcessKubelet};
 use crate::nodes::layout::Layout;
-use crate::nodes::{ApiAddress, RealNodes, RealNodesConfig};
+use crate::nodes::node_network::NodeNetwork;
+use crate::nodes::{RealNodes, RealNodesConfig};
 use crate::procs::{ManagedChild, free_port};
 
 const AUDIT_LOG: &str = "audit.log";
@@ -103,8 +104,8 @@ fn real_nodes_by_default() -> bool {
 pub struct ControlPlane {
     kubelet: Option<ProcessKubelet>,
     real_nodes: Option<RealNodes>,
-    /// Declared after the nodes: it goes when they are gone.
-    _api_address: Option<ApiAddress>,
+    /// The nodes' network namespace. Declared after the nodes: it goes when they are gone.
+    node_network: Option<NodeNetwork>,
     processes: Vec<ManagedChild>,
     client: Client,
     kubeconfig: PathBuf,
@@ -146,8 +147,14 @@ impl ControlPlane {
                 );
             }
         }
+        if config.real_nodes && !config.extra_images.is_empty() {
+            bail!(
+                "extra_images are local programs run by the process kubelet; real nodes run images \
+                 (tests/nodes/images.sh): set real_nodes: false"
+            );
+        }
         if config.real_nodes {
-            // Loopback, forwarding and private mounts first: etcd binds before any node.
+            // Loopback and private mounts first: etcd binds before any node.
             crate::nodes::namespace::prepare()?;
         }
         let (tempdir, dir) = match &config.dir {
@@ -172,10 +179,11 @@ impl ControlPlane {
                 IpAddr::V4(Ipv4Addr::new(127, ip_block.octet, 240, 1)),
             )
         };
-        // Real pods reach the API server through the `kubernetes` Service, at an address of
-        // the run's network namespace; the process kubelet's programs reach it on loopback.
-        let api_address = if config.real_nodes {
-            Some(ApiAddress::create(&layout)?)
+        // Real nodes live in a network namespace of their own; they and their pods reach the
+        // API server at the run's end of the link to it. The process kubelet's programs reach
+        // it on loopback.
+        let node_network = if config.real_nodes {
+            Some(NodeNetwork::create(&layout)?)
         } else {
             None
         };
@@ -315,7 +323,7 @@ impl ControlPlane {
         let mut cp = Self {
             kubelet: None,
             real_nodes: None,
-            _api_address: api_address,
+            node_network,
             processes,
             client,
             kubeconfig,
@@ -338,8 +346,14 @@ impl ControlPlane {
                 RealNodesConfig {
                     nodes: config.nodes,
                     zones: config.zones.clone(),
+                    api_url: format!("https://{}:{api_port}", layout.api_ip()),
+                    netns: cp
+                        .node_network
+                        .as_ref()
+                        .expect("created with real nodes")
+                        .netns()
+                        .clone(),
                     layout,
-                    api_url: cp.api_url.clone(),
                     pki: pki.clone(),
                     bin_dir: node_bin,
                     cni_bin,

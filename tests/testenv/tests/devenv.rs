@@ -65,6 +65,9 @@ fn the_demo_on_real_nodes_is_reachable_from_outside_its_namespaces_and_stops_cle
     let ready = dir.path().join("ready");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_devenv"));
     cmd.arg("--dir").arg(dir.path()).arg("--ready-file").arg(&ready);
+    // `make test` runs inside the run's namespaces: devenv makes namespaces of its own inside
+    // them, and this test stays outside those, as a user's shell would.
+    cmd.env_remove(redlock_testenv::nodes::namespace::MARKER);
     let mut devenv = ManagedChild::spawn("devenv", cmd, &dir.path().join("devenv.log")).unwrap();
     let log = || std::fs::read_to_string(dir.path().join("devenv.log")).unwrap_or_default();
 

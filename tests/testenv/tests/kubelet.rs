@@ -30,6 +30,8 @@ async fn control_plane(nodes: usize) -> ControlPlane {
     init_tracing();
     ControlPlane::start(ControlPlaneConfig {
         nodes,
+        // This file tests the process kubelet itself, whatever the run's default nodes.
+        real_nodes: false,
         ..Default::default()
     })
     .await

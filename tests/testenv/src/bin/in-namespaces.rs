@@ -16,6 +16,12 @@ fn main() -> ExitCode {
         eprintln!("cannot enter the run's namespaces: {e:#}");
         return ExitCode::FAILURE;
     }
+    // A new network namespace's loopback is down; tests on the process kubelet (whose pods
+    // listen on 127.B.x.y) need it, and do not set up the namespaces themselves.
+    if let Err(e) = redlock_testenv::nodes::namespace::run("ip", &["link", "set", "lo", "up"]) {
+        eprintln!("cannot bring loopback up: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let err = Command::new(program).args(rest).exec();
     eprintln!("exec {}: {err}", program.to_string_lossy());
     ExitCode::FAILURE

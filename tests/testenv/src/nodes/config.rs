@@ -115,7 +115,7 @@ imports = []
 }
 
 /// The node's pod network: a bridge with its own subnet, routed (not masqueraded) in the
-/// run's network namespace, so every pod reaches every other pod and the test process
+/// control plane's network namespace, so every pod reaches every other pod and the test process
 /// reaches every pod by its IP.
 pub fn cni_conflist(node: &NodeLayout) -> String {
     let conf = json!({

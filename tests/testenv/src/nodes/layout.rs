@@ -7,10 +7,13 @@
 //!
 //! | what | address |
 //! |---|---|
-//! | node i's IP (a veth end in the run's network namespace) | 10.B.250.(i+1) |
+//! | node i's IP (a veth end in the control plane's network namespace) | 10.B.250.(i+1) |
 //! | node i's pod subnet (its CNI bridge) | 10.B.(i+1).0/24 |
 //! | Service ClusterIPs | 10.B.224.0/20 |
-//! | the API server, for pods (a veth end) | 10.B.255.1 |
+//! | the API server, for pods (the run's end of the link to the nodes' namespace) | 10.B.255.1/30 |
+//! | the nodes' namespace's end of that link, their default gateway's peer | 10.B.255.2/30 |
+//!
+//! The nodes live in a network namespace of their own, `rlcpB` ([`super::node_network`]).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -124,14 +127,26 @@ impl Layout {
         Ipv4Addr::new(NET, self.block, 224, 1)
     }
 
-    /// Where pods reach the API server (the `kubernetes` Service's endpoint), on a veth of
-    /// its own in the run's network namespace.
+    /// Where pods and nodes reach the API server (the `kubernetes` Service's endpoint): the
+    /// run's end of the link to the nodes' network namespace.
     pub fn api_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(NET, self.block, 255, 1)
     }
 
+    /// The nodes' namespace's end of that link: the run's namespace routes the whole block
+    /// through it.
+    pub fn node_network_gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::new(NET, self.block, 255, 2)
+    }
+
+    /// The link between the run's namespace and the nodes': (run's end, nodes' end).
     pub fn api_veth(&self) -> (String, String) {
         (format!("rlv{}api", self.block), format!("rlv{}apip", self.block))
+    }
+
+    /// The nodes' network namespace (under `/run/netns`).
+    pub fn netns_name(&self) -> String {
+        format!("rlcp{}", self.block)
     }
 
     /// Every address of this control plane (`clusterCIDR` of kube-proxy).
@@ -145,7 +160,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nodes_get_distinct_addresses_names_and_cgroups_within_the_block() {
+    fn nodes_get_distinct_addresses_names_and_cgroups_within_the_block_and_a_link_of_their_own() {
         let l = Layout::new(42, Path::new("/x"));
         let zones = vec!["a".to_string(), "b".to_string()];
         let nodes = l.nodes(5, &zones);
@@ -176,5 +191,18 @@ mod tests {
                 .iter()
                 .all(|n| n.gateway.octets()[2] < 224 && n.ip.octets()[2] > 239)
         );
+        // The link to the nodes' namespace is one /30 of its own, outside every node's subnet,
+        // the node IPs and the Service range, and its namespace name fits `ip netns`.
+        let l = Layout::new(250, Path::new("/x"));
+        assert_eq!(l.api_ip(), Ipv4Addr::new(10, 250, 255, 1));
+        assert_eq!(l.node_network_gateway(), Ipv4Addr::new(10, 250, 255, 2));
+        assert!(
+            worst
+                .iter()
+                .all(|n| n.ip.octets()[2] != 255 && n.gateway.octets()[2] != 255)
+        );
+        assert_eq!(l.netns_name(), "rlcp250");
+        let (run_end, nodes_end) = l.api_veth();
+        assert!(run_end.len() <= 15 && nodes_end.len() <= 15 && run_end != nodes_end);
     }
 }

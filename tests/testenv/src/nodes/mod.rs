@@ -1,11 +1,13 @@
 //! Real nodes: per node a containerd, a kubelet v1.37 and a CNI bridge with its own pod
-//! subnet, plus one kube-proxy, all inside the run's own namespaces ([`namespace`]). Pods
+//! subnet, plus one kube-proxy, all inside the run's own namespaces ([`namespace`]) and there
+//! in a network namespace of their control plane's ([`node_network`]). Pods
 //! run in real containers from locally built images (tests/nodes/images.sh); faults use the
 //! real processes: a container's PID comes from containerd, a partition is a stopped kubelet
 //! whose containers keep serving, a lost node is a killed kubelet with its containers.
 //!
 //! Layout: `layout` (addresses and names, pure), `config` (config files, pure), `namespace`
-//! (the run's namespaces), `cgroups` (cgroup roots), `node` (one node's processes),
+//! (the run's namespaces), `node_network` (a control plane's network namespace), `cgroups`
+//! (cgroup roots), `node` (one node's processes),
 //! `port_forward` (a port outside forwarded into the namespaces, for `make demo`).
 
 pub mod cgroups;
@@ -13,6 +15,7 @@ pub mod config;
 pub mod layout;
 pub mod namespace;
 mod node;
+pub mod node_network;
 pub mod port_forward;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ use crate::certs::Pki;
 use crate::procs::{ManagedChild, free_port};
 use layout::{Layout, NodeLayout};
 use node::RealNode;
+use node_network::Netns;
 
 /// The test image whose Redis follows its node's clock (`RealNodes::set_node_clock`):
 /// redis 7.0 built with libc's malloc, under libfaketime (tests/nodes/images.py).
@@ -44,7 +48,10 @@ pub struct RealNodesConfig {
     pub nodes: usize,
     pub zones: Vec<String>,
     pub layout: Layout,
+    /// The API server as the nodes' network namespace reaches it.
     pub api_url: String,
+    /// The control plane's network namespace: kubelets, containerds, kube-proxy, bridges.
+    pub netns: Netns,
     pub pki: Pki,
     /// kubelet, kube-proxy, containerd, containerd-shim-runc-v2, ctr, runc.
     pub bin_dir: PathBuf,
@@ -82,47 +89,13 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The address pods reach the API server at: a veth end in the run's network namespace,
-/// which also carries the route to Service ClusterIPs; removed on drop.
-pub struct ApiAddress {
-    veth: String,
-}
-
-impl ApiAddress {
-    pub fn create(layout: &Layout) -> Result<Self> {
-        namespace::prepare()?;
-        let (veth, peer) = layout.api_veth();
-        let _ = namespace::run("ip", &["link", "del", &veth]);
-        namespace::run(
-            "ip",
-            &["link", "add", &veth, "type", "veth", "peer", "name", &peer],
-        )?;
-        namespace::run(
-            "ip",
-            &["addr", "add", &format!("{}/32", layout.api_ip()), "dev", &veth],
-        )?;
-        namespace::run("ip", &["link", "set", &veth, "up"])?;
-        namespace::run("ip", &["link", "set", &peer, "up"])?;
-        // The run's namespace has no default route: without one for the Service range, a
-        // connection from here to a ClusterIP fails before kube-proxy's DNAT could apply.
-        namespace::run("ip", &["route", "add", &layout.service_range(), "dev", &veth])?;
-        Ok(Self { veth })
-    }
-}
-
-impl Drop for ApiAddress {
-    fn drop(&mut self) {
-        let _ = namespace::run("ip", &["link", "del", &self.veth]);
-    }
-}
-
 /// Running real nodes. Dropping them kills every process they started and removes their
 /// interfaces, cgroups and mounts, also when a test panics.
 pub struct RealNodes {
     client: kube::Client,
     nodes: Vec<RealNode>,
     kube_proxy: Option<ManagedChild>,
-    sysctls: Vec<(String, String)>,
+    _kernel_tunables: KernelTunables,
     config: RealNodesConfig,
 }
 
@@ -144,16 +117,13 @@ impl RealNodes {
                 );
             }
         }
-        let sysctls = KUBELET_SYSCTLS
-            .iter()
-            .map(|k| Ok((k.to_string(), namespace::read_sysctl(k)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let kernel_tunables = KernelTunables::hold()?;
         bind_nodes_to_their_role(&client).await?;
         let mut this = Self {
             client: client.clone(),
             nodes: Vec::new(),
             kube_proxy: None,
-            sysctls,
+            _kernel_tunables: kernel_tunables,
             config: config.clone(),
         };
         let started = Instant::now();
@@ -185,8 +155,8 @@ impl RealNodes {
             self.config.pki.kubeconfig_for(&self.config.api_url, &cert, &key),
         )?;
         let conf = dir.join("config.yaml");
-        // One kube-proxy serves every node: they share the run's network namespace, and a
-        // second one would rewrite the same iptables chains.
+        // One kube-proxy serves every node: they share the control plane's network namespace,
+        // and a second one would rewrite the same iptables chains.
         std::fs::write(
             &conf,
             config::kube_proxy_yaml(
@@ -196,7 +166,7 @@ impl RealNodes {
                 free_port()?,
             ),
         )?;
-        let mut cmd = std::process::Command::new(self.config.bin_dir.join("kube-proxy"));
+        let mut cmd = self.config.netns.command(self.config.bin_dir.join("kube-proxy"));
         cmd.arg(format!("--config={}", conf.display()));
         ManagedChild::spawn("kube-proxy", cmd, &dir.join("kube-proxy.log"))
     }
@@ -290,30 +260,60 @@ impl RealNodes {
         Ok(())
     }
 
-    /// Pod IPs are routable only inside the run's network namespace.
+    /// Pod IPs are routable only inside the run's network namespace (through the control
+    /// plane's link to its nodes).
     pub fn pod_network(&self) -> String {
         self.config.layout.cluster_cidr()
     }
 
     fn stop_all(&mut self) {
+        // Its iptables chains go with the control plane's network namespace.
         if let Some(mut p) = self.kube_proxy.take() {
             p.stop(Duration::from_secs(2));
-            // Its iptables chains stay behind a killed process; `--cleanup` removes them.
-            let _ = std::process::Command::new(self.config.bin_dir.join("kube-proxy"))
-                .args(["--cleanup", "--v=0"])
-                .output();
         }
         // Each node stops everything of its own when dropped.
         self.nodes.clear();
-        for (k, v) in std::mem::take(&mut self.sysctls) {
-            let _ = namespace::write_sysctl(&k, &v);
-        }
     }
 }
 
 impl Drop for RealNodes {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+/// The machine-wide values of [`KUBELET_SYSCTLS`] from before the first kubelet of this
+/// process started; put back when the last control plane with real nodes stops (several run
+/// at once, and one that stopped early must not undo them under the others, nor one that
+/// started late record the kubelet's values as the originals).
+struct KernelTunables;
+
+static KERNEL_TUNABLES: std::sync::Mutex<(usize, Vec<(String, String)>)> =
+    std::sync::Mutex::new((0, Vec::new()));
+
+impl KernelTunables {
+    fn hold() -> Result<Self> {
+        let mut held = KERNEL_TUNABLES.lock().unwrap_or_else(|e| e.into_inner());
+        if held.0 == 0 {
+            held.1 = KUBELET_SYSCTLS
+                .iter()
+                .map(|k| Ok((k.to_string(), namespace::read_sysctl(k)?)))
+                .collect::<Result<Vec<_>>>()?;
+        }
+        held.0 += 1;
+        Ok(Self)
+    }
+}
+
+impl Drop for KernelTunables {
+    fn drop(&mut self) {
+        let mut held = KERNEL_TUNABLES.lock().unwrap_or_else(|e| e.into_inner());
+        held.0 -= 1;
+        if held.0 == 0 {
+            for (k, v) in std::mem::take(&mut held.1) {
+                let _ = namespace::write_sysctl(&k, &v);
+            }
+        }
     }
 }
 

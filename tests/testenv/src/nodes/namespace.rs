@@ -2,7 +2,9 @@
 //! iptables rules and mounts in place; all of that must stay inside namespaces the run
 //! created, and die with it:
 //!
-//! - network: pod subnets and Service IPs exist only here, never on the machine;
+//! - network: pod subnets and Service IPs exist only here, never on the machine (each
+//!   control plane's nodes in a network namespace of their own inside this one,
+//!   [`super::node_network`]);
 //! - mount: overlay and tmpfs mounts of containers, and the shared paths that the kubelet and
 //!   containerd hard-code (`/run/containerd/s`, `/var/log/containers`, `/var/lib/cni`,
 //!   `/run/netns`), are private tmpfs mounts here;
@@ -20,7 +22,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result, bail};
 
 /// Set in the environment of a process re-executed inside the run's namespaces.
-const MARKER: &str = "REDLOCK_RUN_NAMESPACES";
+pub const MARKER: &str = "REDLOCK_RUN_NAMESPACES";
 
 /// Paths shared by every kubelet/containerd on a machine that get a private tmpfs here.
 const PRIVATE_DIRS: &[&str] = &[
@@ -119,9 +121,9 @@ pub fn connect_inside(pid: u32, addr: std::net::SocketAddr) -> Result<std::net::
     .map_err(|_| anyhow::anyhow!("the connecting thread panicked"))?
 }
 
-/// Sets up the namespaces once per process: loopback up, forwarding between the nodes'
-/// bridges, bridged traffic through iptables (kube-proxy's rules for pods on one bridge), and
-/// the private tmpfs mounts.
+/// Sets up the namespaces once per process: loopback up and the private tmpfs mounts.
+/// Forwarding and bridged traffic through iptables are set where the nodes' bridges are, in
+/// each control plane's own network namespace ([`super::node_network`]).
 pub fn prepare() -> Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| prepare_once().map_err(|e| format!("{e:#}")))
@@ -137,12 +139,6 @@ fn prepare_once() -> Result<()> {
         );
     }
     run("ip", &["link", "set", "lo", "up"])?;
-    write_sysctl("net/ipv4/ip_forward", "1")?;
-    // Per network namespace since Linux 5.3; without it traffic between pods on one bridge
-    // bypasses kube-proxy's DNAT of Service IPs.
-    if Path::new("/proc/sys/net/bridge").exists() {
-        write_sysctl("net/bridge/bridge-nf-call-iptables", "1")?;
-    }
     for dir in PRIVATE_DIRS {
         std::fs::create_dir_all(dir).with_context(|| format!("create {dir}"))?;
         nix::mount::mount(

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::config::{self, KubeletTimings};
 use super::layout::NodeLayout;
-use super::namespace::run;
+use super::node_network::Netns;
 use super::{RealNodesConfig, cgroups, node_is_ready};
 use crate::controlplane::log_tail;
 use crate::procs::{ManagedChild, free_port};
@@ -26,14 +26,17 @@ pub(super) struct RealNode {
     containerd: std::sync::Mutex<Option<ManagedChild>>,
     kubelet: std::sync::Mutex<Option<ManagedChild>>,
     bin_dir: std::path::PathBuf,
+    /// The control plane's network namespace, where containerd and the kubelet run.
+    netns: Netns,
 }
 
 impl RealNode {
     pub(super) async fn start(layout: NodeLayout, config: &RealNodesConfig) -> Result<Self> {
         std::fs::create_dir_all(&layout.dir)?;
         // A node IP must sit on an interface; this kernel has no dummy devices, so a veth.
-        let _ = run("ip", &["link", "del", &layout.veth]);
-        run(
+        let netns = config.netns.clone();
+        let _ = netns.run("ip", &["link", "del", &layout.veth]);
+        netns.run(
             "ip",
             &[
                 "link",
@@ -46,12 +49,12 @@ impl RealNode {
                 &layout.veth_peer,
             ],
         )?;
-        run(
+        netns.run(
             "ip",
             &["addr", "add", &format!("{}/32", layout.ip), "dev", &layout.veth],
         )?;
-        run("ip", &["link", "set", &layout.veth, "up"])?;
-        run("ip", &["link", "set", &layout.veth_peer, "up"])?;
+        netns.run("ip", &["link", "set", &layout.veth, "up"])?;
+        netns.run("ip", &["link", "set", &layout.veth_peer, "up"])?;
         cgroups::create(&layout.cgroup_root)?;
 
         let node = Self {
@@ -59,6 +62,7 @@ impl RealNode {
             containerd: std::sync::Mutex::new(None),
             kubelet: std::sync::Mutex::new(None),
             bin_dir: config.bin_dir.clone(),
+            netns,
         };
         node.write_containerd_files(config)?;
         node.start_containerd().await?;
@@ -117,7 +121,8 @@ impl RealNode {
 
     async fn start_containerd(&self) -> Result<()> {
         let l = &self.layout;
-        let mut cmd = Command::new(self.bin_dir.join("containerd"));
+        // The CNI plugins containerd runs put the bridge and the pods' veths in its namespace.
+        let mut cmd = self.netns.command(self.bin_dir.join("containerd"));
         cmd.arg("--config").arg(l.dir.join("containerd.toml"));
         // The shim is found on PATH.
         let path = format!(
@@ -227,7 +232,7 @@ impl RealNode {
 
     fn start_kubelet(&self) -> Result<()> {
         let l = &self.layout;
-        let mut cmd = Command::new(self.bin_dir.join("kubelet"));
+        let mut cmd = self.netns.command(self.bin_dir.join("kubelet"));
         cmd.arg(format!("--config={}", l.dir.join("kubelet.yaml").display()))
             .arg(format!("--kubeconfig={}", l.dir.join("kubeconfig").display()))
             .arg(format!("--root-dir={}", l.kubelet_root().display()))
@@ -370,8 +375,8 @@ impl RealNode {
         }
         kill_processes_naming(&l.containerd_socket());
         unmount_below(&l.dir);
-        let _ = run("ip", &["link", "del", &l.veth]);
-        let _ = run("ip", &["link", "del", &l.bridge]);
+        let _ = self.netns.run("ip", &["link", "del", &l.veth]);
+        let _ = self.netns.run("ip", &["link", "del", &l.bridge]);
         if let Err(e) = cgroups::remove(&l.cgroup_root) {
             warn!(node = %l.name, "{e:#}");
         }

@@ -1,0 +1,164 @@
+//! One control plane's own network namespace, inside the run's. Its real nodes live there:
+//! node IPs, CNI bridges, pods' veths, kube-proxy's iptables rules, and the kubelet and
+//! containerd processes (the CNI plugins run in containerd's namespace). Two control planes
+//! of one run therefore never share iptables chains, and their tests can run at the same
+//! time; before, one kube-proxy per run namespace forced real-node tests to run one by one.
+//!
+//! The API server, etcd, the operator and the test process stay in the run's namespace. A
+//! veth pair joins the two: its run-side end holds the API server's address for pods
+//! ([`Layout::api_ip`], 10.B.255.1/30), its other end 10.B.255.2 is the control plane's
+//! default gateway, and the run's namespace routes the whole block 10.B.0.0/16 (node IPs,
+//! pod subnets, Service ClusterIPs) through it, so the test process reaches pods and Services
+//! as before.
+//!
+//! The namespace is named `rlcpB` under `/run/netns`, a private tmpfs of the run's mount
+//! namespace (`ip netns add`; never `ip netns exec`, which remounts /sys and loses the cgroup
+//! mounts: processes enter with `setns` before they exec). Dropping it removes the namespace;
+//! what was in it (bridges, veths, iptables rules) goes with it.
+
+use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+
+use super::layout::Layout;
+use super::namespace;
+
+/// A handle that starts commands inside a control plane's network namespace; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Netns {
+    name: String,
+    file: Arc<std::fs::File>,
+}
+
+impl Netns {
+    fn open(name: &str) -> Result<Self> {
+        let path = PathBuf::from("/run/netns").join(name);
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("open the network namespace {}", path.display()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            file: Arc::new(file),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `program` to be run inside this namespace: the child enters it between fork and exec,
+    /// so the program (and whatever it starts) never runs in the run's namespace.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        let file = self.file.clone();
+        // SAFETY: setns is a plain system call, async-signal-safe; the file stays open for as
+        // long as the command (the closure owns a reference to it).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    /// Runs a short command (ip, iptables) inside this namespace; fails with its stderr.
+    pub fn run(&self, program: &str, args: &[&str]) -> Result<()> {
+        let out = self
+            .command(program)
+            .args(args)
+            .output()
+            .with_context(|| format!("run {program} in {}", self.name))?;
+        if !out.status.success() {
+            bail!(
+                "{program} {} in {} failed ({}): {}",
+                args.join(" "),
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// A network sysctl of this namespace (`/proc/sys/net/...` shows the namespace of the
+    /// process that opens it).
+    fn write_sysctl(&self, key: &str, value: &str) -> Result<()> {
+        let path = format!("/proc/sys/{key}");
+        self.run("sh", &["-c", &format!("echo {value} > {path}")])
+            .with_context(|| format!("sysctl {key}={value}"))
+    }
+}
+
+/// A control plane's network namespace and the link to it; removed on drop.
+pub struct NodeNetwork {
+    netns: Netns,
+    link: String,
+}
+
+impl NodeNetwork {
+    pub fn create(layout: &Layout) -> Result<Self> {
+        namespace::prepare()?;
+        let name = layout.netns_name();
+        let (link, peer) = layout.api_veth();
+        // Leftovers of a run of the same block that died without cleaning up.
+        let _ = namespace::run("ip", &["netns", "del", &name]);
+        let _ = namespace::run("ip", &["link", "del", &link]);
+        namespace::run("ip", &["netns", "add", &name])?;
+        let netns = Netns::open(&name)?;
+        // Constructed now, so that whatever fails below still removes the namespace.
+        let this = Self {
+            netns,
+            link: link.clone(),
+        };
+        let (api_ip, gateway) = (layout.api_ip(), layout.node_network_gateway());
+        namespace::run(
+            "ip",
+            &[
+                "link", "add", &link, "type", "veth", "peer", "name", &peer, "netns", &name,
+            ],
+        )?;
+        namespace::run("ip", &["addr", "add", &format!("{api_ip}/30"), "dev", &link])?;
+        namespace::run("ip", &["link", "set", &link, "up"])?;
+        // The run's namespace has no default route: the whole block goes to the nodes'.
+        namespace::run(
+            "ip",
+            &[
+                "route",
+                "add",
+                &layout.cluster_cidr(),
+                "via",
+                &gateway.to_string(),
+            ],
+        )?;
+        let ns = &this.netns;
+        ns.run("ip", &["link", "set", "lo", "up"])?;
+        ns.run("ip", &["addr", "add", &format!("{gateway}/30"), "dev", &peer])?;
+        ns.run("ip", &["link", "set", &peer, "up"])?;
+        ns.run("ip", &["route", "add", "default", "via", &api_ip.to_string()])?;
+        ns.write_sysctl("net/ipv4/ip_forward", "1")?;
+        // Per network namespace since Linux 5.3; without it traffic between pods on one bridge
+        // bypasses kube-proxy's DNAT of Service IPs.
+        if std::path::Path::new("/proc/sys/net/bridge").exists() {
+            ns.write_sysctl("net/bridge/bridge-nf-call-iptables", "1")?;
+        }
+        Ok(this)
+    }
+
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+}
+
+impl Drop for NodeNetwork {
+    fn drop(&mut self) {
+        let _ = namespace::run("ip", &["link", "del", &self.link]);
+        let _ = namespace::run("ip", &["netns", "del", &self.netns.name]);
+    }
+}

@@ -15,7 +15,7 @@ PREFIX ?= $(HOME)/.local
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
-	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --workspace --lib --bins --tests
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --no-fail-fast --workspace --lib --bins --tests
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.

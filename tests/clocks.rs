@@ -118,19 +118,7 @@ async fn a_forward_step_of_the_leaders_clock_mid_hold_does_not_shorten_it() {
         .await;
     assert!(attempts > 20, "{attempts}");
     env.wait_event("HoldExtended").await;
-    // The gauge is refreshed every clock-check period (10 s): on real nodes, whose kubelet
-    // restarts the container later, the hold can be extended before the next refresh.
-    let steps = wait_for(
-        "the step in redlock_operator_clock_forward_steps_seconds",
-        Duration::from_secs(15),
-        async || {
-            let s = metric(&env.operator, "redlock_operator_clock_forward_steps_seconds").await;
-            Ok((s > 0.0).then_some(s))
-        },
-    )
-    .await;
-    assert!((29.0..31.5).contains(&steps), "steps {steps}");
-    // The recorded end moved by the step.
+    // The recorded end moved by the step (read first: the hold still runs).
     let recorded = wait_for(
         "heldUntil moved by the step",
         Duration::from_secs(10),
@@ -144,6 +132,18 @@ async fn a_forward_step_of_the_leaders_clock_mid_hold_does_not_shorten_it() {
         recorded.duration_since(until).as_secs_f64() >= 29.0,
         "{recorded} vs {until}"
     );
+    // The gauge is refreshed every clock-check period (10 s): on real nodes, whose kubelet
+    // restarts the container later, the hold can be extended before the next refresh.
+    let steps = wait_for(
+        "the step in redlock_operator_clock_forward_steps_seconds",
+        Duration::from_secs(15),
+        async || {
+            let s = metric(&env.operator, "redlock_operator_clock_forward_steps_seconds").await;
+            Ok((s > 0.0).then_some(s))
+        },
+    )
+    .await;
+    assert!((29.0..31.5).contains(&steps), "steps {steps}");
 }
 
 /// With the default bound (2 s), a leader whose clock is 20 s off the API server's releases

@@ -1,8 +1,10 @@
 //! The operator on real nodes: kubelet v1.37, containerd 2.x, runc, CNI bridges and
 //! kube-proxy, Redis in containers from images built here (tests/nodes). Runs inside the
 //! run's own network, mount and PID namespaces, so it has its own `main` (harness = false):
-//! it re-executes itself there first, then runs the tests one after another (the nodes of one
-//! control plane share the namespace's iptables with its kube-proxy).
+//! it re-executes itself there first, then runs the tests one after another. What only real
+//! nodes have: container restarts, the version matrix, a container that outlives its pod, a
+//! machine that dies and boots, the operator image in-cluster. `make test` runs every other
+//! test binary on real nodes too (tests/safety.rs has the short safety run).
 //!
 //! `cargo test --test real_nodes -- FILTER` runs the tests whose name contains FILTER.
 
@@ -46,12 +48,6 @@ const TESTS: &[(&str, TestFn)] = &[
         "a_node_that_dies_and_boots_again_holds_its_members_new_processes",
         || Box::pin(a_node_that_dies_and_boots_again_holds_its_members_new_processes()),
     ),
-    ("safety_short_run_on_real_nodes", || {
-        Box::pin(safety_short_run_on_real_nodes())
-    }),
-    ("member_clock_jump_safety_run_on_real_nodes", || {
-        Box::pin(member_clock_jump_safety_run_on_real_nodes())
-    }),
     ("readme_install_runs_the_operator_image_in_cluster", || {
         Box::pin(readme_install_runs_the_operator_image_in_cluster())
     }),
@@ -588,51 +584,4 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
         "served {late:?} after heldUntil"
     );
     cp.shutdown().await;
-}
-
-/// The short safety run (one fault of every kind: kill -9 of one, a minority, a majority, pod
-/// deletion, SIGSTOP, operator killed, node loss, maxLockTTL lowered, delete + re-create, a
-/// failover to an operator 20 s ahead, a partitioned node's pod force-deleted, a partitioned
-/// node deleted (healed by a new kubelet that registers it again), a resize) with rslock,
-/// go-redsync and node-redlock, on real nodes: faults hit the containers' processes and the
-/// kubelets, clients reach the members through kube-proxy. The members run the stock image
-/// (`redis:7.0`); a member's clock jump, which needs the test image that follows its node's
-/// clock, has a run of its own (`member_clock_jump_safety_run_on_real_nodes`).
-async fn safety_short_run_on_real_nodes() {
-    use redlock_safety::schedule::FaultKind;
-    use redlock_test_support::safety_harness::{Settings, assert_safe, run};
-    let mut settings = Settings::one_round(1, "safety-real-nodes", true);
-    let others: Vec<FaultKind> = FaultKind::ALL
-        .into_iter()
-        .filter(|k| !k.needs_member_clocks())
-        .collect();
-    if std::env::var("SAFETY_KINDS").is_err() {
-        assert_eq!(settings.kinds, FaultKind::ALL.to_vec());
-        settings.kinds = others;
-        if std::env::var("SAFETY_FAULTS").is_err() {
-            settings.faults = settings.kinds.len();
-        }
-    }
-    let report = run(&settings).await.expect("safety run");
-    assert_safe(&report, &settings);
-}
-
-/// The short safety run's remaining kind on real nodes: the wall clock of one member's node
-/// steps forward while its process serves (every member runs the test image
-/// `redis:7.0-faketime`, which follows its node's clock, bound into its container). The
-/// operator must find the jump and hold the same process. With it, a majority killed: a jump
-/// alone need not meet a lock in the control run, whose violations prove the checker sees
-/// what the operator prevents.
-async fn member_clock_jump_safety_run_on_real_nodes() {
-    use redlock_safety::schedule::FaultKind;
-    use redlock_test_support::safety_harness::{Settings, assert_safe, run};
-    let mut settings = Settings::one_round(1, "safety-real-nodes-clock", true);
-    if std::env::var("SAFETY_KINDS").is_err() {
-        settings.kinds = vec![FaultKind::MemberClockJump, FaultKind::KillMajority];
-        if std::env::var("SAFETY_FAULTS").is_err() {
-            settings.faults = settings.kinds.len();
-        }
-    }
-    let report = run(&settings).await.expect("safety run");
-    assert_safe(&report, &settings);
 }

@@ -10,18 +10,20 @@ PREFIX ?= $(HOME)/.local
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
-## default: each control plane's nodes get a network namespace of their own, so tests run in
-## parallel. Tests that need the process kubelet say so (README "Real nodes").
+## default: each control plane's nodes get a network namespace of their own, so the tests of a
+## binary run TEST_THREADS (2) at a time, each with its own control plane and nodes, whatever
+## the machine's cores. Tests that need the process kubelet say so (README "Real nodes").
+TEST_THREADS ?= 2
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
-	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --no-fail-fast --workspace --lib --bins --tests
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
+	  $(CARGO) test --offline --no-fail-fast --workspace --lib --bins --tests
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.
 ## REAL_NODE_TESTS chooses the binaries, FILTER the tests, TEST_THREADS how many at once.
 REAL_NODE_TESTS ?= lifecycle publishing leader_election password_rotation hardening partitions rollout everyday_operations
-TEST_THREADS ?= 2
 test-real-nodes: dev-binaries nodes
 	$(CARGO) test --no-run $(addprefix --test ,$(REAL_NODE_TESTS))
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real $(CARGO) test --offline --no-fail-fast \

@@ -32,7 +32,8 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    let env = Env::start(3).await;
+    // Kills through the process kubelet (`cp.kubelet()`), whatever the run's default nodes.
+    let env = Env::start_on_process_kubelet(3).await;
     // hold = 1s + ceil(1s × 0.01) + 0s = 1.01s
     env.create_cluster(
         "bench",

@@ -176,15 +176,7 @@ async fn a_replacement_seen_at_another_slots_address_neither_fences_nor_releases
     const NAME: &str = "reuse";
     // The stale view of a reused address is a fault only the process kubelet can make
     // (`report_address`); a real kubelet reports what the CNI gave the pod.
-    let env = Env::start_config(
-        redlock_testenv::ControlPlaneConfig {
-            nodes: 3,
-            real_nodes: false,
-            ..Default::default()
-        },
-        &[],
-    )
-    .await;
+    let env = Env::start_on_process_kubelet(3).await;
     env.serving_with_ttl(NAME, 3, "8s").await;
     let client = env.client_login(NAME).await;
     let slot1_ip = env.pod_ip(NAME, 1).await;

@@ -49,6 +49,20 @@ impl Env {
         Self::start_with(nodes, &[]).await
     }
 
+    /// Like `start`, on the process kubelet whatever the run's default nodes: for tests and
+    /// benchmarks that use what only it can do (`cp.kubelet()`).
+    pub async fn start_on_process_kubelet(nodes: usize) -> Self {
+        Self::start_config(
+            ControlPlaneConfig {
+                nodes,
+                real_nodes: false,
+                ..Default::default()
+            },
+            &[],
+        )
+        .await
+    }
+
     /// Like `start`, with extra `redlock-operator run` flags.
     pub async fn start_with(nodes: usize, operator_args: &[&str]) -> Self {
         Self::start_config(

@@ -3,8 +3,8 @@
 //! schedule, then the same schedule against a naive, unfenced server set (the control). The
 //! pure parts (protocol, history, checker, schedule, report) live in the `safety` crate.
 //!
-//! Used by `tests/safety.rs` (a short run in `make test`), `tests/real_nodes.rs` and
-//! `benches/safety_full.rs` (`make safety`, ≥ 200 faults).
+//! Used by `tests/safety.rs` (a short run in `make test`, on real nodes there) and
+//! `benches/safety_full.rs` (`make safety`, ≥ 200 faults; `make safety-real-nodes`).
 
 mod clock_jump;
 mod cluster_faults;

@@ -15,15 +15,13 @@ fn real_nodes() -> bool {
     redlock_testenv::ControlPlaneConfig::default().real_nodes
 }
 
-/// `kinds` instead of every kind, unless SAFETY_KINDS says otherwise; one fault each unless
-/// SAFETY_FAULTS says otherwise.
+/// `kinds` instead of every kind (SAFETY_KINDS unset); one fault each unless SAFETY_FAULTS
+/// says otherwise.
 fn only(mut settings: Settings, kinds: Vec<FaultKind>) -> Settings {
-    if std::env::var("SAFETY_KINDS").is_err() {
-        assert_eq!(settings.kinds, FaultKind::ALL.to_vec());
-        settings.kinds = kinds;
-        if std::env::var("SAFETY_FAULTS").is_err() {
-            settings.faults = settings.kinds.len();
-        }
+    assert_eq!(settings.kinds, FaultKind::ALL.to_vec());
+    settings.kinds = kinds;
+    if std::env::var("SAFETY_FAULTS").is_err() {
+        settings.faults = settings.kinds.len();
     }
     settings
 }
@@ -37,9 +35,10 @@ fn only(mut settings: Settings, kinds: Vec<FaultKind>) -> Settings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_not() {
     // SAFETY_FAULTS / SAFETY_SEED / SAFETY_KINDS override.
-    let settings = Settings::one_round(1, "safety-short", real_nodes());
+    let real_nodes = real_nodes();
+    let settings = Settings::one_round(1, "safety-short", real_nodes);
     // SAFETY_KINDS chooses the kinds: then one run, whatever the nodes.
-    let runs = if real_nodes() && std::env::var("SAFETY_KINDS").is_err() {
+    let runs = if real_nodes && std::env::var("SAFETY_KINDS").is_err() {
         let others = FaultKind::ALL
             .into_iter()
             .filter(|k| !k.needs_member_clocks())

@@ -166,7 +166,13 @@ pub fn read_sysctl(key: &str) -> Result<String> {
 
 /// Runs a short command (ip, iptables) and fails with its stderr.
 pub fn run(program: &str, args: &[&str]) -> Result<()> {
-    let out = Command::new(program)
+    run_command(Command::new(program), program, args)
+}
+
+/// Runs `cmd` (`program`, set up by the caller, e.g. to start in another namespace) with
+/// `args` and fails with its stderr.
+pub fn run_command(mut cmd: Command, program: &str, args: &[&str]) -> Result<()> {
+    let out = cmd
         .args(args)
         .output()
         .with_context(|| format!("run {program}"))?;

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use super::layout::Layout;
 use super::namespace;
@@ -46,10 +46,6 @@ impl Netns {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// `program` to be run inside this namespace: the child enters it between fork and exec,
     /// so the program (and whatever it starts) never runs in the run's namespace.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
@@ -70,21 +66,8 @@ impl Netns {
 
     /// Runs a short command (ip, iptables) inside this namespace; fails with its stderr.
     pub fn run(&self, program: &str, args: &[&str]) -> Result<()> {
-        let out = self
-            .command(program)
-            .args(args)
-            .output()
-            .with_context(|| format!("run {program} in {}", self.name))?;
-        if !out.status.success() {
-            bail!(
-                "{program} {} in {} failed ({}): {}",
-                args.join(" "),
-                self.name,
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        namespace::run_command(self.command(program), program, args)
+            .with_context(|| format!("in the network namespace {}", self.name))
     }
 
     /// A network sysctl of this namespace (`/proc/sys/net/...` shows the namespace of the

@@ -1,10 +1,31 @@
 //! `in-namespaces COMMAND [ARGS...]`: runs COMMAND inside the run's own network, mount and PID
 //! namespaces, as `tests/real_nodes.rs` runs itself (`redlock_testenv::nodes::namespace`). With
-//! `REDLOCK_TEST_NODES=real` this runs whole test binaries on real nodes (`make
-//! test-real-nodes`). When COMMAND exits, the kernel kills whatever it left in the namespace.
+//! `REDLOCK_TEST_NODES=real` this runs whole test binaries on real nodes (`make test`, `make
+//! test-real-nodes`).
+//!
+//! This program stays as the namespaces' PID 1 and runs COMMAND as its child. An init must
+//! reap every orphan (containerd shims of stopped nodes end up here) and pass on the signals
+//! meant for the run (Ctrl-C, a CI's SIGTERM), which a PID 1 without handlers ignores. When
+//! COMMAND exits, so does this program, and the kernel kills whatever is left in the
+//! namespaces.
 
-use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::sys::wait::{WaitStatus, waitpid};
+
+/// The command's PID, for the signal handler.
+static COMMAND: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn pass_on(signal: libc::c_int) {
+    let pid = COMMAND.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -22,7 +43,39 @@ fn main() -> ExitCode {
         eprintln!("cannot bring loopback up: {e:#}");
         return ExitCode::FAILURE;
     }
-    let err = Command::new(program).args(rest).exec();
-    eprintln!("exec {}: {err}", program.to_string_lossy());
-    ExitCode::FAILURE
+    let handler = SigAction::new(SigHandler::Handler(pass_on), SaFlags::SA_RESTART, SigSet::empty());
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
+        // SAFETY: the handler only reads an atomic and calls kill.
+        if let Err(e) = unsafe { sigaction(signal, &handler) } {
+            eprintln!("cannot handle {signal}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let child = match Command::new(program).args(rest).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("run {}: {e}", program.to_string_lossy());
+            return ExitCode::FAILURE;
+        }
+    };
+    let pid = child.id() as i32;
+    COMMAND.store(pid, Ordering::SeqCst);
+    // Reaped below with every orphan (`waitpid(-1)`), not through `child`.
+    drop(child);
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(p, code)) if p.as_raw() == pid => {
+                return ExitCode::from(u8::try_from(code).unwrap_or(1));
+            }
+            Ok(WaitStatus::Signaled(p, signal, _)) if p.as_raw() == pid => {
+                return ExitCode::from(128u8.saturating_add(signal as u8));
+            }
+            // An orphan reaped, or a stop/continue report.
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("waiting for {}: {e}", program.to_string_lossy());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
 }

@@ -165,20 +165,31 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
 
 #[tokio::test]
 async fn drain_moves_members_one_at_a_time() {
-    // 3 members on 5 nodes: two spare nodes to move to.
+    // 3 members on 5 nodes: two spare nodes to move to. The hold (6 s) outlasts a
+    // replacement pod's start on a real node (about 2.5 s in CI), so the monitor sees each
+    // replacement held; with 2 s the hold could end before the pod existed (Lost, Ready).
     let env = Env::start(5).await;
     env.create_cluster(
         NAME,
-        json!({"instances": 3, "maxLockTTL": "2s", "holdMargin": "0s"}),
+        json!({"instances": 3, "maxLockTTL": "6s", "holdMargin": "0s"}),
     )
     .await;
-    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
-    let nodes: BTreeSet<String> = pods(&env)
+    let before = env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+    let run_ids = |c: &RedlockCluster| -> BTreeMap<i32, Option<String>> {
+        let members = c.status.iter().flat_map(|s| s.members.iter());
+        members.map(|m| (m.slot.index(), m.run_id.clone())).collect()
+    };
+    let before = run_ids(&before);
+    let placed: BTreeMap<String, i32> = pods(&env)
         .await
         .into_iter()
-        .filter_map(|p| p.spec?.node_name)
+        .filter_map(|p| {
+            let slot = p.name_any().rsplit_once('-')?.1.parse().ok()?;
+            Some((p.spec?.node_name?, slot))
+        })
         .collect();
-    let drained: Vec<String> = nodes.into_iter().take(2).collect();
+    let drained: Vec<String> = placed.keys().take(2).cloned().collect();
+    let moving: BTreeSet<i32> = drained.iter().map(|n| placed[n]).collect();
 
     let monitor = Monitor::start(env.clusters(), 3);
     let mut args = vec!["drain"];
@@ -186,7 +197,20 @@ async fn drain_moves_members_one_at_a_time() {
     args.extend(["--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s"]);
     let out = env.kubectl(&args).await;
     println!("{out}");
-    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    // Drain returns once the last pod is deleted, which can be before the operator has
+    // seen it: the status then still shows 3 ready. Done is every moved slot serving a new
+    // process.
+    wait_for("moved members serving", Duration::from_secs(60), async || {
+        let c = env.cluster(NAME).await;
+        let now = run_ids(&c);
+        let s = c.status.unwrap_or_default();
+        let moved = moving.iter().all(|slot| {
+            now.get(slot)
+                .is_some_and(|id| id.is_some() && *id != before[slot])
+        });
+        Ok((moved && s.ready_instances == Some(3)).then_some(()))
+    })
+    .await;
     let samples = monitor.stop().await;
 
     for p in pods(&env).await {

@@ -5,8 +5,10 @@
 //! - over a steady-state window (`BENCH_WINDOW_SECS`, 60): the operator's RSS and CPU, and
 //!   the API requests it sent by verb and resource (the API server's audit log records every
 //!   request of the operator's own user, `redlock-operator`);
-//! - with all K running: detection latency (kill -9 → Held/Lost in status) and release
-//!   lateness (heldUntil → first client SET) over `BENCH_KILLS` (20) kills.
+//! - with all K running, over `BENCH_KILLS` (20) kills: detection latency (kill -9 → out of
+//!   service in status: `Lost` on the refusal of its address, or already held), the
+//!   replacement's hold (kill -9 → the kubelet restarts it → `Held` in status), and release
+//!   lateness (heldUntil → first client SET, and the operator's own histogram).
 //!
 //! `BENCH_OPERATOR_ARGS` adds `redlock-operator run` flags (e.g. `--probe-period-ms=5000`).
 //!
@@ -43,6 +45,18 @@ fn env_num(name: &str, default: u64) -> u64 {
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// `K=k: what p50 .. ms, p99 .. ms (n=..)`, when there is anything to print.
+fn print_percentiles(k: usize, what: &str, ms: &mut [f64]) {
+    if !ms.is_empty() {
+        println!(
+            "K={k}: {what} p50 {:.0} ms, p99 {:.0} ms (n={})",
+            percentile(ms, 0.5),
+            percentile(ms, 0.99),
+            ms.len()
+        );
+    }
 }
 
 /// What /proc tells of a process: CPU seconds (user + system) and memory in MiB.
@@ -390,9 +404,12 @@ async fn main() {
         }
 
         let client = env.client_login("c0").await;
+        // Kill -> status shows the member out of service / its replacement held.
+        let mut out_of_service = vec![];
         let mut detection = vec![];
-        // Kill -> the `since` of the state that records the loss: when the operator's reconcile
-        // decided it, on the same machine's clock, whatever the benchmark's own reads cost.
+        // Kill -> the `since` of the first state that shows it out of service: when the
+        // operator's reconcile decided it, on the same machine's clock, whatever the
+        // benchmark's own reads cost.
         let mut decided = vec![];
         let mut lateness = vec![];
         let operator_lateness_before = release_lateness_buckets(&env).await;
@@ -419,17 +436,25 @@ async fn main() {
                 .kubelet()
                 .signal_pod(&env.ns, &format!("{name}-{slot}"), Signal::SIGKILL)
                 .unwrap();
-            // Detected once status shows the loss: held or lost, or (when the benchmark's own
-            // reads are slower than a short hold) already released with a new run id.
+            // Out of service once status no longer shows it serving: `Lost` on the refusal of
+            // its address (the crashed process's record), or already held or replaced.
+            let mut out = false;
+            // Held once status shows the loss with the replacement's hold: held or lost with
+            // a hold, or (when the benchmark's own reads are slower than a short hold) already
+            // released with a new run id.
             let until = loop {
                 let m = env.member(&name, slot).await.unwrap();
                 let holding = matches!(m.state, MemberState::Held | MemberState::Lost);
-                if m.run_id != before.run_id && (holding || m.run_id.is_some()) {
-                    detection.push(killed.elapsed().as_secs_f64() * 1000.0);
+                if !out && (m.state != MemberState::Ready || m.run_id != before.run_id) {
+                    out = true;
+                    out_of_service.push(killed.elapsed().as_secs_f64() * 1000.0);
                     if let Some(since) = m.since.as_ref().filter(|_| holding) {
                         let ms = since.0.duration_since(killed_wall).as_secs_f64() * 1000.0;
                         decided.push(ms.max(0.0));
                     }
+                }
+                if m.run_id != before.run_id && (holding || m.run_id.is_some()) {
+                    detection.push(killed.elapsed().as_secs_f64() * 1000.0);
                     break m.held_until.map(|u| u.0).filter(|_| holding);
                 }
                 if killed.elapsed() > Duration::from_secs(60) {
@@ -458,30 +483,26 @@ async fn main() {
                 "K={k}: {missed_holds} of {kills} holds were over before the benchmark read them (detection counted, lateness not)"
             );
         }
-        if !detection.is_empty() {
-            println!(
-                "K={k}: detection (kill -9 -> Held in status) p50 {:.0} ms, p99 {:.0} ms (n={})",
-                percentile(&mut detection, 0.5),
-                percentile(&mut detection, 0.99),
-                detection.len()
-            );
-        }
-        if !decided.is_empty() {
-            println!(
-                "K={k}: detection by the operator (kill -9 -> the reconcile that recorded the loss, its `since`) p50 {:.0} ms, p99 {:.0} ms (n={})",
-                percentile(&mut decided, 0.5),
-                percentile(&mut decided, 0.99),
-                decided.len()
-            );
-        }
-        if !lateness.is_empty() {
-            println!(
-                "K={k}: release lateness (heldUntil -> first client SET) p50 {:.0} ms, p99 {:.0} ms (n={})",
-                percentile(&mut lateness, 0.5),
-                percentile(&mut lateness, 0.99),
-                lateness.len()
-            );
-        }
+        print_percentiles(
+            k,
+            "detection (kill -9 -> out of service in status: Lost on the refusal, or held)",
+            &mut out_of_service,
+        );
+        print_percentiles(
+            k,
+            "replacement held (kill -9 -> the kubelet's restart -> Held in status)",
+            &mut detection,
+        );
+        print_percentiles(
+            k,
+            "detection by the operator (kill -9 -> the reconcile that put it out of service, its `since`)",
+            &mut decided,
+        );
+        print_percentiles(
+            k,
+            "release lateness (heldUntil -> first client SET)",
+            &mut lateness,
+        );
         let operator_lateness = release_lateness_buckets(&env).await;
         if let (Some((p50, n)), Some((p99, _))) = (
             lateness_bound(&operator_lateness_before, &operator_lateness, 0.5),

@@ -48,6 +48,9 @@ pub struct AdminConnection {
     broken: bool,
     /// The process at the other end, once a probe has read it on this connection.
     pub process: Option<KnownProcess>,
+    /// This end's address: tells this connection from one that replaced it (a watch on it,
+    /// [`ClosedWatch`], is kept only while the connection is).
+    local: Option<std::net::SocketAddr>,
 }
 
 /// Which process a connection reaches (`INFO server`), read once per connection: a connection
@@ -71,16 +74,20 @@ impl AdminConnection {
         let connecting = async {
             let tcp = TcpStream::connect((ip, port)).await?;
             tcp.set_nodelay(true)?;
-            io::Result::Ok(match login.tls_ca {
-                None => Stream::Plain(tcp),
-                Some(ca) => {
-                    let connector = TlsConnector::from(tls_config(ca)?);
-                    let tls = connector.connect(ServerName::IpAddress(ip.into()), tcp).await?;
-                    Stream::Tls(Box::new(tls))
-                }
-            })
+            let local = tcp.local_addr().ok();
+            io::Result::Ok((
+                local,
+                match login.tls_ca {
+                    None => Stream::Plain(tcp),
+                    Some(ca) => {
+                        let connector = TlsConnector::from(tls_config(ca)?);
+                        let tls = connector.connect(ServerName::IpAddress(ip.into()), tcp).await?;
+                        Stream::Tls(Box::new(tls))
+                    }
+                },
+            ))
         };
-        let stream = tokio::time::timeout(login.timeout, connecting)
+        let (local, stream) = tokio::time::timeout(login.timeout, connecting)
             .await
             .map_err(|_| timed_out("connecting", login.timeout))??;
         let mut conn = Self {
@@ -89,6 +96,7 @@ impl AdminConnection {
             timeout: login.timeout,
             broken: false,
             process: None,
+            local,
         };
         let auth = redis::cmd("AUTH")
             .arg(login.user)
@@ -139,6 +147,27 @@ impl AdminConnection {
         .await?
     }
 
+    /// A second handle on this connection's socket ([`ClosedWatch`]), to learn when the process
+    /// at the other end closes it (a process that exits or crashes has its sockets closed by
+    /// the kernel) while the connection itself stays where it is kept.
+    pub fn closed_watch(&self) -> io::Result<ClosedWatch> {
+        let tcp = match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        };
+        let dup = std::net::TcpStream::from(std::os::fd::AsFd::as_fd(tcp).try_clone_to_owned()?);
+        dup.set_nonblocking(true)?;
+        Ok(ClosedWatch {
+            socket: TcpStream::from_std(dup)?,
+            local: self.local,
+        })
+    }
+
+    /// Whether `watch` is on this connection's socket.
+    pub fn watched_by(&self, watch: &ClosedWatch) -> bool {
+        self.local.is_some() && watch.local == self.local
+    }
+
     /// One command and its reply, as `T`; an error reply is the error.
     pub async fn ask<T: redis::FromRedisValue>(&mut self, request: &[u8]) -> RedisResult<T> {
         let reply = self.query(request, 1).await?.pop().unwrap_or(Value::Nil);
@@ -160,6 +189,26 @@ impl AdminConnection {
                 );
             }
         }
+    }
+}
+
+/// A duplicate of an idle connection's socket ([`AdminConnection::closed_watch`]), only ever
+/// peeked at, so the connection's own reads are untouched. It keeps the socket open while it
+/// lives: it is for a watch that lasts as long as the connection is kept (a rest).
+pub struct ClosedWatch {
+    socket: TcpStream,
+    local: Option<std::net::SocketAddr>,
+}
+
+impl ClosedWatch {
+    /// Returns once the socket has something to read while no request is out: the peer closed
+    /// it (end of stream, or a reset), or sent bytes unasked (a Redis server does that only as
+    /// it drops a connection, e.g. an error on a timeout). Either way the connection is ending
+    /// or in an unknown state, so whoever watches probes again now. Not to be awaited while a
+    /// request on the connection is out: its replies would end the wait too.
+    pub async fn ended(&self) {
+        let mut byte = [0u8; 1];
+        let _ = self.socket.peek(&mut byte).await;
     }
 }
 

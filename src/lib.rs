@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod model;
 pub mod node_zones;
 pub mod observe;
+pub mod open_files;
 pub mod password_rotation;
 pub mod plan;
 pub mod plugin;

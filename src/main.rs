@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use redlock_operator::cli::{Cli, Command};
-use redlock_operator::{controller, crd, telemetry};
+use redlock_operator::{controller, crd, open_files, telemetry};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -14,6 +14,14 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             telemetry::init(args.log_format, &args.log_filter);
+            match open_files::raise_soft_limit() {
+                Ok((before, after)) => tracing::info!(
+                    before = before.soft,
+                    after = after.soft,
+                    "limit of open files (kept probe connections and their watches)"
+                ),
+                Err(e) => tracing::warn!(error = %e, "cannot raise the limit of open files"),
+            }
             // One thread. The operator's work is small and waits on I/O (probes, the API
             // server). With worker threads beside the one driving the controller, each probe
             // reply crossed threads, and parking and waking them took about a quarter of the

@@ -71,6 +71,10 @@ pub enum Probe {
     ForeignProcess(String),
     /// Nothing answered, or the probe failed: why, as a sentence.
     Failed(String),
+    /// The pod's address refused the connection (nothing listens on the port): why, as a
+    /// sentence. While the pod shows its container running, the process has most likely
+    /// crashed and the kubelet has not restarted it yet (`plan::ready`).
+    Refused(String),
 }
 
 impl Probe {
@@ -98,7 +102,7 @@ impl Probe {
     /// none (a failure or a foreign process); `None` when it answered or was not probed.
     pub fn failure(&self) -> Option<&str> {
         match self {
-            Probe::ForeignProcess(why) | Probe::Failed(why) => Some(why),
+            Probe::ForeignProcess(why) | Probe::Failed(why) | Probe::Refused(why) => Some(why),
             Probe::NotProbed | Probe::Answered(_) => None,
         }
     }

@@ -20,7 +20,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use crate::admin_connection::AdminConnection;
+use crate::admin_connection::{AdminConnection, ClosedWatch};
 
 /// What a connection was opened with: another address, login or CA needs another connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +70,33 @@ impl ProbeConnections {
                 by_cluster.insert(uid.to_owned(), HashMap::from([(key, conn)]));
             }
         }
+    }
+
+    /// Watches ([`ClosedWatch`]) on the kept connections of cluster `uid` for `keys`, those
+    /// there are: a resting cluster's watch wakes as soon as a member's process closes its
+    /// connection (it crashed), not a probe period later. A watch in `watches` that is still
+    /// on its connection is kept; a connection replaced since (a probe that failed on the old
+    /// one and succeeded on a new one) gets a new watch, and the old socket's is dropped with
+    /// it. A connection that cannot be watched is left to the periodic probe.
+    pub fn closed_watches(
+        &self,
+        uid: &str,
+        keys: &[ConnectionKey],
+        mut watches: Vec<ClosedWatch>,
+    ) -> Vec<ClosedWatch> {
+        let by_cluster = self.lock();
+        let Some(conns) = by_cluster.get(uid) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter_map(|k| {
+                let conn = conns.get(k)?;
+                match watches.iter().position(|w| conn.watched_by(w)) {
+                    Some(i) => Some(watches.swap_remove(i)),
+                    None => conn.closed_watch().ok(),
+                }
+            })
+            .collect()
     }
 
     /// Keeps only the connections of `used` (this probe round's): a member that moved or went

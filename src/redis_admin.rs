@@ -44,6 +44,32 @@ impl std::fmt::Debug for AdminAccess {
     }
 }
 
+/// Why a kept-connection probe ([`AdminAccess::probe_kept`]) got no answer: a sentence (it
+/// becomes a member's status message), and whether the process's address refused the
+/// connection. A refusal means nothing listens on the port: the process is gone (or something
+/// in between rejects the operator); a timeout or a broken exchange proves less.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeFailure {
+    pub why: String,
+    pub refused: bool,
+}
+
+impl ProbeFailure {
+    fn of(e: &redis::RedisError) -> Self {
+        Self {
+            why: e.to_string(),
+            // ECONNREFUSED (for a TCP connect; redis counts a missing Unix socket too).
+            refused: e.is_connection_refusal(),
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// Why a probe got no answer.
 #[derive(Debug, thiserror::Error)]
 enum ProbeError {
@@ -144,9 +170,9 @@ impl AdminAccess {
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
     /// timed on this process's monotonic clock), on a fresh connection.
-    /// The error is a sentence: it becomes a `Probe::Failed` of `SlotObservation::probe` and from there a
-    /// member's status message; nothing branches on its kind outside this file (the timeout that
-    /// `probe_kept` must tell apart is read from the typed `ProbeError` before it is rendered).
+    /// The error is a sentence (the search for a process that outlived its pod reports it);
+    /// nothing branches on its kind. Members are probed with [`Self::probe_kept`], whose
+    /// failure also says whether the connection was refused.
     pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
         let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
         self.probe_on(&mut conn).await.map_err(|e| e.to_string())
@@ -173,8 +199,12 @@ impl AdminAccess {
         ip: IpAddr,
         kept: &ProbeConnections,
         uid: &str,
-    ) -> Result<(RedisInfo, TimeSample), String> {
+    ) -> Result<(RedisInfo, TimeSample), ProbeFailure> {
         let key = self.connection_key(ip);
+        let failed = |e: ProbeError| ProbeFailure {
+            why: e.to_string(),
+            refused: false,
+        };
         if let Some(mut conn) = kept.take(uid, &key) {
             match self.probe_on(&mut conn).await {
                 Ok(found) => {
@@ -182,12 +212,12 @@ impl AdminAccess {
                     return Ok(found);
                 }
                 // Dropped: the connection is not put back.
-                Err(e) if e.timed_out() => return Err(e.to_string()),
+                Err(e) if e.timed_out() => return Err(failed(e)),
                 Err(_) => {}
             }
         }
-        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
-        let found = self.probe_on(&mut conn).await.map_err(|e| e.to_string())?;
+        let mut conn = self.connect(ip).await.map_err(|e| ProbeFailure::of(&e))?;
+        let found = self.probe_on(&mut conn).await.map_err(failed)?;
         kept.keep(uid, key, conn);
         Ok(found)
     }

@@ -5,6 +5,7 @@
 //! server or to a process, and it ends with its rest.
 //!
 //! Detection does not get slower: a reconcile probed once a period before, and so does this;
+//! a member's process that closes its kept connection (a crash) wakes a reconcile at once; and
 //! a change is handed to the controller at once (`reconcile_on`), and that reconcile probes
 //! again before it decides anything.
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::admin_connection::ClosedWatch;
 use crate::at_rest::{Look, Rest, look};
 use crate::clock_record;
 use crate::context::Context;
@@ -42,8 +44,14 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
         uid,
     );
     let serving = serving(rest);
+    let mut closed = closed_watches(ctx, uid, rest, Vec::new());
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = any_ended(&closed) => {
+                return wake(ctx, uid, generation, rest, "a member's process closed the operator's connection");
+            }
+        }
         if ctx.memory.resting.while_current(uid, generation, || ()).is_none() {
             return;
         }
@@ -65,6 +73,9 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
             }
             Err(why) => return wake(ctx, uid, generation, rest, &why),
         }
+        // A connection the probe replaced (same process, the old connection broken) is
+        // watched from now on.
+        closed = closed_watches(ctx, uid, rest, closed);
         // After the probe, as the reconcile ran it: a member slow to answer its `SCAN` delays
         // the next probe as it delayed the next reconcile (each request waits the connection
         // timeout at most). Not cut short: a cut would drop the connection mid-exchange, and a
@@ -75,6 +86,27 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
             Audited::RestOver => return,
         }
     }
+}
+
+/// Watches on the members' kept probe connections (those in `watches` kept while their
+/// connection is): a process that crashes closes its connection, and a reconcile is woken
+/// then instead of a probe period later (issue 17: a kill is seen in milliseconds).
+fn closed_watches(ctx: &Context, uid: &str, rest: &Rest, watches: Vec<ClosedWatch>) -> Vec<ClosedWatch> {
+    let keys: Vec<_> = rest
+        .members
+        .iter()
+        .map(|m| m.access.as_ref().unwrap_or(&rest.access).connection_key(m.ip))
+        .collect();
+    ctx.memory.probe_connections.closed_watches(uid, &keys, watches)
+}
+
+/// Returns once one of `watches` sees its connection end; never without any. Awaited only
+/// between probes: a probe's replies would end it too.
+async fn any_ended(watches: &[ClosedWatch]) {
+    if watches.is_empty() {
+        return std::future::pending().await;
+    }
+    futures::future::select_all(watches.iter().map(|w| Box::pin(w.ended()))).await;
 }
 
 /// Hands the cluster to the controller, if rest `generation` is still current.
@@ -177,7 +209,7 @@ async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, C
                 tracks.push((key, track));
                 (Ok(info), Some(across.verdict), across.record)
             }
-            Err(e) => (Err(e), None, None),
+            Err(e) => (Err(e.why), None, None),
         };
         if let Look::Changed(why) = look(m, &info, verdict.as_ref(), record.as_ref()) {
             return Err(why);

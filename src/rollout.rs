@@ -55,12 +55,13 @@ pub fn decide(
     // An outdated member the operator itself keeps from clients (held, e.g. crash-looping under
     // the old spec, which the new one may be meant to fix) is replaced first and without
     // waiting: that costs no availability, and waiting for it to serve could wait forever.
-    // Only by its record: a Ready member whose pod merely reads not ready may still serve.
+    // Only by its record: a Ready member whose pod merely reads not ready may still serve, and
+    // so may one `Lost` on a refusal (a rule against the operator alone refuses too).
     let fenced = |slot: &&Slot| {
         members
             .iter()
             .find(|m| m.slot == **slot)
-            .is_none_or(|m| m.state != MemberState::Ready)
+            .is_none_or(|m| m.state != MemberState::Ready && !m.lost_on_refusal())
     };
     if let Some(&idle) = outdated.iter().find(fenced) {
         return Rollout {
@@ -113,7 +114,11 @@ pub fn pace_scaling(
     create_pods: &mut Vec<Slot>,
     delete_pods: &mut Vec<Slot>,
 ) {
-    if !previous.iter().any(|m| m.state == MemberState::Ready) {
+    // A member `Lost` on a refusal served, and may still: the cluster is not new.
+    if !previous
+        .iter()
+        .any(|m| m.state == MemberState::Ready || m.lost_on_refusal())
+    {
         return;
     }
     let is_new = |slot: Slot| {

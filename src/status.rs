@@ -73,7 +73,8 @@ pub fn compute(
     let held = members
         .iter()
         .filter(|m| m.slot.within(instances))
-        .filter(|m| matches!(m.state, MemberState::Held | MemberState::Lost))
+        // A member `Lost` on a refusal is out of service but not held: no hold runs yet.
+        .filter(|m| m.state.is_holding() && !m.lost_on_refusal())
         .count() as i32;
     let desired = desired_conditions(cluster, &members, &serving, held, findings, now);
 
@@ -240,6 +241,9 @@ fn degraded(members: &[MemberStatus], serving: &[Slot], instances: i32, quorum: 
                 ),
                 (MemberState::Held | MemberState::Lost, Some(until)) => {
                     format!("{} {:?} until {}", m.name, m.state, until.0)
+                }
+                (MemberState::Lost, None) if m.lost_on_refusal() => {
+                    format!("{} Lost (refuses connections: presumed crashed)", m.name)
                 }
                 (MemberState::Ready, _) => format!("{} not ready", m.name),
                 (state, _) => format!("{} {state:?}", m.name),
@@ -528,6 +532,28 @@ mod tests {
         let d = condition(&s, ConditionType::Degraded);
         assert_eq!(d.reason, "QuorumLost");
         assert!(d.message.contains("slot 1 not created"), "{}", d.message);
+
+        // A member Lost on a refusal: not serving, not counted ready, and named as such,
+        // though its pod still reads Ready (the kubelet has not noticed the crash yet).
+        let refused = MemberStatus {
+            refused_since: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(at(90))),
+            ..member(1, MemberState::Lost, None)
+        };
+        let members = vec![
+            member(0, MemberState::Ready, None),
+            refused,
+            member(2, MemberState::Ready, None),
+        ];
+        let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));
+        assert_eq!(s.ready_instances, Some(2));
+        assert_eq!(s.held_instances, Some(0), "nothing is held on a refusal");
+        let d = condition(&s, ConditionType::Degraded);
+        assert!(
+            d.message
+                .contains("locks-1 Lost (refuses connections: presumed crashed)"),
+            "{}",
+            d.message
+        );
 
         let members = (0..3).map(|i| member(i, MemberState::Ready, None)).collect();
         let s = compute(&cluster(3, 1), members, &observed, &Findings::default(), at(100));

@@ -165,6 +165,69 @@ async fn kill_9_holds_the_restarted_process_until_held_until() {
     assert_ne!(m.run_id, before.run_id, "a new process serves");
 }
 
+/// A crash the kubelet has not reported (its node cut off from the API server: it neither
+/// restarts the container nor says it stopped). The operator finds the address refusing
+/// connections and shows the member `Lost` at once (`refusedSince`), out of the serving
+/// count, with nothing held and the crashed process still on record. Once the kubelet is back
+/// and restarts the container, the replacement is held in full from when it is seen, never
+/// from the refusal (a refusal proves nothing: the process may have run on behind a rule that
+/// rejects the operator alone), and a second client never gets a majority while the first
+/// lock, taken on the crashed member before the crash, is valid.
+#[tokio::test]
+async fn a_crash_the_kubelet_has_not_reported_shows_lost_at_once_and_the_replacement_is_held_in_full() {
+    let env = Env::start(3).await;
+    let ttl = Duration::from_secs(10);
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "10s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let before = env.member(NAME, 0).await.unwrap();
+    let old_run = before.run_id.clone().unwrap();
+    let node = env.node_of(NAME, 0).await;
+    let first_expires = env.first_lock(NAME, &[0, 1], ttl).await;
+
+    env.cp.nodes().partition_node(&node).unwrap();
+    env.cp
+        .nodes()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .await
+        .unwrap();
+    let presumed = env
+        .wait_member(NAME, 0, "Lost on the refusal", Duration::from_secs(10), |m| {
+            m.state == MemberState::Lost && m.refused_since.is_some()
+        })
+        .await;
+    assert_eq!(presumed.run_id.as_deref(), Some(old_run.as_str()), "{presumed:?}");
+    assert!(
+        presumed.held_until.is_none(),
+        "no hold on a refusal: {presumed:?}"
+    );
+    let message = presumed.message.clone().unwrap_or_default();
+    assert!(message.contains("presumed crashed"), "{message}");
+    let status = env.cluster(NAME).await.status.unwrap();
+    assert_eq!(status.ready_instances, Some(2), "not counted as serving");
+
+    let healed = Timestamp::now();
+    env.cp.nodes().heal_node(&node).await.unwrap();
+    let (held, until) = wait_held(&env, NAME, 0, &old_run).await;
+    let started = held.hold_started_at.as_ref().expect("a hold has a start").0;
+    assert!(
+        started >= healed,
+        "the hold counts from the replacement (started {started}), not from the refusal ({:?}); the kubelet came back at {healed}",
+        presumed.refused_since
+    );
+    assert!(
+        until.duration_since(started) >= SignedDuration::try_from(ttl).unwrap(),
+        "held in full: {started} .. {until}"
+    );
+    let attempts = env
+        .no_second_holder_until(NAME, 3, "orders", ttl, first_expires)
+        .await;
+    println!("{attempts} attempts of a second client while the first lock was valid");
+}
+
 #[tokio::test]
 async fn pod_deletion_holds_the_replacement() {
     let env = Env::start(3).await;

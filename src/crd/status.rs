@@ -174,6 +174,15 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<MicroTime>,
 
+    /// `Lost` on a refusal: since when the address of the released process has refused the
+    /// operator's connections while its pod shows the container running. The process is
+    /// presumed crashed and not serving, but nothing has shown its keys gone yet: no hold
+    /// runs, and the record is still about that process. The same process answering again
+    /// makes it `Ready` again; a replacement, or its container or pod reported stopped, starts
+    /// a full hold from that observation, as for any released member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_since: Option<MicroTime>,
+
     /// Human-readable detail about the state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -253,6 +262,13 @@ pub struct Listener {
 }
 
 impl MemberStatus {
+    /// `Lost` on a refusal (`refusedSince`, no hold): shown out of service, but the released
+    /// process may still serve (the refusal may come from a rule against the operator alone),
+    /// so every decision treats it as the `Ready` member it was (`plan::ready::refused`).
+    pub fn lost_on_refusal(&self) -> bool {
+        self.state == MemberState::Lost && self.refused_since.is_some() && self.held_until.is_none()
+    }
+
     /// A record of `name` (slot `slot`) in `state`, with nothing else known yet.
     pub fn new(name: String, slot: impl Into<Slot>, state: MemberState) -> Self {
         Self {
@@ -265,6 +281,7 @@ impl MemberStatus {
             held_until: None,
             hold_started_at: None,
             since: None,
+            refused_since: None,
             message: None,
             pod_ip: None,
             listener: None,
@@ -285,7 +302,9 @@ pub enum MemberState {
     /// Released: lock clients may use it.
     Ready,
     /// The released process is gone and no replacement is up yet; the hold runs from when
-    /// the loss was observed.
+    /// the loss was observed. With `refusedSince`: its address refuses connections while its
+    /// pod runs (a crash the kubelet has not reported yet); the hold starts once the loss is
+    /// seen (a replacement, or the container or pod reported stopped).
     Lost,
 }
 

@@ -57,6 +57,9 @@ fn unmarked(
             Some(until) if next.state.is_holding() && until.0 > input.now => {
                 format!("once its hold ends at {}", until.0)
             }
+            _ if next.lost_on_refusal() => {
+                "as before, once it answers again (its address refuses connections)".to_owned()
+            }
             _ if next.state.is_holding() => "once the operator releases it (its hold has ended)".to_owned(),
             _ => "as before (it was never fenced)".to_owned(),
         };
@@ -109,6 +112,13 @@ fn marked(
                 ));
             }
         }
+    }
+    if next.lost_on_refusal() {
+        // Nothing answers to be fenced: it may still serve lock clients (the refusal may be a
+        // rule against the operator alone), and `kubectl redlock fence` keeps waiting.
+        next.message = Some(format!(
+            "fence for maintenance ({reason}) requested; its address refuses connections, so not fenced yet (it may still serve lock clients)"
+        ));
     }
     next.maintenance = Some(reason.to_owned());
     next

@@ -54,7 +54,7 @@ use crate::observe::{PodState, SlotObservation};
 use held::holding;
 use maintenance::maintenance;
 use name_taken::name_taken;
-use ready::ready;
+use ready::{ready, refused};
 use removed::retire_member;
 use starting::starting;
 use step::Step;
@@ -74,7 +74,9 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         let step = if slot.within(input.instances) {
             maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
         } else {
-            let mut step = retire_member(input, slot, prev, obs);
+            // A member `Lost` on a refusal leaves as the `Ready` member it stands for.
+            let planned = prev.map(ready::as_ready);
+            let mut step = retire_member(input, slot, planned.as_ref(), obs);
             // A removed slot is not a member to fence or unfence: it only waits out its hold.
             if let Some(m) = step.member.as_mut() {
                 m.maintenance = None;
@@ -156,6 +158,7 @@ fn step_member(
         (Some(prev), _) => match prev.state {
             MemberState::Starting => starting(input, prev, obs, &mut step),
             MemberState::Ready => ready(input, prev, obs, &mut step),
+            MemberState::Lost if prev.lost_on_refusal() => refused(input, prev, obs, &mut step),
             MemberState::Held | MemberState::Lost => holding(input, prev, obs, &mut step),
         },
     };

@@ -44,6 +44,7 @@ pub(super) fn name_taken(
             held_until: None,
             hold_started_at: None,
             since: Some(MicroTime(floor_micros(input.now))),
+            refused_since: None,
             ..p.clone()
         },
     };

@@ -7,9 +7,12 @@ use super::identity::{Process, fill_identity, is_other_process, running_process}
 use super::input::PlanInput;
 use super::step::Step;
 use super::unstopped::carry_earlier_unstopped;
-use crate::crd::{MemberStatus, UnstoppedProcess};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::hold::floor_micros;
 use crate::member_clock::Verdict;
-use crate::observe::{PodState, SlotObservation};
+use crate::observe::{PodState, Probe, SlotObservation};
 use crate::reasons::MemberReason;
 
 /// `Ready`: released; it serves until its process is seen gone or replaced, or its clock is
@@ -49,7 +52,81 @@ pub(super) fn ready(
     {
         step.release = Some(run_id.to_owned());
     }
+    if let Some(why) = refused_while_running(prev, obs) {
+        return presumed_crashed(input, next, why);
+    }
     next.message = serving_message(obs);
+    next
+}
+
+/// A member `Lost` on a refusal (`refusedSince`): planned as the `Ready` member it stands for
+/// ([`as_ready`]), so whatever is seen now (its process answering again, a replacement, its
+/// container or pod reported stopped, a clock jump) is judged exactly as for that member.
+/// Still refused, its record stays as it was (no status write per probe period).
+pub(super) fn refused(
+    input: &PlanInput<'_>,
+    prev: &MemberStatus,
+    obs: &SlotObservation,
+    step: &mut Step,
+) -> MemberStatus {
+    let mut next = ready(input, &as_ready(prev), obs, step);
+    if next.refused_since.is_some() {
+        // Still refused: since the first refusal (what else the record says is as just
+        // planned, e.g. a container id filled in).
+        next.refused_since = prev.refused_since.clone();
+        next.since = prev.since.clone();
+        return next;
+    }
+    if next.state == MemberState::Ready {
+        next.since = Some(MicroTime(floor_micros(input.now)));
+    }
+    next
+}
+
+/// The `Ready` record a member `Lost` on a refusal stands for; any other record as it is.
+pub(super) fn as_ready(prev: &MemberStatus) -> MemberStatus {
+    if !prev.lost_on_refusal() {
+        return prev.clone();
+    }
+    MemberStatus {
+        state: MemberState::Ready,
+        refused_since: None,
+        message: None,
+        ..prev.clone()
+    }
+}
+
+/// Why a released member's process is presumed crashed: its pod shows the container running
+/// (not terminating), but its address refused the connection, so nothing listens there. Only
+/// about a process on record (its run id), so that a replacement is told apart from it.
+fn refused_while_running<'o>(prev: &MemberStatus, obs: &'o SlotObservation) -> Option<&'o str> {
+    match (&obs.pod, &obs.probe) {
+        (
+            PodState::Running {
+                terminating: false, ..
+            },
+            Probe::Refused(why),
+        ) if prev.run_id.is_some() => Some(why),
+        _ => None,
+    }
+}
+
+/// `Lost` on a refusal (`refusedSince`): shown as not serving at once (a crashed process
+/// closes its connections, and the rest watch probes on that), not only once the kubelet
+/// restarts the container or reports it stopped, which takes seconds on a loaded node.
+/// Nothing else changes: a refusal does not prove the process dead (something in between may
+/// reject the operator alone), so no hold starts, the record stays about the same process,
+/// and it is planned as the `Ready` member it was ([`refused`]). Its replacement is held in
+/// full from when it is seen, as today.
+fn presumed_crashed(input: &PlanInput<'_>, mut next: MemberStatus, why: &str) -> MemberStatus {
+    let now = Some(MicroTime(floor_micros(input.now)));
+    next.state = MemberState::Lost;
+    next.refused_since = now.clone();
+    next.since = now;
+    next.message = Some(format!(
+        "process {} refuses connections ({why}) while its pod shows the container running: presumed crashed, not serving; a replacement is held in full from when it is seen, and this process serves on if it answers again",
+        next.run_id.as_deref().unwrap_or_default()
+    ));
     next
 }
 

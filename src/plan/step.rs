@@ -55,13 +55,17 @@ pub(super) struct Step {
 
 impl Step {
     /// Records `next` as the slot's record. A state that did not change keeps its `since`, so
-    /// an unchanged cluster recomputes an identical status (no writes in steady state).
+    /// an unchanged cluster recomputes an identical status (no writes in steady state). `Lost`
+    /// on a refusal and `Lost` with a hold are different states here: a loss confirmed after
+    /// a refusal is `since` its confirmation.
     pub(super) fn record(&mut self, prev: Option<&MemberStatus>, next: MemberStatus) {
         self.member = Some(match prev {
-            Some(prev) if prev.state == next.state => MemberStatus {
-                since: prev.since.clone(),
-                ..next
-            },
+            Some(prev) if prev.state == next.state && prev.lost_on_refusal() == next.lost_on_refusal() => {
+                MemberStatus {
+                    since: prev.since.clone(),
+                    ..next
+                }
+            }
             _ => next,
         });
     }

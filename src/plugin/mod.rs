@@ -382,7 +382,9 @@ async fn wait_recorded(
 /// "now" once that has passed).
 fn recorded(m: &MemberStatus, maintenance: Option<&str>, now: Timestamp) -> Option<String> {
     let done = m.maintenance.as_deref() == maintenance
-        && (maintenance.is_none() || m.state.is_holding() || m.state == MemberState::Starting);
+        && (maintenance.is_none()
+            || (m.state.is_holding() && !m.lost_on_refusal())
+            || m.state == MemberState::Starting);
     done.then(|| match (&m.held_until, m.state.is_holding()) {
         (Some(u), true) if u.0 > now => u.0.to_string(),
         _ => "now".to_owned(),

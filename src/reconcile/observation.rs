@@ -260,7 +260,8 @@ async fn probe_all(
                 o.clock_record = across.record;
                 o.probe = Probe::Answered(info);
             }
-            Err(e) => o.probe = Probe::Failed(e),
+            Err(e) if e.refused => o.probe = Probe::Refused(e.why),
+            Err(e) => o.probe = Probe::Failed(e.why),
         }
     }
     tracks

@@ -7,6 +7,7 @@ mod held;
 mod maintenance;
 mod name_taken;
 mod ready;
+mod refused;
 mod removed;
 mod starting;
 mod unstopped;

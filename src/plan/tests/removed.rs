@@ -105,6 +105,7 @@ fn retired_slots() {
                 held_until: None,
                 hold_started_at: None,
                 since: Some(MicroTime(at(NOW))),
+                refused_since: None,
                 message: None,
                 pod_ip: None,
                 listener: None,

@@ -447,7 +447,13 @@ async fn main() {
                 let holding = matches!(m.state, MemberState::Held | MemberState::Lost);
                 if !out && (m.state != MemberState::Ready || m.run_id != before.run_id) {
                     out = true;
-                    out_of_service.push(killed.elapsed().as_secs_f64() * 1000.0);
+                    let ms = killed.elapsed().as_secs_f64() * 1000.0;
+                    out_of_service.push(ms);
+                    // Each as it comes: at K=200 one kill can take minutes to settle.
+                    println!(
+                        "K={k}: kill {j} of {name}-{slot}: out of service in status after {ms:.0} ms ({:?})",
+                        m.state
+                    );
                     if let Some(since) = m.since.as_ref().filter(|_| holding) {
                         let ms = since.0.duration_since(killed_wall).as_secs_f64() * 1000.0;
                         decided.push(ms.max(0.0));

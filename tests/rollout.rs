@@ -93,10 +93,13 @@ fn held_then_ready(states: &[(MemberState, Option<String>)]) -> bool {
 
 #[tokio::test]
 async fn image_change_replaces_one_member_at_a_time_each_held() {
+    // The hold (6 s) outlasts a replacement's start on a real node (2-3 s, longer for a new
+    // image), so the monitor sees each replacement held; with 2 s the hold could end before
+    // the pod existed (Lost, then Ready: CI at 03f7db8).
     let env = Env::start(5).await;
     env.create_cluster(
         NAME,
-        json!({"instances": 5, "maxLockTTL": "2s", "holdMargin": "0s"}),
+        json!({"instances": 5, "maxLockTTL": "6s", "holdMargin": "0s"}),
     )
     .await;
     env.wait_ready(NAME, 5, Duration::from_secs(30)).await;

@@ -44,7 +44,14 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
         uid,
     );
     let serving = serving(rest);
-    let mut closed = closed_watches(ctx, uid, rest, Vec::new());
+    // The members' connection keys are fixed for the rest too (each hashes a password).
+    let keys: Vec<_> = rest
+        .members
+        .iter()
+        .map(|m| m.access.as_ref().unwrap_or(&rest.access).connection_key(m.ip))
+        .collect();
+    let kept = &ctx.memory.probe_connections;
+    let mut closed = kept.closed_watches(uid, &keys, Vec::new());
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
@@ -75,7 +82,7 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
         }
         // A connection the probe replaced (same process, the old connection broken) is
         // watched from now on.
-        closed = closed_watches(ctx, uid, rest, closed);
+        closed = kept.closed_watches(uid, &keys, closed);
         // After the probe, as the reconcile ran it: a member slow to answer its `SCAN` delays
         // the next probe as it delayed the next reconcile (each request waits the connection
         // timeout at most). Not cut short: a cut would drop the connection mid-exchange, and a
@@ -88,20 +95,10 @@ async fn watch(ctx: &Context, uid: &str, generation: u64, rest: &Rest) {
     }
 }
 
-/// Watches on the members' kept probe connections (those in `watches` kept while their
-/// connection is): a process that crashes closes its connection, and a reconcile is woken
-/// then instead of a probe period later (issue 17: a kill is seen in milliseconds).
-fn closed_watches(ctx: &Context, uid: &str, rest: &Rest, watches: Vec<ClosedWatch>) -> Vec<ClosedWatch> {
-    let keys: Vec<_> = rest
-        .members
-        .iter()
-        .map(|m| m.access.as_ref().unwrap_or(&rest.access).connection_key(m.ip))
-        .collect();
-    ctx.memory.probe_connections.closed_watches(uid, &keys, watches)
-}
-
-/// Returns once one of `watches` sees its connection end; never without any. Awaited only
-/// between probes: a probe's replies would end it too.
+/// Returns once one of `watches` (on the members' kept probe connections) sees its connection
+/// end: a process that crashes closes its connection, and a reconcile is woken then instead of
+/// a probe period later (issue 17). Never without any. Awaited only between probes: a probe's
+/// replies would end it too.
 async fn any_ended(watches: &[ClosedWatch]) {
     if watches.is_empty() {
         return std::future::pending().await;

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -148,6 +148,24 @@ bench: controlplane
 ## operator's speed, is what takes the time.
 safety: controlplane redis-libc
 	$(CARGO) test --bench safety_full
+
+## version-matrix: the lifecycle, client-ACL hardening and short safety tests once per image
+## of README "Tested versions", on real nodes (REDLOCK_TEST_IMAGE names each cluster's image;
+## the safety run deals every fault kind but a member's clock jump, which needs the faketime
+## image). MATRIX_IMAGES chooses the images. Not part of `make test`: `make test` runs them on
+## redis:7.0, and tests/real_nodes.rs runs kill -9 -> held -> released and the ACL basics on
+## every image; this is the long form (about 15 minutes per image).
+MATRIX_IMAGES ?= redis:6.2 redis:7.0 redis:8.0 valkey/valkey:8.1 valkey/valkey:9.1
+MATRIX_SAFETY_KINDS ?= kill-one,kill-minority,kill-majority,delete-pod,stop-cont,operator-kill,node-loss,ttl-lower,recreate,operator-skew,partition,partition-delete-node,resize
+version-matrix: dev-binaries nodes
+	$(CARGO) test --no-run --test lifecycle --test hardening --test safety
+	set -e; for image in $(MATRIX_IMAGES); do \
+	  echo "== version matrix: $$image"; \
+	  $(BIN)/in-namespaces env REDLOCK_TEST_NODES=real REDLOCK_TEST_IMAGE=$$image \
+	    SAFETY_KINDS=$(MATRIX_SAFETY_KINDS) SAFETY_OUT=$(CURDIR)/target/version-matrix/$$(echo $$image | tr /: --) \
+	    $(CARGO) test --offline --no-fail-fast --test lifecycle --test hardening --test safety \
+	    -- --test-threads=$(TEST_THREADS); \
+	done
 
 ## safety-real-nodes: the same on real nodes (kubelet, containerd, kube-proxy; Redis in
 ## containers of the redis:7.0-faketime image, so member clock jumps step a node's clock).

@@ -56,6 +56,7 @@ const TESTS: &[(&str, TestFn)] = &[
 /// The images of the version matrix (tests/nodes/images.sh builds each from Debian packages);
 /// README "Tested versions" lists them.
 const IMAGES: &[(&str, &str)] = &[
+    ("r62", "redis:6.2"),
     ("r70", "redis:7.0"),
     ("r80", "redis:8.0"),
     ("v81", "valkey/valkey:8.1"),

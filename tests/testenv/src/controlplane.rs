@@ -412,14 +412,22 @@ impl ControlPlane {
     }
 
     /// The image a test cluster's spec names when it names none, if it must: on real nodes
-    /// `redis:7.0`, as the CRD's default (`redis:7.4`) is no image built here
-    /// (tests/nodes/images.sh: no Debian suite packages 7.4) and the nodes pull from no
-    /// registry; with node clocks, the same server under libfaketime. The process kubelet runs
-    /// any tag as the machine's Redis (under libfaketime with `node_clocks`).
+    /// `REDLOCK_TEST_IMAGE` or else `redis:7.0`, as the CRD's default (`redis:7.4`) is no image
+    /// built here (tests/nodes/images.sh: no Debian suite packages 7.4) and the nodes pull
+    /// from no registry; with node clocks, redis 7.0 under libfaketime whatever the variable
+    /// says (the one image that follows its node's clock). The process kubelet runs any tag as
+    /// the machine's Redis (under libfaketime with `node_clocks`). `make version-matrix` runs
+    /// the tests once per image through the variable.
     pub fn redis_image(&self) -> Option<&'static str> {
+        static CHOSEN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            std::env::var("REDLOCK_TEST_IMAGE")
+                .ok()
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or_else(|| "redis:7.0".to_owned())
+        });
         match (self.has_real_nodes(), self.node_clocks) {
             (false, _) => None,
-            (true, false) => Some("redis:7.0"),
+            (true, false) => Some(CHOSEN.as_str()),
             (true, true) => Some(crate::nodes::FAKETIME_IMAGE),
         }
     }

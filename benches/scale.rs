@@ -8,7 +8,9 @@
 //! - with all K running, over `BENCH_KILLS` (20) kills: detection latency (kill -9 → out of
 //!   service in status: `Lost` on the refusal of its address, or already held), the
 //!   replacement's hold (kill -9 → the kubelet restarts it → `Held` in status), and release
-//!   lateness (heldUntil → first client SET, and the operator's own histogram).
+//!   lateness (heldUntil → first client SET, and the operator's own histogram); detection also
+//!   as the API server saw it (kill → the operator's first status write after it, audit log),
+//!   apart from the benchmark's own reads.
 //!
 //! `BENCH_OPERATOR_ARGS` adds `redlock-operator run` flags (e.g. `--probe-period-ms=5000`).
 //!
@@ -115,6 +117,43 @@ fn requests_by_kind(cp: &ControlPlane, ns: &str, from: Timestamp, to: Timestamp)
             .or_default() += 1;
     }
     out
+}
+
+/// For each (cluster, kill time): the operator's first status write for that cluster received
+/// after the kill, from the audit log, as (kill -> write complete, received -> complete) in ms.
+/// A kill with no such write in the log is left out of both.
+fn status_writes_after(cp: &ControlPlane, kills: &[(String, Timestamp)]) -> (Vec<f64>, Vec<f64>) {
+    let Some(from) = kills.iter().map(|(_, at)| *at).min() else {
+        return (vec![], vec![]);
+    };
+    let stamp = |e: &serde_json::Value, key: &str| e[key].as_str().and_then(|t| t.parse::<Timestamp>().ok());
+    let mut writes: Vec<(String, Timestamp, Timestamp)> = operator_audit(cp, from, Timestamp::now())
+        .into_iter()
+        .filter(|e| {
+            e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "redlockclusters"
+                && e["objectRef"]["subresource"] == "status"
+        })
+        .filter_map(|e| {
+            let name = e["objectRef"]["name"].as_str()?.to_owned();
+            Some((
+                name,
+                stamp(&e, "requestReceivedTimestamp")?,
+                stamp(&e, "stageTimestamp")?,
+            ))
+        })
+        .collect();
+    writes.sort_by_key(|(_, received, _)| *received);
+    let ms = |from: Timestamp, to: Timestamp| to.duration_since(from).as_secs_f64() * 1000.0;
+    kills
+        .iter()
+        .filter_map(|(name, at)| {
+            let (_, received, complete) = writes
+                .iter()
+                .find(|(n, received, _)| n == name && received >= at)?;
+            Some((ms(*at, *complete), ms(*received, *complete)))
+        })
+        .unzip()
 }
 
 /// The operator binary, or with `BENCH_OPERATOR_WRAPPER` (e.g. `heaptrack -o /tmp/op`) a
@@ -412,6 +451,12 @@ async fn main() {
         // benchmark's own reads cost.
         let mut decided = vec![];
         let mut lateness = vec![];
+        // Each kill's cluster and wall-clock time, for the operator's status writes in the
+        // audit log after the loop (`status_writes_after`).
+        let mut killed_at = vec![];
+        // How long each of the benchmark's own status reads took while it waited: what its
+        // detection numbers carry besides the operator's and the API server's part.
+        let mut reads = vec![];
         let operator_lateness_before = release_lateness_buckets(&env).await;
         // Kills whose hold was over before the benchmark read it (no lateness measured).
         let mut missed_holds = 0;
@@ -432,6 +477,7 @@ async fn main() {
             let ip = env.pod_ip(&name, slot).await;
             let killed = Instant::now();
             let killed_wall = Timestamp::now();
+            killed_at.push((name.clone(), killed_wall));
             env.cp
                 .kubelet()
                 .signal_pod(&env.ns, &format!("{name}-{slot}"), Signal::SIGKILL)
@@ -443,7 +489,9 @@ async fn main() {
             // a hold, or (when the benchmark's own reads are slower than a short hold) already
             // released with a new run id.
             let until = loop {
+                let read = Instant::now();
                 let m = env.member(&name, slot).await.unwrap();
+                reads.push(read.elapsed().as_secs_f64() * 1000.0);
                 let holding = matches!(m.state, MemberState::Held | MemberState::Lost);
                 if !out && (m.state != MemberState::Ready || m.run_id != before.run_id) {
                     out = true;
@@ -503,6 +551,25 @@ async fn main() {
             k,
             "detection by the operator (kill -9 -> the reconcile that put it out of service, its `since`)",
             &mut decided,
+        );
+        // The same detection as the API server saw it, apart from the benchmark's own reads:
+        // kill -> the operator's first status write for that cluster complete (audit log), and
+        // that write's own time at the API server.
+        let (mut written, mut write_took) = status_writes_after(&env.cp, &killed_at);
+        print_percentiles(
+            k,
+            "detection written (kill -9 -> the operator's first status write after it complete, audit log)",
+            &mut written,
+        );
+        print_percentiles(
+            k,
+            "status write at the API server (received -> complete, those writes)",
+            &mut write_took,
+        );
+        print_percentiles(
+            k,
+            "the benchmark's own status reads while it waited (one GET each)",
+            &mut reads,
         );
         print_percentiles(
             k,

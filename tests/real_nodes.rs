@@ -205,10 +205,13 @@ async fn kill_9_then_held_and_released(env: &Env, name: &str, slot: i32, client:
 /// released at once. One control plane, one cluster per image, side by side.
 async fn every_image_locks_holds_and_releases() {
     let env = real_env().await;
+    // `busy-reply-threshold` is 7.0's name: every image must still start (redis.conf says
+    // `lua-time-limit`, which all of them read) and take the value.
     for (name, image) in IMAGES {
         env.create_cluster(
             name,
-            json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms", "image": image}),
+            json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "500ms", "image": image,
+                   "redisConfig": {"busy-reply-threshold": "4321"}}),
         )
         .await;
     }
@@ -256,6 +259,20 @@ async fn every_image_locks_holds_and_releases() {
             .find_map(|key| server.lines().find(|l| l.starts_with(key)))
             .unwrap_or("version hidden from the client user")
             .to_owned();
+
+        let admin = env.admin_login(name).await;
+        let mut as_admin = connect(ip, &admin).await.unwrap();
+        let limit: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("lua-time-limit")
+            .query_async(&mut as_admin)
+            .await
+            .unwrap();
+        assert_eq!(
+            limit.get(1).map(String::as_str),
+            Some("4321"),
+            "{image}: {limit:?}"
+        );
 
         let late = kill_9_then_held_and_released(&env, name, 0, &client).await;
         println!("{image} ({version}): locks, held after kill -9, released {late:?} after heldUntil");

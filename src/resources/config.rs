@@ -35,7 +35,7 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
         // keeps them out of redis.conf whatever reaches the renderer (objects stored under an
         // older schema, a bug elsewhere).
         if entry_problem(key, value).is_none() {
-            lines.push(format!("{key} {value}"));
+            lines.push(format!("{} {value}", directive_name(key)));
         }
     }
     let maxmemory = spec
@@ -68,6 +68,18 @@ pub fn redis_conf(cluster: &RedlockCluster) -> String {
         // `-debug -module` refuses both to lock clients (tests/real_nodes.rs runs 6.2).
     ]);
     lines.join("\n") + "\n"
+}
+
+/// The redis.conf directive for a `redisConfig` key: the key itself, but for
+/// `busy-reply-threshold` (Redis >= 7.0's name), written as `lua-time-limit`, which every
+/// supported server reads: 7.0+ and Valkey keep it as an alias of the same setting, and 6.2
+/// knows only it (a directive it does not know stops it from starting). With both keys set,
+/// `lua-time-limit` comes later and wins, as Redis keeps the last value.
+fn directive_name(key: &str) -> &str {
+    match key {
+        "busy-reply-threshold" => "lua-time-limit",
+        key => key,
+    }
 }
 
 /// The directives of the port a process listens on. TLS only: the plain port is closed, so no
@@ -208,6 +220,14 @@ mod tests {
     }
 
     #[test]
+    fn busy_reply_threshold_is_written_under_the_name_redis_6_2_knows() {
+        let c = cluster(json!({"maxLockTTL": "30s", "redisConfig": {"busy-reply-threshold": "2000"}}));
+        let conf = redis_conf(&c);
+        assert!(conf.contains("\nlua-time-limit 2000\n"), "{conf}");
+        assert!(!conf.contains("busy-reply-threshold"), "{conf}");
+    }
+
+    #[test]
     fn tls_closes_the_plain_port() {
         let c = cluster(json!({"maxLockTTL": "30s", "tls": {"secretName": "locks-tls"}}));
         let conf = redis_conf(&c);
@@ -303,7 +323,8 @@ mod tests {
             #![proptest_config(ProptestConfig::with_cases(2000))]
 
             /// Whatever `redisConfig` holds, Redis reads exactly one directive per accepted
-            /// entry — named by its allow-listed key, with the value's words as arguments —
+            /// entry — named by its allow-listed key (`directive_name`), with the value's
+            /// words as arguments —
             /// followed by the enforced directives exactly as without any `redisConfig`. So no
             /// input adds a directive, removes one, or changes an enforced one.
             #[test]
@@ -316,7 +337,7 @@ mod tests {
                     .iter()
                     .filter(|(k, v)| entry_problem(k, v).is_none())
                     .map(|(k, v)| {
-                        (k.clone(), v.split(' ').filter(|w| !w.is_empty()).map(|w| w.as_bytes().to_vec()).collect())
+                        (directive_name(k).to_owned(), v.split(' ').filter(|w| !w.is_empty()).map(|w| w.as_bytes().to_vec()).collect())
                     })
                     .collect();
                 let mut want = accepted;

@@ -159,13 +159,14 @@ MATRIX_IMAGES ?= redis:6.2 redis:7.0 redis:8.0 valkey/valkey:8.1 valkey/valkey:9
 MATRIX_SAFETY_KINDS ?= kill-one,kill-minority,kill-majority,delete-pod,stop-cont,operator-kill,node-loss,ttl-lower,recreate,operator-skew,partition,partition-delete-node,resize
 version-matrix: dev-binaries nodes
 	$(CARGO) test --no-run --test lifecycle --test hardening --test safety
-	set -e; for image in $(MATRIX_IMAGES); do \
+	failed=""; for image in $(MATRIX_IMAGES); do \
 	  echo "== version matrix: $$image"; \
 	  $(BIN)/in-namespaces env REDLOCK_TEST_NODES=real REDLOCK_TEST_IMAGE=$$image \
 	    SAFETY_KINDS=$(MATRIX_SAFETY_KINDS) SAFETY_OUT=$(CURDIR)/target/version-matrix/$$(echo $$image | tr /: --) \
 	    $(CARGO) test --offline --no-fail-fast --test lifecycle --test hardening --test safety \
-	    -- --test-threads=$(TEST_THREADS); \
-	done
+	    -- --test-threads=$(TEST_THREADS) || failed="$$failed $$image"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "version matrix failed on:$$failed"; exit 1; fi
 
 ## safety-real-nodes: the same on real nodes (kubelet, containerd, kube-proxy; Redis in
 ## containers of the redis:7.0-faketime image, so member clock jumps step a node's clock).

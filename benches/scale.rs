@@ -119,10 +119,11 @@ fn requests_by_kind(cp: &ControlPlane, ns: &str, from: Timestamp, to: Timestamp)
     out
 }
 
-/// For each (cluster, kill time): the operator's first status write for that cluster received
-/// after the kill, from the audit log, as (kill -> write complete, received -> complete) in ms.
-/// A kill with no such write in the log is left out of both.
-fn status_writes_after(cp: &ControlPlane, kills: &[(String, Timestamp)]) -> (Vec<f64>, Vec<f64>) {
+/// For each (cluster in `ns`, kill time): the operator's first successful (2xx) status write for
+/// that cluster received after the kill, from the audit log, as (kill -> write complete,
+/// received -> complete) in ms. A refused or failed write (409, 5xx, timeout) put nothing in
+/// status and does not count. A kill with no such write in the log is left out of both.
+fn status_writes_after(cp: &ControlPlane, ns: &str, kills: &[(String, Timestamp)]) -> (Vec<f64>, Vec<f64>) {
     let Some(from) = kills.iter().map(|(_, at)| *at).min() else {
         return (vec![], vec![]);
     };
@@ -133,6 +134,10 @@ fn status_writes_after(cp: &ControlPlane, kills: &[(String, Timestamp)]) -> (Vec
             e["verb"] == "patch"
                 && e["objectRef"]["resource"] == "redlockclusters"
                 && e["objectRef"]["subresource"] == "status"
+                && e["objectRef"]["namespace"] == ns
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| (200..300).contains(&c))
         })
         .filter_map(|e| {
             let name = e["objectRef"]["name"].as_str()?.to_owned();
@@ -555,7 +560,7 @@ async fn main() {
         // The same detection as the API server saw it, apart from the benchmark's own reads:
         // kill -> the operator's first status write for that cluster complete (audit log), and
         // that write's own time at the API server.
-        let (mut written, mut write_took) = status_writes_after(&env.cp, &killed_at);
+        let (mut written, mut write_took) = status_writes_after(&env.cp, &env.ns, &killed_at);
         print_percentiles(
             k,
             "detection written (kill -9 -> the operator's first status write after it complete, audit log)",

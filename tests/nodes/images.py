@@ -131,11 +131,11 @@ LIBFAKETIME = f"/usr/lib/{MULTIARCH}/faketime/libfaketime.so.1"
 # What the libc-malloc build links besides what redis-server's own packages bring (checked with
 # readelf: libm, libssl, libcrypto, libc, libatomic, liblzf).
 FAKETIME_PACKAGES = ["libfaketime", "libatomic1", "liblzf1", "libssl3", "libc6"]
-# The server the faketime image runs: the wrapper at the server's usual path sets libfaketime up
-# and execs it (same pid, so the process title and signals are the server's own).
 # What a source-built server and CLI link (readelf: libm, libdl, libpthread, libssl,
 # libcrypto, libc); their packages give the libraries and the dynamic loader.
 SOURCE_BUILD_PACKAGES = ["libssl3", "libc6"]
+# The server the faketime image runs: the wrapper at the server's usual path sets libfaketime up
+# and execs it (same pid, so the process title and signals are the server's own).
 FAKETIME_SERVER = "/usr/local/lib/redis-faketime/redis-server"
 FAKETIME_WRAPPER = f"""#!/bin/sh
 # redis-server under libfaketime, with the wall clock of the node this container runs on (a

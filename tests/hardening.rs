@@ -29,9 +29,11 @@ async fn query(conn: &mut MultiplexedConnection, args: &[&str]) -> redis::RedisR
 }
 
 /// A refusal by the ACL: `NOPERM` for a command sent directly; from inside a script, Redis 7.0
-/// reports it as "can't run this command" (newer versions keep the NOPERM code).
+/// reports it as "can't run this command", Valkey 9 as "ACL failure in script" (others keep
+/// the NOPERM code).
 fn is_acl_refusal(e: &redis::RedisError) -> bool {
-    is_noperm(e) || e.to_string().contains("can't run this command")
+    let text = e.to_string();
+    is_noperm(e) || text.contains("can't run this command") || text.contains("ACL failure in script")
 }
 
 fn is_noperm(e: &redis::RedisError) -> bool {

@@ -206,11 +206,7 @@ const FORBIDDEN: &[&[&str]] = &[
 /// neither switch nor subcommand rules: its client ACL refuses `DEBUG` and `MODULE` outright,
 /// and `SCRIPT DEBUG` stays allowed (README "Client ACL").
 fn seven_or_later(version: &str) -> bool {
-    version
-        .split('.')
-        .next()
-        .and_then(|major| major.parse::<u32>().ok())
-        .is_some_and(|major| major >= 7)
+    redlock_operator::resources::secrets::version_at_least(version, (7, 0))
 }
 
 async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Login, version: &str) {

@@ -323,7 +323,7 @@ pub fn release_rules(redis_version: &str) -> Vec<&'static str> {
 /// `major.minor`. An unreadable version is treated as old: the rule is then left out, which
 /// costs a client at most a refused `CLIENT SETINFO`, whereas an unknown rule would fail the
 /// release.
-fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+pub fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
     let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
     match (parts.next().flatten(), parts.next().flatten()) {
         (Some(ma), Some(mi)) => (ma, mi) >= (major, minor),

@@ -658,20 +658,21 @@ def server_inputs(img, refresh):
     }
 
 
+def built_by(script):
+    """What a build script under tests/tools built (once, cached): the path on its last line
+    of output."""
+    return Path(out(["bash", str(REPO / "tests/tools" / script)]).strip().splitlines()[-1])
+
+
 def redis_libc():
     """The redis-server built with libc's malloc from the Debian source of the machine's
-    redis-server (built once and cached by tests/tools/build-redis-libc.sh; its last line of
-    output is the path)."""
-    script = REPO / "tests/tools/build-redis-libc.sh"
-    path = out(["bash", str(script)]).strip().splitlines()[-1]
-    return Path(path)
+    redis-server (tests/tools/build-redis-libc.sh)."""
+    return built_by("build-redis-libc.sh")
 
 
 def source_build(img):
-    """The directory with redis-server and redis-cli that img.source_build built (once, cached;
-    the script's last line of output is the directory)."""
-    script = REPO / "tests/tools" / img.source_build
-    return Path(out(["bash", str(script)]).strip().splitlines()[-1])
+    """The directory with redis-server and redis-cli that img.source_build built."""
+    return built_by(img.source_build)
 
 
 def built_version(binary):

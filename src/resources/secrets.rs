@@ -331,11 +331,17 @@ pub fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
     }
 }
 
+/// What the operator's own user may run: everything but `DEBUG` and `MODULE`, which it never
+/// sends. Redis >= 7.0 and Valkey disable both server-wide by default; Redis 6.2 has no such
+/// switch, so without these denials anyone holding the admin password could load a module or
+/// `DEBUG RELOAD`/`DEBUG SET-ACTIVE-EXPIRE` a member out from under the hold.
+pub const ADMIN_RULES: &str = "~* &* +@all -debug -module";
+
 /// The ACL file. The client user is `off`: a process started from this file serves no lock
 /// client until the operator releases it.
 pub fn acl_file(auth_enabled: bool, credentials: &Credentials) -> String {
     let admin = format!(
-        "user {ADMIN_USER} on {} ~* &* +@all",
+        "user {ADMIN_USER} on {} {ADMIN_RULES}",
         credentials.accepted_admin_hashes().join(" ")
     );
     let (default, client) = if auth_enabled {
@@ -741,7 +747,11 @@ mod tests {
             .unwrap();
         assert!(client.starts_with("user redlock-client off #"), "{client}");
         assert!(acl.lines().any(|l| l.starts_with("user default off ")));
-        assert!(acl.lines().any(|l| l.starts_with("user redlock-admin on #")));
+        let admin = acl
+            .lines()
+            .find(|l| l.starts_with("user redlock-admin on #"))
+            .unwrap();
+        assert!(admin.ends_with(" ~* &* +@all -debug -module"), "{admin}");
         assert!(!acl.contains("adminpw") && !acl.contains("clientpw"));
         assert!(acl.contains(&password_hash("clientpw")));
         // sha256("clientpw")

@@ -13,6 +13,11 @@
 //!   apart from the benchmark's own reads.
 //!
 //! `BENCH_OPERATOR_ARGS` adds `redlock-operator run` flags (e.g. `--probe-period-ms=5000`).
+//! `BENCH_POD_NICE` (default 0) starts the pods' processes (redis-servers, exec probes) at
+//! that niceness: on a real cluster they run on other machines than the API server and the
+//! operator, here hundreds of them share 2 cores with both (README: at 10 it halved the p50
+//! of a kill's status write at K=200, not its p99). The steady-state window prints where the
+//! machine's CPU went, by process group.
 //!
 //! Release build (cargo bench). Prints numbers; asserts nothing.
 
@@ -28,6 +33,9 @@ use redlock_testenv::controlplane::OPERATOR_USER;
 use redlock_testenv::operator::OperatorProcess;
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
+
+#[path = "scale_support/machine_cpu.rs"]
+mod machine_cpu;
 
 fn env_list(name: &str, default: &str) -> Vec<usize> {
     std::env::var(name)
@@ -303,8 +311,9 @@ async fn main() {
     let largest = ks.iter().copied().max().unwrap_or(10);
     // The process kubelet takes 110 pods per node; `spread: host` puts one member per node.
     let nodes = (largest * 3).div_ceil(90).max(3);
+    let pod_nice = env_num("BENCH_POD_NICE", 0) as i32;
     println!(
-        "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K",
+        "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K, pods at nice {pod_nice}",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     // Kubernetes' own node timeouts (40 s grace, 300 s eviction toleration), not the tests'
@@ -317,6 +326,7 @@ async fn main() {
         eviction_toleration: Duration::from_secs(300),
         // Hundreds of members on 2 cores: only the process kubelet's pods are cheap enough.
         real_nodes: false,
+        pod_nice,
         ..Default::default()
     })
     .await
@@ -393,6 +403,7 @@ async fn main() {
 
         tokio::time::sleep(Duration::from_secs(10)).await;
         let cpu0 = usage(pid).cpu;
+        let machine0 = machine_cpu::snapshot(pid);
         let reconciles0 = reconciles(&env).await;
         let from = Timestamp::now();
         tokio::time::sleep(window).await;
@@ -404,6 +415,7 @@ async fn main() {
             anon,
             file,
         } = usage(pid);
+        let machine1 = machine_cpu::snapshot(pid);
         let reconciles1 = reconciles(&env).await;
         let minutes = window.as_secs_f64() / 60.0;
         // Per cluster and second as well: clusters at rest are probed every period but
@@ -423,6 +435,10 @@ async fn main() {
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" ")
+        );
+        println!(
+            "K={k}: steady state: where the machine's CPU went\n    {}",
+            machine_cpu::report(&machine0, &machine1)
         );
         let requests = requests_by_kind(&env.cp, &env.ns, from, to);
         let total: usize = requests.values().sum();

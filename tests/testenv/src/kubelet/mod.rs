@@ -81,6 +81,11 @@ pub struct KubeletConfig {
     /// libfaketime with its node's offset file (`<work_dir>/clocks/<node>`, "+0" at first);
     /// `ProcessKubelet::set_node_clock` steps it. Exec probes run unfaked.
     pub node_clocks: Option<PathBuf>,
+    /// Niceness of every process this kubelet starts (containers and exec probes); 0 leaves
+    /// it. On a real cluster pods run on other machines than the API server; a benchmark that
+    /// puts hundreds of them on its control plane's 2 cores can keep them from crowding out
+    /// what it measures.
+    pub pod_nice: i32,
 }
 
 impl Default for KubeletConfig {
@@ -99,6 +104,7 @@ impl Default for KubeletConfig {
             extra_images: Vec::new(),
             api_server: None,
             node_clocks: None,
+            pod_nice: 0,
         }
     }
 }
@@ -258,7 +264,7 @@ impl ProcessKubelet {
             nodes: nodes.clone(),
             kubelet_version,
             bin_dir,
-            procs: Arc::new(ProcTable::default()),
+            procs: Arc::new(ProcTable::with_nice(config.pod_nice)),
             ipam: Mutex::new(Ipam::new(config.ip_block)),
             pods: Mutex::new(PodIndex::default()),
             lost: Mutex::new(HashSet::new()),

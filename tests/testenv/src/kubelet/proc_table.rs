@@ -5,6 +5,7 @@
 //! node's processes be killed without waiting for its tasks to notice.
 
 use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::Mutex;
@@ -28,16 +29,38 @@ struct Entry {
 pub struct ProcTable {
     entries: Mutex<HashMap<ProcId, Entry>>,
     next_id: AtomicU64,
+    /// Niceness every process starts with (`KubeletConfig::pod_nice`); 0 leaves it.
+    nice: i32,
 }
 
 impl ProcTable {
+    pub fn with_nice(nice: i32) -> Self {
+        Self {
+            entries: Mutex::default(),
+            next_id: AtomicU64::default(),
+            nice,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProcId, Entry>> {
         // A panic while holding the lock cannot leave the map inconsistent.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts `cmd` for pod `owner`; returns its id and PID.
-    pub fn spawn(&self, owner: &str, name: &str, cmd: Command, log: &Path) -> Result<(ProcId, u32)> {
+    pub fn spawn(&self, owner: &str, name: &str, mut cmd: Command, log: &Path) -> Result<(ProcId, u32)> {
+        if self.nice != 0 {
+            let nice = self.nice;
+            // SAFETY: setpriority is a plain system call, safe between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setpriority(libc::PRIO_PROCESS, 0, nice) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = ManagedChild::spawn(name, cmd, log)?;
         let pid = child.pid();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -156,5 +179,28 @@ mod tests {
         assert!(table.exited(c).unwrap().success());
         table.kill_all();
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn starts_processes_at_its_niceness() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let niceness = |table: &ProcTable| {
+            let mut c = Command::new("sleep");
+            c.arg("30");
+            let (id, pid) = table.spawn("pod", "sleep", c, &log).unwrap();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            table.kill(id);
+            // Field 19, counted after the command name (which may hold spaces).
+            stat[stat.rfind(") ").unwrap() + 2..]
+                .split(' ')
+                .nth(16)
+                .unwrap()
+                .parse::<i32>()
+                .unwrap()
+        };
+        let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        assert_eq!(niceness(&ProcTable::default()), ours, "inherited when not set");
+        assert_eq!(niceness(&ProcTable::with_nice(7)), 7);
     }
 }

@@ -51,6 +51,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ("readme_install_runs_the_operator_image_in_cluster", || {
         Box::pin(readme_install_runs_the_operator_image_in_cluster())
     }),
+    (
+        "a_control_planes_nodes_reach_its_api_server_and_nothing_else_of_the_run",
+        || Box::pin(a_control_planes_nodes_reach_its_api_server_and_nothing_else_of_the_run()),
+    ),
 ];
 
 /// The images of the version matrix (tests/nodes/images.sh builds each from Debian packages,
@@ -602,4 +606,86 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
         "served {late:?} after heldUntil"
     );
     cp.shutdown().await;
+}
+
+/// Sets the run namespace's `ip_forward` for as long as it lives, then puts the old value back.
+struct IpForward(String);
+
+impl IpForward {
+    const PATH: &str = "/proc/sys/net/ipv4/ip_forward";
+
+    fn on() -> Self {
+        let before = std::fs::read_to_string(Self::PATH).unwrap();
+        std::fs::write(Self::PATH, "1").unwrap();
+        Self(before)
+    }
+}
+
+impl Drop for IpForward {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, self.0.trim());
+    }
+}
+
+/// Two control planes' node networks in one run (as when `make test` runs two tests at once):
+/// each one's nodes and pods reach their own API server, and nothing else in the run's
+/// namespace: not the other's API server (which listens on every address there, so also on
+/// this control plane's link), not another port, and not, forwarded through the run's
+/// namespace, the other's nodes, even with `ip_forward` on there (as a namespace inherits it
+/// from a machine that runs Docker). The run's namespace itself still reaches both.
+async fn a_control_planes_nodes_reach_its_api_server_and_nothing_else_of_the_run() {
+    use redlock_testenv::controlplane::IpBlock;
+    use redlock_testenv::nodes::layout::Layout;
+    use redlock_testenv::nodes::node_network::NodeNetwork;
+    use std::net::{SocketAddr, TcpListener};
+    redlock_testenv::nodes::namespace::prepare().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (block_a, block_b) = (IpBlock::acquire().unwrap(), IpBlock::acquire().unwrap());
+    let (a, b) = (
+        Layout::new(block_a.octet, dir.path()),
+        Layout::new(block_b.octet, dir.path()),
+    );
+    // Stand-ins for the two API servers: bound to every address, as kube-apiserver is.
+    let api_a = TcpListener::bind("0.0.0.0:0").unwrap();
+    let api_b = TcpListener::bind("0.0.0.0:0").unwrap();
+    let other = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = |l: &TcpListener| l.local_addr().unwrap().port();
+    let net_a = NodeNetwork::create(&a, port(&api_a)).unwrap();
+    let net_b = NodeNetwork::create(&b, port(&api_b)).unwrap();
+    // Something on B's side: a listener in B's namespace at its end of B's link.
+    let on_b = net_b
+        .netns()
+        .listen(SocketAddr::new(b.node_network_gateway().into(), 0))
+        .unwrap();
+    let on_b = on_b.local_addr().unwrap();
+    let _forwarding = IpForward::on();
+    let timeout = Duration::from_secs(2);
+    let at = |ip: std::net::Ipv4Addr, l: &TcpListener| SocketAddr::new(ip.into(), port(l));
+
+    // The run's namespace reaches all of it (what the tests and the operator need).
+    for addr in [at(a.api_ip(), &api_a), at(a.api_ip(), &other), on_b] {
+        std::net::TcpStream::connect_timeout(&addr, timeout)
+            .unwrap_or_else(|e| panic!("from the run's namespace to {addr}: {e}"));
+    }
+    // A's nodes: their API server, nothing else.
+    net_a
+        .netns()
+        .connect(at(a.api_ip(), &api_a), timeout)
+        .expect("A's nodes reach A's API server");
+    for (what, addr) in [
+        ("another port of the run's namespace", at(a.api_ip(), &other)),
+        ("B's API server on A's link", at(a.api_ip(), &api_b)),
+        ("B's API server at B's address", at(b.api_ip(), &api_b)),
+        ("B's nodes through the run's namespace", on_b),
+    ] {
+        let refused = net_a.netns().connect(addr, timeout);
+        assert!(refused.is_err(), "A's nodes reached {what} ({addr})");
+    }
+    // And the other way round.
+    net_b
+        .netns()
+        .connect(at(b.api_ip(), &api_b), timeout)
+        .expect("B's nodes reach B's API server");
+    assert!(net_b.netns().connect(at(b.api_ip(), &api_a), timeout).is_err());
+    assert!(net_b.netns().connect(at(a.api_ip(), &api_a), timeout).is_err());
 }

@@ -72,6 +72,9 @@ pub struct ControlPlaneConfig {
     /// The default is `REDLOCK_TEST_NODES=real` (`make test-real-nodes`, which runs whole test
     /// binaries inside such namespaces).
     pub real_nodes: bool,
+    /// Niceness of the process kubelet's pods (`KubeletConfig::pod_nice`); 0 leaves it.
+    /// Real nodes ignore it.
+    pub pod_nice: i32,
 }
 
 impl Default for ControlPlaneConfig {
@@ -86,6 +89,7 @@ impl Default for ControlPlaneConfig {
             extra_images: Vec::new(),
             node_clocks: None,
             real_nodes: real_nodes_by_default(),
+            pod_nice: 0,
         }
     }
 }
@@ -182,8 +186,10 @@ impl ControlPlane {
         // Real nodes live in a network namespace of their own; they and their pods reach the
         // API server at the run's end of the link to it. The process kubelet's programs reach
         // it on loopback.
+        // Chosen now: the nodes' network admits its traffic to this port only.
+        let api_port = free_port()?;
         let node_network = if config.real_nodes {
-            Some(NodeNetwork::create(&layout)?)
+            Some(NodeNetwork::create(&layout, api_port)?)
         } else {
             None
         };
@@ -217,7 +223,6 @@ impl ControlPlane {
         // attribute API cost to the operator: the API server's own metrics count every client.
         let audit_policy = dir.join("audit-policy.yaml");
         std::fs::write(&audit_policy, AUDIT_POLICY)?;
-        let api_port = free_port()?;
         let api_url = format!("https://127.0.0.1:{api_port}");
         let tolerate = config.eviction_toleration.as_secs().max(1).to_string();
         let mut apiserver = Command::new(bin_dir.join("kube-apiserver"));
@@ -380,6 +385,7 @@ impl ControlPlane {
                     lease_interval: Duration::from_secs(1),
                     extra_images: config.extra_images.clone(),
                     node_clocks: config.node_clocks.clone(),
+                    pod_nice: config.pod_nice,
                     // In-cluster clients (KUBERNETES_SERVICE_HOST/PORT) reach the API server
                     // on loopback; its serving certificate names 127.0.0.1.
                     api_server: Some(std::net::SocketAddr::from(([127, 0, 0, 1], api_port))),

@@ -11,17 +11,26 @@
 //! pod subnets, Service ClusterIPs) through it, so the test process reaches pods and Services
 //! as before.
 //!
+//! The nodes reach the run's namespace at one address and port: the API server's. Everything
+//! else there (another control plane's API server, bound to every address of the run's
+//! namespace; the operator's HTTP port) is refused to them, and nothing they send is forwarded
+//! (to another control plane's nodes), whatever `ip_forward` the run's namespace inherited
+//! from the machine: the chain `rlcpB-nodes` in the run's namespace, on the traffic that comes
+//! in over the link.
+//!
 //! The namespace is named `rlcpB` under `/run/netns`, a private tmpfs of the run's mount
 //! namespace (`ip netns add`; never `ip netns exec`, which remounts /sys and loses the cgroup
 //! mounts: processes enter with `setns` before they exec). Dropping it removes the namespace;
 //! what was in it (bridges, veths, iptables rules) goes with it.
 
 use std::ffi::OsStr;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -77,28 +86,91 @@ impl Netns {
         self.run("sh", &["-c", &format!("echo {value} > {path}")])
             .with_context(|| format!("sysctl {key}={value}"))
     }
+
+    /// A TCP connection to `addr` made from inside this namespace (only the connecting thread
+    /// enters it; the socket stays in it).
+    pub fn connect(&self, addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+        self.inside(move || TcpStream::connect_timeout(&addr, timeout))
+    }
+
+    /// A TCP listener bound to `addr` inside this namespace.
+    pub fn listen(&self, addr: SocketAddr) -> std::io::Result<TcpListener> {
+        self.inside(move || TcpListener::bind(addr))
+    }
+
+    fn inside<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        let file = self.file.clone();
+        std::thread::spawn(move || {
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            f()
+        })
+        .join()
+        .map_err(|_| std::io::Error::other("the thread inside the namespace panicked"))?
+    }
 }
 
 /// A control plane's network namespace and the link to it; removed on drop.
 pub struct NodeNetwork {
     netns: Netns,
     link: String,
+    /// The run namespace's chain that admits the nodes' traffic (see the module's comment).
+    chain: String,
+}
+
+/// The rules that send traffic from the nodes' link to `chain`, as `iptables` arguments
+/// without the operation: INPUT (to an address of the run's namespace) and FORWARD (through
+/// it, refused outright).
+fn jumps(link: &str, chain: &str) -> [Vec<String>; 2] {
+    let rule = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect();
+    [
+        rule(&["INPUT", "-i", link, "-j", chain]),
+        rule(&["FORWARD", "-i", link, "-j", "REJECT"]),
+    ]
+}
+
+/// `iptables` in the run's namespace; `-w` waits for the lock another control plane's setup
+/// may hold at the same moment.
+fn iptables(args: &[&str]) -> Result<()> {
+    let mut all = vec!["-w"];
+    all.extend_from_slice(args);
+    namespace::run("iptables", &all)
+}
+
+fn remove_admission(link: &str, chain: &str) {
+    for jump in jumps(link, chain) {
+        let mut args = vec!["-D".to_string()];
+        args.extend(jump);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        while iptables(&args).is_ok() {}
+    }
+    let _ = iptables(&["-F", chain]);
+    let _ = iptables(&["-X", chain]);
 }
 
 impl NodeNetwork {
-    pub fn create(layout: &Layout) -> Result<Self> {
+    /// The namespace and its link; the nodes may reach the run's namespace at the API
+    /// server's address on `api_port` only.
+    pub fn create(layout: &Layout, api_port: u16) -> Result<Self> {
         namespace::prepare()?;
         let name = layout.netns_name();
         let (link, peer) = layout.api_veth();
-        // Leftovers of a run of the same block that died without cleaning up.
+        let chain = format!("{name}-nodes");
+        // Leftovers of a control plane of the same block that died without cleaning up.
         let _ = namespace::run("ip", &["netns", "del", &name]);
         let _ = namespace::run("ip", &["link", "del", &link]);
+        remove_admission(&link, &chain);
         namespace::run("ip", &["netns", "add", &name])?;
         let netns = Netns::open(&name)?;
         // Constructed now, so that whatever fails below still removes the namespace.
         let this = Self {
             netns,
             link: link.clone(),
+            chain: chain.clone(),
         };
         let (api_ip, gateway) = (layout.api_ip(), layout.node_network_gateway());
         namespace::run(
@@ -109,6 +181,42 @@ impl NodeNetwork {
         )?;
         namespace::run("ip", &["addr", "add", &format!("{api_ip}/30"), "dev", &link])?;
         namespace::run("ip", &["link", "set", &link, "up"])?;
+        let (api_ip_text, api_port_text) = (api_ip.to_string(), api_port.to_string());
+        iptables(&["-N", &chain])?;
+        for rule in [
+            // Replies to what the run's namespace opened (the tests reach pods and Services).
+            &[
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "ESTABLISHED,RELATED",
+                "-j",
+                "ACCEPT",
+            ][..],
+            &[
+                "-p",
+                "tcp",
+                "-d",
+                &api_ip_text,
+                "--dport",
+                &api_port_text,
+                "-j",
+                "ACCEPT",
+            ],
+            // Refused at once rather than dropped: a stray connection fails fast and clearly.
+            &["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
+            &["-j", "REJECT"],
+        ] {
+            let mut args = vec!["-A", chain.as_str()];
+            args.extend_from_slice(rule);
+            iptables(&args)?;
+        }
+        for jump in jumps(&link, &chain) {
+            let mut args = vec!["-I".to_string()];
+            args.extend(jump);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            iptables(&args)?;
+        }
         // The run's namespace has no default route: the whole block goes to the nodes'.
         namespace::run(
             "ip",
@@ -141,6 +249,7 @@ impl NodeNetwork {
 
 impl Drop for NodeNetwork {
     fn drop(&mut self) {
+        remove_admission(&self.link, &self.chain);
         let _ = namespace::run("ip", &["link", "del", &self.link]);
         let _ = namespace::run("ip", &["netns", "del", &self.netns.name]);
     }

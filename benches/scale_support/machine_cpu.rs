@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 /// CPU seconds so far: the machine's busy and total time, each process by group, and what
 /// the benchmark's own reaped children used.
 pub struct Snapshot {
+    at: std::time::Instant,
     busy: f64,
     total: f64,
     processes: HashMap<u32, (&'static str, f64)>,
@@ -81,6 +82,7 @@ pub fn snapshot(operator: u32) -> Snapshot {
         processes.insert(pid, (group(pid, &comm, operator, this), own));
     }
     Snapshot {
+        at: std::time::Instant::now(),
         busy: total - idle,
         total,
         processes,
@@ -92,7 +94,7 @@ pub fn snapshot(operator: u32) -> Snapshot {
 /// process started in the window counts in full, one that ended in it only if the benchmark
 /// reaped it. First line: the whole machine's busy time.
 pub fn report(a: &Snapshot, b: &Snapshot) -> String {
-    let secs = (b.total - a.total) / cores() as f64;
+    let secs = b.at.duration_since(a.at).as_secs_f64();
     let pct = |cpu: f64| cpu / secs * 100.0;
     let mut groups: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     for (pid, (group, cpu)) in &b.processes {
@@ -106,9 +108,8 @@ pub fn report(a: &Snapshot, b: &Snapshot) -> String {
         (b.reaped_children - a.reaped_children, 0),
     );
     let mut lines = vec![format!(
-        "machine busy {:.0}% of its {} cores ({:.0}% of one core)",
+        "machine busy {:.0}% of its CPUs ({:.0}% of one core)",
         (b.busy - a.busy) / (b.total - a.total) * 100.0,
-        cores(),
         pct(b.busy - a.busy)
     )];
     let mut sorted: Vec<_> = groups.into_iter().collect();
@@ -122,8 +123,4 @@ pub fn report(a: &Snapshot, b: &Snapshot) -> String {
         lines.push(format!("{group}: {:.1}% of a core{count}", pct(cpu)));
     }
     lines.join("\n    ")
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

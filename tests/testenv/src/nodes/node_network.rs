@@ -133,6 +133,15 @@ fn jumps(link: &str, chain: &str) -> [Vec<String>; 2] {
     ]
 }
 
+/// Switches IPv6 off on a link through `write` (given `setting`), unless the kernel has no IPv6
+/// (`/proc/sys/net/ipv6` missing), when there is nothing to switch off.
+fn disable_ipv6(setting: &str, write: impl FnOnce(&str) -> Result<()>) -> Result<()> {
+    if !std::path::Path::new("/proc/sys/net/ipv6").exists() {
+        return Ok(());
+    }
+    write(setting)
+}
+
 /// `iptables` in the run's namespace; `-w` waits for the lock another control plane's setup
 /// may hold at the same moment.
 fn iptables(args: &[&str]) -> Result<()> {
@@ -179,6 +188,11 @@ impl NodeNetwork {
                 "link", "add", &link, "type", "veth", "peer", "name", &peer, "netns", &name,
             ],
         )?;
+        // IPv4 only: the rules below are iptables', and a link-local IPv6 address on the link
+        // would let the nodes reach every listener of the run's namespace past them.
+        disable_ipv6(&format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"), |path| {
+            std::fs::write(path, "1").with_context(|| format!("write {path}"))
+        })?;
         namespace::run("ip", &["addr", "add", &format!("{api_ip}/30"), "dev", &link])?;
         namespace::run("ip", &["link", "set", &link, "up"])?;
         let (api_ip_text, api_port_text) = (api_ip.to_string(), api_port.to_string());
@@ -230,6 +244,9 @@ impl NodeNetwork {
         )?;
         let ns = &this.netns;
         ns.run("ip", &["link", "set", "lo", "up"])?;
+        disable_ipv6(&format!("net/ipv6/conf/{peer}/disable_ipv6"), |key| {
+            ns.write_sysctl(key, "1")
+        })?;
         ns.run("ip", &["addr", "add", &format!("{gateway}/30"), "dev", &peer])?;
         ns.run("ip", &["link", "set", &peer, "up"])?;
         ns.run("ip", &["route", "add", "default", "via", &api_ip.to_string()])?;

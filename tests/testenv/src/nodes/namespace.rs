@@ -113,12 +113,24 @@ pub fn program_of(unshare_pid: u32) -> Option<u32> {
 pub fn connect_inside(pid: u32, addr: std::net::SocketAddr) -> Result<std::net::TcpStream> {
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
         .with_context(|| format!("open the network namespace of {pid}"))?;
-    std::thread::spawn(move || -> Result<std::net::TcpStream> {
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
-        std::net::TcpStream::connect(addr).with_context(|| format!("connect to {addr} inside"))
+    in_network_namespace(std::sync::Arc::new(ns), move || {
+        std::net::TcpStream::connect(addr)
+    })
+    .with_context(|| format!("connect to {addr} inside"))
+}
+
+/// Runs `f` on a thread of its own that first enters the network namespace `ns`: what `f`
+/// makes (a socket) stays in that namespace, and the caller's threads never leave theirs.
+pub fn in_network_namespace<T: Send + 'static>(
+    ns: std::sync::Arc<std::fs::File>,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    std::thread::spawn(move || {
+        nix::sched::setns(&*ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        f()
     })
     .join()
-    .map_err(|_| anyhow::anyhow!("the connecting thread panicked"))?
+    .map_err(|_| std::io::Error::other("the thread inside the namespace panicked"))?
 }
 
 /// Sets up the namespaces once per process: loopback up and the private tmpfs mounts.

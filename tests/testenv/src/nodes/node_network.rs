@@ -90,27 +90,14 @@ impl Netns {
     /// A TCP connection to `addr` made from inside this namespace (only the connecting thread
     /// enters it; the socket stays in it).
     pub fn connect(&self, addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
-        self.inside(move || TcpStream::connect_timeout(&addr, timeout))
+        namespace::in_network_namespace(self.file.clone(), move || {
+            TcpStream::connect_timeout(&addr, timeout)
+        })
     }
 
     /// A TCP listener bound to `addr` inside this namespace.
     pub fn listen(&self, addr: SocketAddr) -> std::io::Result<TcpListener> {
-        self.inside(move || TcpListener::bind(addr))
-    }
-
-    fn inside<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-    ) -> std::io::Result<T> {
-        let file = self.file.clone();
-        std::thread::spawn(move || {
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            f()
-        })
-        .join()
-        .map_err(|_| std::io::Error::other("the thread inside the namespace panicked"))?
+        namespace::in_network_namespace(self.file.clone(), move || TcpListener::bind(addr))
     }
 }
 
@@ -125,11 +112,10 @@ pub struct NodeNetwork {
 /// The rules that send traffic from the nodes' link to `chain`, as `iptables` arguments
 /// without the operation: INPUT (to an address of the run's namespace) and FORWARD (through
 /// it, refused outright).
-fn jumps(link: &str, chain: &str) -> [Vec<String>; 2] {
-    let rule = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect();
+fn jumps<'a>(link: &'a str, chain: &'a str) -> [[&'a str; 5]; 2] {
     [
-        rule(&["INPUT", "-i", link, "-j", chain]),
-        rule(&["FORWARD", "-i", link, "-j", "REJECT"]),
+        ["INPUT", "-i", link, "-j", chain],
+        ["FORWARD", "-i", link, "-j", "REJECT"],
     ]
 }
 
@@ -152,10 +138,7 @@ fn iptables(args: &[&str]) -> Result<()> {
 
 fn remove_admission(link: &str, chain: &str) {
     for jump in jumps(link, chain) {
-        let mut args = vec!["-D".to_string()];
-        args.extend(jump);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        while iptables(&args).is_ok() {}
+        while iptables(&[&["-D"][..], &jump].concat()).is_ok() {}
     }
     let _ = iptables(&["-F", chain]);
     let _ = iptables(&["-X", chain]);
@@ -226,10 +209,7 @@ impl NodeNetwork {
             iptables(&args)?;
         }
         for jump in jumps(&link, &chain) {
-            let mut args = vec!["-I".to_string()];
-            args.extend(jump);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            iptables(&args)?;
+            iptables(&[&["-I"][..], &jump].concat())?;
         }
         // The run's namespace has no default route: the whole block goes to the nodes'.
         namespace::run(

@@ -122,6 +122,7 @@ pub(crate) mod tests {
             acquire_ok: Some((invoke + 1) * MS),
             validity_ms: Some(validity),
             acquire_fail: None,
+            fail_reason: None,
             release_invoke: release.map(|r| r * MS),
             release_end: release.map(|r| (r + 1) * MS),
             release_failed: false,
@@ -134,6 +135,7 @@ pub(crate) mod tests {
             acquire_ok: None,
             validity_ms: None,
             acquire_fail: Some((invoke + 5) * MS),
+            fail_reason: Some("lock taken".into()),
             release_invoke: None,
             release_end: None,
             ..held(seq, key, invoke, 0, None)

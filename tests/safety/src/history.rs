@@ -2,7 +2,8 @@
 //! number, so an event for an unknown or finished operation, or out of order, is a broken
 //! worker and an error, never silently dropped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -20,6 +21,10 @@ pub struct Op {
     /// The client library's own validity, counted by it from the attempt's start.
     pub validity_ms: Option<i64>,
     pub acquire_fail: Option<u64>,
+    /// What the client library said when it refused the lock (one shared copy per distinct
+    /// text: a long outage repeats the same few hundred thousand times).
+    #[serde(skip)]
+    pub fail_reason: Option<Arc<str>>,
     pub release_invoke: Option<u64>,
     pub release_end: Option<u64>,
     pub release_failed: bool,
@@ -36,6 +41,7 @@ impl Op {
 pub struct History {
     ops: BTreeMap<u64, Op>,
     next_seq: u64,
+    reasons: HashSet<Arc<str>>,
 }
 
 impl History {
@@ -54,6 +60,7 @@ impl History {
                 acquire_ok: None,
                 validity_ms: None,
                 acquire_fail: None,
+                fail_reason: None,
                 release_invoke: None,
                 release_end: None,
                 release_failed: false,
@@ -94,12 +101,13 @@ impl History {
                 op.acquire_ok = Some(t);
                 op.validity_ms = Some(validity_ms);
             }
-            Event::AcquireFail { t, .. }
+            Event::AcquireFail { t, ref reason, .. }
                 if op.acquire_invoke.is_some_and(|i| i <= t)
                     && op.acquire_ok.is_none()
                     && op.acquire_fail.is_none() =>
             {
-                op.acquire_fail = Some(t)
+                op.acquire_fail = Some(t);
+                op.fail_reason = Some(intern(&mut self.reasons, reason));
             }
             Event::ReleaseInvoke { t, .. }
                 if op.acquire_ok.is_some_and(|a| a <= t) && op.release_invoke.is_none() =>
@@ -135,6 +143,16 @@ impl History {
             .cloned()
             .collect()
     }
+}
+
+/// The one shared copy of `reason`.
+fn intern(reasons: &mut HashSet<Arc<str>>, reason: &str) -> Arc<str> {
+    if let Some(known) = reasons.get(reason) {
+        return known.clone();
+    }
+    let new: Arc<str> = reason.into();
+    reasons.insert(new.clone());
+    new
 }
 
 #[cfg(test)]
@@ -185,6 +203,7 @@ mod tests {
             (Some(10), Some(20), Some(2900), Some(30), Some(40))
         );
         assert!(h.get(b).unwrap().acquire_fail.is_some() && !h.get(b).unwrap().acquired());
+        assert_eq!(h.get(b).unwrap().fail_reason.as_deref(), Some("no quorum"));
         assert_eq!(h.ops().len(), 2);
     }
 

@@ -63,13 +63,25 @@ pub struct KindStats {
 
 /// Longest stretch in `[from, to]` with no element of `successes` (sorted acquire_ok times).
 fn longest_gap(successes: &[u64], from: u64, to: u64) -> u64 {
+    let (start, end) = longest_gap_window(successes, from, to);
+    end - start
+}
+
+/// Where that longest stretch lies: its start (`from` or a success) and end (a success or
+/// `to`); the earliest of equally long ones.
+fn longest_gap_window(successes: &[u64], from: u64, to: u64) -> (u64, u64) {
     let mut last = from;
-    let mut longest = 0;
+    let mut longest = (from, from);
     for &t in successes.iter().filter(|t| (from..=to).contains(*t)) {
-        longest = longest.max(t - last);
+        if t - last > longest.1 - longest.0 {
+            longest = (last, t);
+        }
         last = t;
     }
-    longest.max(to.saturating_sub(last))
+    if to.saturating_sub(last) > longest.1 - longest.0 {
+        longest = (last, to);
+    }
+    longest
 }
 
 pub fn kind_stats(ops: &[Op], faults: &[FaultRecord]) -> BTreeMap<FaultKind, KindStats> {
@@ -188,8 +200,25 @@ pub struct PhaseReport {
     /// successful acquisition: a run whose clients stopped getting locks tests nothing after
     /// that, however many faults it goes on injecting.
     pub longest_without_acquisition_ms: f64,
+    /// Where that stretch began, in seconds after the run's first attempt.
+    pub longest_without_acquisition_from_s: f64,
+    /// What the client libraries said to the attempts that failed in that stretch, most
+    /// common first: why the clients got no lock (taken, no quorum, a dial timeout, a refused
+    /// password, ...), which the fault record alone cannot tell.
+    pub failures_in_longest_stretch: Vec<FailureCount>,
     pub duration_s: f64,
 }
+
+/// How often one client library failed an acquisition with one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureCount {
+    pub client: String,
+    pub reason: String,
+    pub count: usize,
+}
+
+/// How many reasons the report keeps for the longest stretch.
+const FAILURE_REASONS_KEPT: usize = 6;
 
 /// The most a run may go without any successful acquisition and still pass: longer than a
 /// real kubelet's crash-loop backoff (at most 5 min) keeps a killed majority down.
@@ -215,6 +244,11 @@ impl PhaseReport {
             fault_log: faults.to_vec(),
             baseline_success_rate: baseline_success_rate(ops, faults),
             longest_without_acquisition_ms: longest_without_acquisition(ops) as f64 / 1e6,
+            longest_without_acquisition_from_s: longest_stretch(ops)
+                .map_or(0.0, |(first, from, _)| (from - first) as f64 / 1e9),
+            failures_in_longest_stretch: longest_stretch(ops)
+                .map(|(_, from, to)| failures_between(ops, from, to))
+                .unwrap_or_default(),
             duration_s,
         }
     }
@@ -222,13 +256,52 @@ impl PhaseReport {
 
 /// From the first attempt to the last (ns); 0 without attempts.
 fn longest_without_acquisition(ops: &[Op]) -> u64 {
+    longest_stretch(ops).map_or(0, |(_, from, to)| to - from)
+}
+
+/// The run's first attempt and the longest stretch without an acquisition between it and the
+/// last attempt (all ns); `None` without attempts.
+fn longest_stretch(ops: &[Op]) -> Option<(u64, u64, u64)> {
     let invoked = ops.iter().filter_map(|o| o.acquire_invoke);
-    let (Some(first), Some(last)) = (invoked.clone().min(), invoked.max()) else {
-        return 0;
-    };
+    let (first, last) = (invoked.clone().min()?, invoked.max()?);
     let mut successes: Vec<u64> = ops.iter().filter_map(|o| o.acquire_ok).collect();
     successes.sort();
-    longest_gap(&successes, first, last)
+    let (from, to) = longest_gap_window(&successes, first, last);
+    Some((first, from, to))
+}
+
+/// The reasons of the failed acquisitions invoked in `[from, to]`, by client, most common first
+/// (ties by client and reason), at most [`FAILURE_REASONS_KEPT`].
+fn failures_between(ops: &[Op], from: u64, to: u64) -> Vec<FailureCount> {
+    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for o in ops {
+        if let (Some(t), Some(reason)) = (o.acquire_invoke, o.fail_reason.as_deref())
+            && (from..=to).contains(&t)
+        {
+            *counts.entry((o.client.as_str(), reason)).or_default() += 1;
+        }
+    }
+    let mut out: Vec<FailureCount> = counts
+        .into_iter()
+        .map(|((client, reason), count)| FailureCount {
+            client: client.to_owned(),
+            reason: reason.to_owned(),
+            count,
+        })
+        .collect();
+    out.sort_by_key(|f| std::cmp::Reverse(f.count));
+    out.truncate(FAILURE_REASONS_KEPT);
+    out
+}
+
+/// `reason` cut to a table cell: a client library's error can list every member's error.
+fn shorten(reason: &str) -> String {
+    const MAX: usize = 300;
+    let clean = reason.replace(['|', '`'], "'");
+    match clean.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &clean[..cut]),
+        None => clean,
+    }
 }
 
 /// `target/safety/report.json`.
@@ -345,6 +418,21 @@ impl Report {
             format!("{:.0} s", o.duration_s),
             format!("{:.0} s", c.duration_s),
         ));
+        if !o.failures_in_longest_stretch.is_empty() {
+            s.push_str(&format!(
+                "\nThe operator run's longest stretch without an acquisition began {:.0} s after its first attempt. \
+                 What the clients were told in it, most common first:\n\n| client | reason | attempts |\n|---|---|---|\n",
+                o.longest_without_acquisition_from_s
+            ));
+            for f in &o.failures_in_longest_stretch {
+                s.push_str(&format!(
+                    "| {} | `{}` | {} |\n",
+                    f.client,
+                    shorten(&f.reason),
+                    f.count
+                ));
+            }
+        }
         s.push_str(&format!(
             "\nPer fault kind (operator run): lock success rate of acquisitions started during the fault \
              (from injection until every member serves again), and the longest time without any successful \
@@ -501,6 +589,69 @@ mod tests {
         assert_eq!(longest_gap(&[20, 30], 10, 50), 20); // 30..50
         assert_eq!(longest_gap(&[5, 40, 100], 10, 50), 30); // 10..40
         assert_eq!(longest_gap(&[10, 50], 10, 50), 40);
+    }
+
+    #[test]
+    fn the_longest_gaps_window_is_found_where_it_lies() {
+        assert_eq!(longest_gap_window(&[], 10, 50), (10, 50));
+        assert_eq!(longest_gap_window(&[20, 30], 10, 50), (30, 50));
+        assert_eq!(longest_gap_window(&[5, 40, 100], 10, 50), (10, 40));
+        assert_eq!(longest_gap_window(&[20, 45], 10, 50), (20, 45));
+        // Equally long: the first.
+        assert_eq!(longest_gap_window(&[20, 30], 10, 40), (10, 20));
+    }
+
+    #[test]
+    fn the_longest_stretch_reports_what_its_failed_attempts_were_told() {
+        let reason = |mut o: Op, r: &str| {
+            o.fail_reason = Some(r.into());
+            o
+        };
+        let ops = [
+            held(1, "k", 10, 3000, Some(20)),
+            // Before the stretch (it starts at the acquisition at 11 ms): not counted.
+            reason(failed(2, "k", 0), "timeout"),
+            reason(failed(3, "k", 100), "dial tcp 10.0.0.1:6379: i/o timeout"),
+            reason(failed(4, "k", 200), "dial tcp 10.0.0.1:6379: i/o timeout"),
+            reason(failed(5, "k", 300), "lock taken"),
+            reason(failed(6, "k", 400), "dial tcp 10.0.0.1:6379: i/o timeout"),
+        ];
+        let (first, from, to) = longest_stretch(&ops).unwrap();
+        assert_eq!((first, from, to), (0, 11 * MS, 400 * MS));
+        let counts = failures_between(&ops, from, to);
+        let seen: Vec<(&str, &str, usize)> = counts
+            .iter()
+            .map(|f| (f.client.as_str(), f.reason.as_str(), f.count))
+            .collect();
+        // Each op is its own client here (c<seq>): one count each, in client order.
+        assert_eq!(
+            seen,
+            [
+                ("c3", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
+                ("c4", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
+                ("c5", "lock taken", 1),
+                ("c6", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
+            ]
+        );
+        // One client: counted together, the most common first.
+        let same_client: Vec<Op> = ops
+            .iter()
+            .cloned()
+            .map(|mut o| {
+                o.client = "go-redsync".into();
+                o
+            })
+            .collect();
+        let counts = failures_between(&same_client, from, to);
+        assert_eq!(
+            counts
+                .iter()
+                .map(|f| (f.reason.as_str(), f.count))
+                .collect::<Vec<_>>(),
+            [("dial tcp 10.0.0.1:6379: i/o timeout", 3), ("lock taken", 1)]
+        );
+        assert_eq!(shorten("a|b`c"), "a'b'c");
+        assert_eq!(shorten(&"x".repeat(400)).chars().count(), 301);
     }
 
     #[test]

@@ -14,5 +14,6 @@ pub mod nodes;
 pub mod operator;
 pub mod procs;
 pub mod resolver;
+pub mod restarting;
 
 pub use controlplane::{ControlPlane, ControlPlaneConfig};

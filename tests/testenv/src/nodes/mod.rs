@@ -8,10 +8,12 @@
 //! Layout: `layout` (addresses and names, pure), `config` (config files, pure), `namespace`
 //! (the run's namespaces), `node_network` (a control plane's network namespace), `cgroups`
 //! (cgroup roots), `node` (one node's processes),
+//! `kube_proxy` (the one kube-proxy, started again when it exits),
 //! `port_forward` (a port outside forwarded into the namespaces, for `make demo`).
 
 pub mod cgroups;
 pub mod config;
+pub mod kube_proxy;
 pub mod layout;
 pub mod namespace;
 mod node;
@@ -29,7 +31,7 @@ use nix::sys::signal::Signal;
 use tracing::info;
 
 use crate::certs::Pki;
-use crate::procs::{ManagedChild, free_port};
+use crate::restarting::Restarting;
 use layout::{Layout, NodeLayout};
 use node::RealNode;
 use node_network::Netns;
@@ -94,7 +96,7 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
 pub struct RealNodes {
     client: kube::Client,
     nodes: Vec<RealNode>,
-    kube_proxy: Option<ManagedChild>,
+    kube_proxy: Option<Restarting>,
     _kernel_tunables: KernelTunables,
     config: RealNodesConfig,
 }
@@ -143,7 +145,7 @@ impl RealNodes {
         Ok(this)
     }
 
-    fn start_kube_proxy(&self) -> Result<ManagedChild> {
+    fn start_kube_proxy(&self) -> Result<Restarting> {
         let dir = self.config.layout.dir.join("kube-proxy");
         let (cert, key) = self
             .config
@@ -154,21 +156,25 @@ impl RealNodes {
             &kubeconfig,
             self.config.pki.kubeconfig_for(&self.config.api_url, &cert, &key),
         )?;
-        let conf = dir.join("config.yaml");
-        // One kube-proxy serves every node: they share the control plane's network namespace,
-        // and a second one would rewrite the same iptables chains.
-        std::fs::write(
-            &conf,
-            config::kube_proxy_yaml(
-                &self.config.layout,
-                &kubeconfig,
-                &self.nodes[0].layout.name,
-                free_port()?,
-            ),
-        )?;
-        let mut cmd = self.config.netns.command(self.config.bin_dir.join("kube-proxy"));
-        cmd.arg(format!("--config={}", conf.display()));
-        ManagedChild::spawn("kube-proxy", cmd, &dir.join("kube-proxy.log"))
+        kube_proxy::start(kube_proxy::KubeProxySpec {
+            netns: self.config.netns.clone(),
+            binary: self.config.bin_dir.join("kube-proxy"),
+            dir,
+            kubeconfig,
+            layout: self.config.layout.clone(),
+            node_names: self.node_names(),
+        })
+    }
+
+    /// How often kube-proxy was started again after it exited (it exits when the node it runs
+    /// as is deleted).
+    pub fn kube_proxy_restarts(&self) -> u32 {
+        self.kube_proxy.as_ref().map_or(0, Restarting::restarts)
+    }
+
+    /// The node kube-proxy runs as now.
+    pub fn kube_proxy_node(&self) -> String {
+        kube_proxy::node_for_start(&self.node_names(), self.kube_proxy_restarts()).to_owned()
     }
 
     pub fn node_names(&self) -> Vec<String> {
@@ -268,9 +274,7 @@ impl RealNodes {
 
     fn stop_all(&mut self) {
         // Its iptables chains go with the control plane's network namespace.
-        if let Some(mut p) = self.kube_proxy.take() {
-            p.stop(Duration::from_secs(2));
-        }
+        drop(self.kube_proxy.take());
         // Each node stops everything of its own when dropped.
         self.nodes.clear();
     }

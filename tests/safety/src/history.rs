@@ -22,7 +22,8 @@ pub struct Op {
     pub validity_ms: Option<i64>,
     pub acquire_fail: Option<u64>,
     /// What the client library said when it refused the lock (one shared copy per distinct
-    /// text: a long outage repeats the same few hundred thousand times).
+    /// text: a long outage repeats the same few hundred thousand times). Not in
+    /// history.json, which it would make several times larger; the report counts them.
     #[serde(skip)]
     pub fail_reason: Option<Arc<str>>,
     pub release_invoke: Option<u64>,

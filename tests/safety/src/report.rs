@@ -209,12 +209,36 @@ pub struct PhaseReport {
     pub duration_s: f64,
 }
 
-/// How often one client library failed an acquisition with one reason.
+/// How often one client library failed an acquisition with one kind of reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailureCount {
     pub client: String,
+    /// The reason with every number as `N` ([`reason_kind`]): one cause, one row.
     pub reason: String,
     pub count: usize,
+    /// The first such reason as the library wrote it (addresses, ports, node numbers).
+    pub example: String,
+}
+
+/// `reason` with each run of digits replaced by `N`. A cause repeats with different
+/// numbers: go-redis names its local ephemeral port (`read tcp a:54321->b:6379`), go-redsync
+/// lists the nodes that answered in the order they did (`[0 2]`, `[2 0]`); counted by their
+/// exact text, one dominant cause would be spread over hundreds of rows.
+fn reason_kind(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut in_digits = false;
+    for c in reason.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('N');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
 }
 
 /// How many reasons the report keeps for the longest stretch.
@@ -232,6 +256,7 @@ impl PhaseReport {
         counter_mismatches: Vec<CounterMismatch>,
         duration_s: f64,
     ) -> Self {
+        let stretch = longest_stretch(ops);
         Self {
             operations: ops.len(),
             successful_operations: ops.iter().filter(|o| o.acquired()).count(),
@@ -243,20 +268,15 @@ impl PhaseReport {
             fault_kinds: kind_stats(ops, faults),
             fault_log: faults.to_vec(),
             baseline_success_rate: baseline_success_rate(ops, faults),
-            longest_without_acquisition_ms: longest_without_acquisition(ops) as f64 / 1e6,
-            longest_without_acquisition_from_s: longest_stretch(ops)
+            longest_without_acquisition_ms: stretch.map_or(0, |(_, from, to)| to - from) as f64 / 1e6,
+            longest_without_acquisition_from_s: stretch
                 .map_or(0.0, |(first, from, _)| (from - first) as f64 / 1e9),
-            failures_in_longest_stretch: longest_stretch(ops)
+            failures_in_longest_stretch: stretch
                 .map(|(_, from, to)| failures_between(ops, from, to))
                 .unwrap_or_default(),
             duration_s,
         }
     }
-}
-
-/// From the first attempt to the last (ns); 0 without attempts.
-fn longest_without_acquisition(ops: &[Op]) -> u64 {
-    longest_stretch(ops).map_or(0, |(_, from, to)| to - from)
 }
 
 /// The run's first attempt and the longest stretch without an acquisition between it and the
@@ -273,20 +293,24 @@ fn longest_stretch(ops: &[Op]) -> Option<(u64, u64, u64)> {
 /// The reasons of the failed acquisitions invoked in `[from, to]`, by client, most common first
 /// (ties by client and reason), at most [`FAILURE_REASONS_KEPT`].
 fn failures_between(ops: &[Op], from: u64, to: u64) -> Vec<FailureCount> {
-    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    let mut counts: BTreeMap<(&str, String), (usize, &str)> = BTreeMap::new();
     for o in ops {
         if let (Some(t), Some(reason)) = (o.acquire_invoke, o.fail_reason.as_deref())
             && (from..=to).contains(&t)
         {
-            *counts.entry((o.client.as_str(), reason)).or_default() += 1;
+            counts
+                .entry((o.client.as_str(), reason_kind(reason)))
+                .or_insert((0, reason))
+                .0 += 1;
         }
     }
     let mut out: Vec<FailureCount> = counts
         .into_iter()
-        .map(|((client, reason), count)| FailureCount {
+        .map(|((client, reason), (count, example))| FailureCount {
             client: client.to_owned(),
-            reason: reason.to_owned(),
+            reason,
             count,
+            example: example.to_owned(),
         })
         .collect();
     out.sort_by_key(|f| std::cmp::Reverse(f.count));
@@ -421,15 +445,17 @@ impl Report {
         if !o.failures_in_longest_stretch.is_empty() {
             s.push_str(&format!(
                 "\nThe operator run's longest stretch without an acquisition began {:.0} s after its first attempt. \
-                 What the clients were told in it, most common first:\n\n| client | reason | attempts |\n|---|---|---|\n",
+                 What the clients were told in it, most common first (numbers as N; one example each):\n\n\
+                 | client | reason | attempts | example |\n|---|---|---|---|\n",
                 o.longest_without_acquisition_from_s
             ));
             for f in &o.failures_in_longest_stretch {
                 s.push_str(&format!(
-                    "| {} | `{}` | {} |\n",
+                    "| {} | `{}` | {} | `{}` |\n",
                     f.client,
                     shorten(&f.reason),
-                    f.count
+                    f.count,
+                    shorten(&f.example)
                 ));
             }
         }
@@ -591,6 +617,11 @@ mod tests {
         assert_eq!(longest_gap(&[10, 50], 10, 50), 40);
     }
 
+    /// From the first attempt to the last (ns); 0 without attempts.
+    fn longest_without_acquisition(ops: &[Op]) -> u64 {
+        longest_stretch(ops).map_or(0, |(_, from, to)| to - from)
+    }
+
     #[test]
     fn the_longest_gaps_window_is_found_where_it_lies() {
         assert_eq!(longest_gap_window(&[], 10, 50), (10, 50));
@@ -627,18 +658,22 @@ mod tests {
         assert_eq!(
             seen,
             [
-                ("c3", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
-                ("c4", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
+                ("c3", "dial tcp N.N.N.N:N: i/o timeout", 1),
+                ("c4", "dial tcp N.N.N.N:N: i/o timeout", 1),
                 ("c5", "lock taken", 1),
-                ("c6", "dial tcp 10.0.0.1:6379: i/o timeout", 1),
+                ("c6", "dial tcp N.N.N.N:N: i/o timeout", 1),
             ]
         );
-        // One client: counted together, the most common first.
+        // One client: one row per cause whatever its numbers, the most common first, with
+        // the first text as it was.
         let same_client: Vec<Op> = ops
             .iter()
             .cloned()
             .map(|mut o| {
                 o.client = "go-redsync".into();
+                if o.seq == 6 {
+                    o.fail_reason = Some("dial tcp 10.0.0.2:6379: i/o timeout".into());
+                }
                 o
             })
             .collect();
@@ -646,9 +681,20 @@ mod tests {
         assert_eq!(
             counts
                 .iter()
-                .map(|f| (f.reason.as_str(), f.count))
+                .map(|f| (f.reason.as_str(), f.count, f.example.as_str()))
                 .collect::<Vec<_>>(),
-            [("dial tcp 10.0.0.1:6379: i/o timeout", 3), ("lock taken", 1)]
+            [
+                (
+                    "dial tcp N.N.N.N:N: i/o timeout",
+                    3,
+                    "dial tcp 10.0.0.1:6379: i/o timeout"
+                ),
+                ("lock taken", 1, "lock taken")
+            ]
+        );
+        assert_eq!(
+            reason_kind("read tcp 10.0.0.1:54321->10.0.0.2:6379: taken [2 0]"),
+            "read tcp N.N.N.N:N->N.N.N.N:N: taken [N N]"
         );
         assert_eq!(shorten("a|b`c"), "a'b'c");
         assert_eq!(shorten(&"x".repeat(400)).chars().count(), 301);

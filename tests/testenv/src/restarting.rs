@@ -68,15 +68,18 @@ impl Restarting {
         Ok(this)
     }
 
-    /// How often the process has been started again after it exited.
+    /// How often the process has been started again after it exited (counted once the new
+    /// process runs).
     pub fn restarts(&self) -> u32 {
         self.restarts.load(Ordering::SeqCst)
     }
 
     fn shut_down(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            warn!("a supervisor thread panicked: its process was stopped as it unwound");
         }
     }
 }
@@ -98,7 +101,7 @@ struct Supervisor {
 impl Supervisor {
     fn run(mut self, started: mpsc::Sender<Result<()>>) {
         let mut child = match (self.spawn)(0) {
-            Ok(c) => c,
+            Ok(c) => Some(c),
             Err(e) => {
                 let _ = started.send(Err(e));
                 return;
@@ -107,12 +110,17 @@ impl Supervisor {
         let _ = started.send(Ok(()));
         loop {
             if self.stopped_within(POLL) {
-                child.stop(Duration::from_secs(2));
+                if let Some(mut c) = child.take() {
+                    c.stop(Duration::from_secs(2));
+                }
                 return;
             }
-            let Some(status) = child.exited() else {
+            let Some(status) = child.as_mut().and_then(ManagedChild::exited) else {
                 continue;
             };
+            // Dropped now, before the next start: dropping kills what is left of its process
+            // group, whose number a new process must not have taken by then.
+            drop(child.take());
             let n = self.restarts.load(Ordering::SeqCst) + 1;
             warn!(name = %self.name, %status, restart = n, "exited; starting it again");
             self.note(&format!(
@@ -120,7 +128,7 @@ impl Supervisor {
                 self.name
             ));
             // Started again until it runs or the supervisor stops: a failed start is retried.
-            child = loop {
+            child = Some(loop {
                 if self.stopped_within(RESTART_DELAY) {
                     return;
                 }
@@ -128,7 +136,7 @@ impl Supervisor {
                     Ok(c) => break c,
                     Err(e) => self.note(&format!("starting {} failed: {e:#}", self.name)),
                 }
-            };
+            });
             self.restarts.store(n, Ordering::SeqCst);
         }
     }

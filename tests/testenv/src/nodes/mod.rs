@@ -172,7 +172,8 @@ impl RealNodes {
         self.kube_proxy.as_ref().map_or(0, Restarting::restarts)
     }
 
-    /// The node kube-proxy runs as now.
+    /// The node kube-proxy's latest start runs as (after an exit, until the next start runs,
+    /// still the node of the one that exited).
     pub fn kube_proxy_node(&self) -> String {
         kube_proxy::node_for_start(&self.node_names(), self.kube_proxy_restarts()).to_owned()
     }

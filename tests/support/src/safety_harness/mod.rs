@@ -376,6 +376,14 @@ async fn operator_phase(
             "[operator] member clock events: {} (member-clock-jump faults: {jumps})",
             target.clock_events().await?
         );
+        if target.env.cp.has_real_nodes() {
+            // kube-proxy exits when the node it runs as is deleted (partition-delete-node) and
+            // is started again as the next node; the Services follow their pods again then.
+            eprintln!(
+                "[operator] kube-proxy started again: {} times",
+                target.env.cp.real_nodes().kube_proxy_restarts()
+            );
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
         anyhow::Ok(())
     }

@@ -220,11 +220,30 @@ pub struct FailureCount {
     pub example: String,
 }
 
-/// `reason` with each run of digits replaced by `N`. A cause repeats with different
-/// numbers: go-redis names its local ephemeral port (`read tcp a:54321->b:6379`), go-redsync
-/// lists the nodes that answered in the order they did (`[0 2]`, `[2 0]`); counted by their
-/// exact text, one dominant cause would be spread over hundreds of rows.
+/// `reason` with each run of digits replaced by `N`, and go-redsync's per-node errors
+/// (`node #N: …`) in sorted order. A cause repeats with different numbers and orders: go-redis
+/// names its local ephemeral port (`read tcp a:54321->b:6379`), go-redsync joins the nodes'
+/// errors in the order they answered; counted by their exact text, one dominant cause would be
+/// spread over many rows.
 fn reason_kind(reason: &str) -> String {
+    const NODE: &str = "node #N: ";
+    let folded = digits_folded(reason);
+    let Some(first) = folded.find(NODE) else {
+        return folded;
+    };
+    let (head, nodes) = folded.split_at(first);
+    let mut parts: Vec<&str> = nodes
+        .split(NODE)
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.sort_unstable();
+    let joined: Vec<String> = parts.iter().map(|p| format!("{NODE}{p}")).collect();
+    format!("{head}{}", joined.join(" "))
+}
+
+/// `reason` with each run of digits replaced by `N`.
+fn digits_folded(reason: &str) -> String {
     let mut out = String::with_capacity(reason.len());
     let mut in_digits = false;
     for c in reason.chars() {
@@ -445,7 +464,7 @@ impl Report {
         if !o.failures_in_longest_stretch.is_empty() {
             s.push_str(&format!(
                 "\nThe operator run's longest stretch without an acquisition began {:.0} s after its first attempt. \
-                 What the clients were told in it, most common first (numbers as N; one example each):\n\n\
+                 What the clients were told in it, most common first (numbers as N, go-redsync's nodes sorted; one example each):\n\n\
                  | client | reason | attempts | example |\n|---|---|---|---|\n",
                 o.longest_without_acquisition_from_s
             ));
@@ -695,6 +714,18 @@ mod tests {
         assert_eq!(
             reason_kind("read tcp 10.0.0.1:54321->10.0.0.2:6379: taken [2 0]"),
             "read tcp N.N.N.N:N->N.N.N.N:N: taken [N N]"
+        );
+        // go-redsync's nodes in the order they answered: one kind whatever the order.
+        let one = "node #1: dial tcp 10.0.0.1:6379: i/o timeout node #4: lock already taken node #0: dial tcp 10.0.0.2:6379: i/o timeout";
+        let other = "node #4: lock already taken node #0: dial tcp 10.0.0.2:6379: i/o timeout node #1: dial tcp 10.0.0.1:6379: i/o timeout";
+        assert_eq!(reason_kind(one), reason_kind(other));
+        assert_eq!(
+            reason_kind(one),
+            "node #N: dial tcp N.N.N.N:N: i/o timeout node #N: dial tcp N.N.N.N:N: i/o timeout node #N: lock already taken"
+        );
+        assert_eq!(
+            reason_kind("lock: node #2: lock already taken"),
+            "lock: node #N: lock already taken"
         );
         assert_eq!(shorten("a|b`c"), "a'b'c");
         assert_eq!(shorten(&"x".repeat(400)).chars().count(), 301);

@@ -145,7 +145,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
         );
     }
     let audited: &[(&str, &str, &str)] = &[
-        ("redlock.dev", "redlockclusters", "get,list,watch"),
+        ("redlock.dev", "redlockclusters", "list,watch"),
         ("redlock.dev", "redlockclusters/status", "patch"),
         ("", "pods", "get,list,watch,create,delete"),
         ("", "services", "get,list,watch,create,patch,delete"),

@@ -1,6 +1,7 @@
 //! One reconcile of one RedlockCluster, as a pipeline in the order the safety argument needs:
 //!
-//! 1. guards: caches synced, a fresh read of the cluster, not being deleted;
+//! 1. guards: caches synced, the watch cache not behind this process's own last status write,
+//!    not being deleted;
 //! 2. [`inputs`]: spec validity, credentials, the TLS CA;
 //! 3. [`children`]: Secrets, redis.conf, Services, PDB, NetworkPolicy (failures reported,
 //!    never fatal);

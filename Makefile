@@ -13,12 +13,16 @@ PREFIX ?= $(HOME)/.local
 ## default: each control plane's nodes get a network namespace of their own, so the tests of a
 ## binary run TEST_THREADS (2) at a time, each with its own control plane and nodes, whatever
 ## the machine's cores. Tests that need the process kubelet say so (README "Real nodes").
+## The test binaries themselves run TEST_BINARIES (2) at a time (tests/tools/run-test-binaries.sh),
+## the longest (TEST_FIRST) first.
 TEST_THREADS ?= 2
+TEST_BINARIES ?= 2
+TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
 test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
-	  $(CARGO) test --offline --no-fail-fast --workspace --lib --bins --tests
+	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" tests/tools/run-test-binaries.sh
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.
@@ -127,8 +131,8 @@ dev-down:
 bench-scale: controlplane
 	$(CARGO) bench --bench scale
 
-## bench-env: build/start times of the environment (process kubelet and real nodes) and pod-start
-## latency, printed as numbers
+## bench-env: build/start times of the environment (process kubelet and real nodes), pod-start
+## latency, and the last cold and warm .ci/run with its make test (recorded by .ci/run), printed
 bench-env: dev-binaries nodes
 	$(CARGO) bench -p redlock-testenv --bench env
 

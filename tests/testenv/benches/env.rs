@@ -5,6 +5,8 @@
 //! - cold build times the node and image scripts recorded (tests/nodes)
 //! - warm start time: control plane + 3 process-kubelet nodes, and control plane + 5 real nodes
 //! - pod-start latency create → Ready over 20 redis pods (an exec readiness probe), on both
+//! - the whole `.ci/run` and its `make test`, as the last passing runs recorded them: the
+//!   last one that started without the build cache (a fresh machine's) and the last warm one
 //!
 //! Runs inside the run's own namespaces (real nodes need them).
 
@@ -56,6 +58,7 @@ fn main() -> anyhow::Result<()> {
     redlock_testenv::nodes::namespace::prepare()?;
     cold_build();
     recorded_builds();
+    recorded_ci_runs();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(measure("process kubelet", false, 3))?;
     runtime.block_on(measure("real nodes", true, 5))
@@ -81,12 +84,38 @@ fn recorded_builds() {
             let Some(entry) = line.split_whitespace().nth(2) else {
                 continue;
             };
-            let dir = std::path::Path::new(&std::env::var("HOME").unwrap_or_default())
-                .join(".cache/redlock-operator")
-                .join(entry);
+            let dir = cache_dir().join(entry);
             if let Ok(s) = std::fs::read_to_string(dir.join("build-seconds")) {
                 println!("image {entry}: built in {} s", s.trim());
             }
+        }
+    }
+}
+
+/// `~/.cache/redlock-operator`, where the build scripts and `.ci/run` keep what they record.
+fn cache_dir() -> std::path::PathBuf {
+    std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/redlock-operator")
+}
+
+/// The last cold and the last warm passing `.ci/run`, from the lines it appends to
+/// `~/.cache/redlock-operator/ci-runs`: date, commit, caches, whole run (s), `make test` (s).
+fn recorded_ci_runs() {
+    let path = cache_dir().join("ci-runs");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    for caches in ["cold", "warm"] {
+        let last = text
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .rfind(|f| f.len() == 5 && f[2] == caches);
+        match last {
+            Some(f) => println!(
+                ".ci/run, {caches} caches (last passing run recorded, {} at {}): {} s in all, `make test` {} s",
+                f[0], f[1], f[3], f[4]
+            ),
+            None => println!(
+                ".ci/run, {caches} caches: no passing run recorded in {}",
+                path.display()
+            ),
         }
     }
 }

@@ -489,8 +489,16 @@ impl ControlPlane {
     /// `kubectl` against this control plane.
     pub fn kubectl(&self) -> Command {
         let mut c = Command::new(self.bin_dir.join("kubectl"));
-        c.env("KUBECONFIG", &self.kubeconfig);
+        c.env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.kube_cache_dir());
         c
+    }
+
+    /// kubectl's discovery and HTTP cache for this control plane. Not `~/.kube/cache`: that
+    /// is keyed by host and port, and a port is reused by later control planes (other tests,
+    /// other binaries running side by side) whose API server serves other types.
+    pub fn kube_cache_dir(&self) -> PathBuf {
+        self.dir.join("kube-cache")
     }
 
     /// A fresh namespace, usable for pods (its `default` ServiceAccount exists).

@@ -118,8 +118,8 @@ impl Supervisor {
             let Some(status) = child.as_mut().and_then(ManagedChild::exited) else {
                 continue;
             };
-            // Dropped now, before the next start: dropping kills what is left of its process
-            // group, whose number a new process must not have taken by then.
+            // `exited` killed what was left of its process group before reaping it (while its
+            // number was still pinned); nothing of it is signalled again.
             drop(child.take());
             let n = self.restarts.load(Ordering::SeqCst) + 1;
             warn!(name = %self.name, %status, restart = n, "exited; starting it again");

@@ -37,12 +37,63 @@ fn main() -> ExitCode {
         eprintln!("cannot enter the run's namespaces: {e:#}");
         return ExitCode::FAILURE;
     }
-    // A new network namespace's loopback is down; tests on the process kubelet (whose pods
-    // listen on 127.B.x.y) need it, and do not set up the namespaces themselves.
-    if let Err(e) = redlock_testenv::nodes::namespace::run("ip", &["link", "set", "lo", "up"]) {
-        eprintln!("cannot bring loopback up: {e:#}");
+    // Loopback up (tests on the process kubelet, whose pods listen on 127.B.x.y, need it and
+    // do not set up the namespaces themselves) and the private mounts, once for every test
+    // binary of the run: those running side by side share this mount namespace, and each
+    // mounting its own would hide the others' (`namespace::RUN_PREPARED`).
+    if let Err(e) = redlock_testenv::nodes::namespace::prepare() {
+        eprintln!("cannot prepare the run's namespaces: {e:#}");
         return ExitCode::FAILURE;
     }
+    // The kernel settings kubelets change machine-wide, put back when the run ends: a test
+    // binary cannot tell whether another one's kubelets still run.
+    let tunables = match redlock_testenv::nodes::kernel_tunables() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot read the kernel settings kubelets change: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let inotify = match raise_inotify_limits() {
+        Ok(saved) => saved,
+        Err(e) => {
+            eprintln!("cannot raise the inotify limits: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = run(program, rest);
+    redlock_testenv::nodes::restore_sysctls(&tunables);
+    redlock_testenv::nodes::restore_sysctls(&inotify);
+    code
+}
+
+/// inotify limits (machine-wide, per user) and what the run needs. Every kubelet and
+/// containerd holds several inotify instances; with two test binaries at once, each running
+/// two tests of five nodes, the default 128 instances ran out and kubelets failed to start
+/// ("fsnotify watcher init: too many open files"). As kind advises for its nodes.
+const INOTIFY_LIMITS: &[(&str, u64)] = &[
+    ("fs/inotify/max_user_instances", 8192),
+    ("fs/inotify/max_user_watches", 524_288),
+];
+
+/// Raises each limit to at least what the run needs (never lowers one); the values before,
+/// to put back when the run ends.
+fn raise_inotify_limits() -> anyhow::Result<Vec<(String, String)>> {
+    use redlock_testenv::nodes::namespace::{read_sysctl, write_sysctl};
+    let mut saved = Vec::new();
+    for &(key, wanted) in INOTIFY_LIMITS {
+        let before = read_sysctl(key)?;
+        if before.parse::<u64>().is_ok_and(|v| v < wanted) {
+            write_sysctl(key, &wanted.to_string())?;
+            saved.push((key.to_string(), before));
+        }
+    }
+    Ok(saved)
+}
+
+/// Runs the command as this PID 1's child, passing on signals and reaping every orphan, until
+/// the command exits; its exit code.
+fn run(program: &std::ffi::OsString, rest: &[std::ffi::OsString]) -> ExitCode {
     let handler = SigAction::new(SigHandler::Handler(pass_on), SaFlags::SA_RESTART, SigSet::empty());
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
         // SAFETY: the handler only reads an atomic and calls kill.
@@ -51,7 +102,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let child = match Command::new(program).args(rest).spawn() {
+    let child = match Command::new(program)
+        .args(rest)
+        .env(redlock_testenv::nodes::namespace::RUN_PREPARED, "1")
+        .spawn()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("run {}: {e}", program.to_string_lossy());

@@ -287,10 +287,28 @@ impl Drop for RealNodes {
     }
 }
 
+/// The machine-wide values of [`KUBELET_SYSCTLS`] now.
+pub fn kernel_tunables() -> Result<Vec<(String, String)>> {
+    KUBELET_SYSCTLS
+        .iter()
+        .map(|k| Ok((k.to_string(), namespace::read_sysctl(k)?)))
+        .collect()
+}
+
+/// Writes back saved sysctl values, such as [`kernel_tunables`] read (best effort: every key
+/// is tried).
+pub fn restore_sysctls(saved: &[(String, String)]) {
+    for (k, v) in saved {
+        let _ = namespace::write_sysctl(k, v);
+    }
+}
+
 /// The machine-wide values of [`KUBELET_SYSCTLS`] from before the first kubelet of this
 /// process started; put back when the last control plane with real nodes stops (several run
 /// at once, and one that stopped early must not undo them under the others, nor one that
-/// started late record the kubelet's values as the originals).
+/// started late record the kubelet's values as the originals). Under `in-namespaces`, which
+/// runs several test binaries at once, the run keeps them instead
+/// ([`namespace::RUN_PREPARED`]): one binary cannot know whether another's kubelets still run.
 struct KernelTunables;
 
 static KERNEL_TUNABLES: std::sync::Mutex<(usize, Vec<(String, String)>)> =
@@ -299,11 +317,8 @@ static KERNEL_TUNABLES: std::sync::Mutex<(usize, Vec<(String, String)>)> =
 impl KernelTunables {
     fn hold() -> Result<Self> {
         let mut held = KERNEL_TUNABLES.lock().unwrap_or_else(|e| e.into_inner());
-        if held.0 == 0 {
-            held.1 = KUBELET_SYSCTLS
-                .iter()
-                .map(|k| Ok((k.to_string(), namespace::read_sysctl(k)?)))
-                .collect::<Result<Vec<_>>>()?;
+        if held.0 == 0 && !namespace::prepared_by_run() {
+            held.1 = kernel_tunables()?;
         }
         held.0 += 1;
         Ok(Self)
@@ -315,9 +330,7 @@ impl Drop for KernelTunables {
         let mut held = KERNEL_TUNABLES.lock().unwrap_or_else(|e| e.into_inner());
         held.0 -= 1;
         if held.0 == 0 {
-            for (k, v) in std::mem::take(&mut held.1) {
-                let _ = namespace::write_sysctl(&k, &v);
-            }
+            restore_sysctls(&std::mem::take(&mut held.1));
         }
     }
 }

@@ -33,9 +33,21 @@ const PRIVATE_DIRS: &[&str] = &[
     "/var/log/pods",
 ];
 
+/// Set by `in-namespaces` in the environment of what it runs: it made the private mounts
+/// ([`prepare`]) and keeps the kernel settings the kubelets change for the whole run. Test
+/// binaries it runs side by side share its mount namespace; each mounting its own tmpfs over
+/// `/run/containerd` and the rest hid the shim sockets and pod logs of the nodes of a binary
+/// already running (a containerd could no longer reach its pods' shims).
+pub const RUN_PREPARED: &str = "REDLOCK_RUN_PREPARED";
+
 /// Whether this process runs inside namespaces made by [`enter`].
 pub fn inside() -> bool {
     std::env::var_os(MARKER).is_some()
+}
+
+/// Whether the program that made the namespaces prepared them for every process in them.
+pub fn prepared_by_run() -> bool {
+    std::env::var_os(RUN_PREPARED).is_some()
 }
 
 /// Re-executes the current program inside new network, mount and PID namespaces, unless it
@@ -93,7 +105,10 @@ fn unshare(args: &[std::ffi::OsString], kill_child: bool) -> Result<Command> {
     ])
     .arg(exe)
     .args(args)
-    .env(MARKER, "1");
+    .env(MARKER, "1")
+    // New namespaces: nobody has prepared these (a demo started by a test under
+    // `in-namespaces` inherits the run's variable).
+    .env_remove(RUN_PREPARED);
     Ok(cmd)
 }
 
@@ -133,7 +148,8 @@ pub fn in_network_namespace<T: Send + 'static>(
     .map_err(|_| std::io::Error::other("the thread inside the namespace panicked"))?
 }
 
-/// Sets up the namespaces once per process: loopback up and the private tmpfs mounts.
+/// Sets up the namespaces once per process (or not at all when `in-namespaces` did it for the
+/// whole run, [`RUN_PREPARED`]): loopback up and the private tmpfs mounts.
 /// Forwarding and bridged traffic through iptables are set where the nodes' bridges are, in
 /// each control plane's own network namespace ([`super::node_network`]).
 pub fn prepare() -> Result<()> {
@@ -149,6 +165,9 @@ fn prepare_once() -> Result<()> {
             "real nodes run only inside the run's own namespaces: call redlock_testenv::nodes::namespace::enter() \
              at the start of the test binary (harness = false)"
         );
+    }
+    if prepared_by_run() {
+        return Ok(());
     }
     run("ip", &["link", "set", "lo", "up"])?;
     for dir in PRIVATE_DIRS {

@@ -308,12 +308,13 @@ impl RealNode {
     pub(super) fn lose(&self) -> Result<()> {
         let l = &self.layout;
         let kubelet = self.kubelet().take();
+        // An error only says the process had exited already: the rest must still happen.
         if let Some(k) = &kubelet {
-            k.signal(Signal::SIGKILL)?;
+            let _ = k.signal(Signal::SIGKILL);
         }
         let containerd = self.containerd().take();
         if let Some(c) = &containerd {
-            c.signal(Signal::SIGKILL)?;
+            let _ = c.signal(Signal::SIGKILL);
         }
         // Kills every container (and pause) process, waits until none is left, and removes the
         // cgroups; the shims live outside them.

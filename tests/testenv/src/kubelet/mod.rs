@@ -35,7 +35,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -336,7 +335,11 @@ impl ProcessKubelet {
         let pid = self
             .pid(namespace, pod)
             .with_context(|| format!("pod {namespace}/{pod} has no running main container here"))?;
-        nix::sys::signal::killpg(Pid::from_raw(pid as i32), sig)
+        // Through the table, never to the bare number: the pod's process may have exited and
+        // been reaped since `main_pid` was read, and its number be another process's.
+        self.shared
+            .procs
+            .signal_pid(pid, sig)
             .with_context(|| format!("send {sig} to pod {namespace}/{pod} (pid {pid})"))?;
         Ok(())
     }

@@ -258,9 +258,20 @@ pub async fn run_probe(
 ) -> bool {
     match action {
         ProbeAction::Exec { pid, argv, env } => {
-            let cmd = exec_probe_command(pid, &argv, &env);
-            let Ok((id, _)) = procs.spawn(&owner, "exec-probe", cmd, &log) else {
-                return false;
+            let mount_ns = match procs.mount_namespace(pid) {
+                Ok(ns) => ns,
+                Err(e) => {
+                    append_log(&log, &format!("probe cannot run: {e}"));
+                    return false;
+                }
+            };
+            let cmd = exec_probe_command(mount_ns, &argv, &env);
+            let id = match procs.spawn(&owner, "exec-probe", cmd, &log) {
+                Ok((id, _)) => id,
+                Err(e) => {
+                    append_log(&log, &format!("probe did not start: {e:#}"));
+                    return false;
+                }
             };
             let guard = ProbeProcess { table: &procs, id };
             let deadline = Instant::now() + timeout;

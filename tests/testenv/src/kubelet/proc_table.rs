@@ -74,10 +74,37 @@ impl ProcTable {
         Ok((id, pid))
     }
 
+    /// The mount namespace of the table's running process `pid` (`/proc/<pid>/ns/mnt`),
+    /// opened while the table's lock keeps it from being reaped, so the number cannot name
+    /// another process by then. An error if no running process of the table has that PID.
+    pub fn mount_namespace(&self, pid: u32) -> Result<std::fs::File> {
+        let mut entries = self.lock();
+        let entry = entries
+            .values_mut()
+            .find(|e| e.child.pid() == pid)
+            .ok_or_else(|| anyhow::anyhow!("no process {pid} of this kubelet runs"))?;
+        if entry.child.exited().is_some() {
+            anyhow::bail!("process {pid} has exited");
+        }
+        let path = format!("/proc/{pid}/ns/mnt");
+        std::fs::File::open(&path).map_err(|e| anyhow::anyhow!("opening {path}: {e}"))
+    }
+
     /// The exit status once the process has exited; `None` while it runs (or when the id
     /// is unknown, i.e. it was killed through the table).
     pub fn exited(&self, id: ProcId) -> Option<ExitStatus> {
         self.lock().get_mut(&id).and_then(|e| e.child.exited())
+    }
+
+    /// Sends `signal` to the group of the table's process `pid`; an error if no process of the
+    /// table has that PID or it has been reaped (its number may be another process's by now).
+    pub fn signal_pid(&self, pid: u32, signal: Signal) -> Result<()> {
+        let entries = self.lock();
+        let entry = entries
+            .values()
+            .find(|e| e.child.pid() == pid)
+            .ok_or_else(|| anyhow::anyhow!("no process {pid} of this kubelet runs"))?;
+        entry.child.signal(signal)
     }
 
     /// Sends `signal` to the process group of `id`.

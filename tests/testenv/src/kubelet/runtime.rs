@@ -264,15 +264,33 @@ pub fn container_command(launch: &Launch) -> Command {
     cmd
 }
 
-/// The command that runs an exec probe inside the mount namespace of container process
-/// `pid` (what `kubectl exec` does in a real runtime), with the container's environment.
-pub fn exec_probe_command(pid: u32, argv: &[String], env: &[(String, String)]) -> Command {
-    let mut cmd = Command::new("nsenter");
-    cmd.arg(format!("--target={pid}"))
-        .args(["--mount", "--"])
-        .args(argv)
+/// The command that runs an exec probe inside the mount namespace `mount_ns` of its
+/// container (what `kubectl exec` does in a real runtime), with the container's environment.
+///
+/// The child joins the namespace itself between fork and exec (`setns`), instead of running
+/// `nsenter --target=<pid>`: that was one more program per probe (though the probes' CPU at
+/// 600 pods barely moved, 59 % to 57 % of a core: `sh`, `redis-cli` and `grep` are most of
+/// it), and it named the container by a PID that could have been reaped and reused by the
+/// time it ran. The namespace file is opened by the process table while the
+/// container is its unreaped child ([`super::proc_table::ProcTable::mount_namespace`]).
+pub fn exec_probe_command(mount_ns: std::fs::File, argv: &[String], env: &[(String, String)]) -> Command {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: setns is a plain system call, safe between fork and exec; the forked child is
+    // single-threaded, as joining a mount namespace requires. The file stays open (owned by
+    // the closure) until the command is dropped, and is close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(mount_ns.as_raw_fd(), libc::CLONE_NEWNS) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 
@@ -531,6 +549,25 @@ mod tests {
         assert!(script.ends_with("cd '/data'\nexec \"$@\"\n"));
     }
 
+    /// A container running `argv` with `<dir>/src` (holding `hello`) mounted read-only at
+    /// `<dir>/target`, privately.
+    fn mounting_hello(dir: &Path, argv: Vec<String>) -> Launch {
+        let src = dir.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("hello"), "hi").unwrap();
+        Launch {
+            argv,
+            env: vec![("PATH".into(), SYSTEM_PATH.into())],
+            mounts: vec![Mount {
+                source: src,
+                target: dir.join("target").display().to_string(),
+                read_only: true,
+                is_file: false,
+            }],
+            workdir: dir.display().to_string(),
+        }
+    }
+
     /// Runs a real process through the wrapper: the mount is visible inside only, and the
     /// PID spawned is the PID of the final program.
     #[test]
@@ -540,25 +577,15 @@ mod tests {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();
-        let src = tmp.path().join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("hello"), "hi").unwrap();
         let target = tmp.path().join("target");
-        let launch = Launch {
-            argv: vec![
+        let launch = mounting_hello(
+            tmp.path(),
+            vec![
                 "sh".into(),
                 "-c".into(),
                 format!("echo $$; cat {}/hello", target.display()),
             ],
-            env: vec![("PATH".into(), SYSTEM_PATH.into())],
-            mounts: vec![Mount {
-                source: src,
-                target: target.display().to_string(),
-                read_only: true,
-                is_file: false,
-            }],
-            workdir: tmp.path().display().to_string(),
-        };
+        );
         let log = tmp.path().join("log");
         let mut child =
             crate::procs::ManagedChild::spawn("wrapper", container_command(&launch), &log).unwrap();
@@ -571,5 +598,57 @@ mod tests {
         let out = std::fs::read_to_string(&log).unwrap();
         assert_eq!(out, format!("{pid}\nhi"));
         assert!(!target.join("hello").exists(), "mount stays private");
+    }
+
+    #[test]
+    fn an_exec_probe_sees_its_containers_mounts_and_a_reaped_container_gets_none() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root for mount namespaces");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        let launch = mounting_hello(tmp.path(), vec!["sleep".into(), "30".into()]);
+        let table = crate::kubelet::proc_table::ProcTable::default();
+        let log = tmp.path().join("log");
+        let (id, pid) = table
+            .spawn("pod", "container", container_command(&launch), &log)
+            .unwrap();
+        let probe = |file: &str| {
+            let argv = [
+                "test".to_string(),
+                "-f".into(),
+                target.join(file).display().to_string(),
+            ];
+            let env = [("PATH".to_string(), SYSTEM_PATH.to_string())];
+            let ns = table.mount_namespace(pid)?;
+            let (probe, _) = table.spawn("pod", "probe", exec_probe_command(ns, &argv, &env), &log)?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                if let Some(status) = table.exited(probe) {
+                    return anyhow::Ok(status.success());
+                }
+                assert!(std::time::Instant::now() < deadline, "probe did not finish");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
+        // The wrapper mounts before it execs `sleep`, under the same PID.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !probe("hello").unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the container's mount never showed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!probe("missing").unwrap(), "a failing command fails the probe");
+        assert!(
+            !target.join("hello").exists(),
+            "the probe's view is the container's, not ours"
+        );
+
+        table.kill(id);
+        let err = probe("hello").unwrap_err();
+        assert!(err.to_string().contains(&format!("no process {pid}")), "{err}");
     }
 }

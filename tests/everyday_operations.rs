@@ -58,7 +58,7 @@ async fn lowering_max_lock_ttl_keeps_holding_with_the_old_value() {
     let attempts = env
         .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
         .await;
-    assert!(attempts > 20, "{attempts}");
+    attempts.assert_cover(Duration::from_secs(2));
 
     // Later the lowering takes effect, and the cluster serves again.
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
@@ -114,7 +114,7 @@ async fn a_status_wiped_during_a_pending_lowering_keeps_the_old_value() {
     let attempts = env
         .no_second_holder_until(NAME, 3, "orders", Duration::from_secs(2), expiry)
         .await;
-    assert!(attempts > 20, "{attempts}");
+    attempts.assert_cover(Duration::from_secs(2));
     let started = m.hold_started_at.as_ref().unwrap().0;
     assert!(
         until.duration_since(started).as_secs_f64() >= 20.0,
@@ -240,7 +240,7 @@ async fn delete_and_recreate_holds_the_new_processes() {
             .all(|m| m.state == MemberState::Held && m.run_id.is_some()),
         "the new processes ran (held) before the first lock expired: {held:?}"
     );
-    assert!(attempts > 20);
+    attempts.assert_cover(Duration::from_secs(2));
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
 }
 
@@ -730,7 +730,7 @@ async fn a_status_wiped_during_a_scale_up_keeps_the_new_members_fenced() {
     }
     let expiry = env.first_lock(NAME, &[0, 1], ttl).await;
     let attempts = env.no_second_holder_until(NAME, 5, "orders", ttl, expiry).await;
-    assert!(attempts > 10, "{attempts}");
+    attempts.assert_cover(Duration::from_secs(1));
     let s = env.cluster(NAME).await.status.unwrap();
     assert_eq!(
         (s.published_instances, s.confirmed_instances),

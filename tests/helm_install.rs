@@ -167,6 +167,9 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
         ("create", "pods", "", true),
         ("patch", "redlockclusters.redlock.dev", "status", true),
         ("patch", "redlockclusters.redlock.dev", "", false),
+        ("list", "redlockclusters.redlock.dev", "", true),
+        // Planning reads the watch cache: the account has no use for get.
+        ("get", "redlockclusters.redlock.dev", "", false),
         ("create", "clusterrolebindings", "", false),
         ("create", "deployments", "", false),
         ("update", "pods", "", false),

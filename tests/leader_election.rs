@@ -152,7 +152,12 @@ async fn standby_takes_over_a_hold_from_a_killed_leader_without_acting_twice() {
     assert_ne!(after.run_id, before.run_id, "a new process serves");
     assert!(after.held_until.is_none(), "{after:?}");
     let new_run = after.run_id.clone().unwrap();
-    // Events land shortly after the action: give them a moment, then count exactly.
+    // Events land shortly after the action (a loaded machine can take a while): wait for the
+    // release's, give any duplicate a moment to land too, then count exactly.
+    wait_for("the release's event", Duration::from_secs(10), async || {
+        Ok((event_count(&env, "InstanceReleased", &slot_pod, &new_run).await >= 1).then_some(()))
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         event_count(&env, "HoldStarted", &slot_pod, "").await,

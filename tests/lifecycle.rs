@@ -286,9 +286,24 @@ async fn operator_restart_mid_hold_does_not_shorten_the_hold() {
         m.held_until.as_ref().is_some_and(|t| t.0 >= until),
         "restart kept the hold: {m:?}"
     );
+    // Its first status write re-times the hold (below). Waited for, not slept on: the write
+    // can take longer than a fixed pause on a loaded machine.
+    let status = wait_for(
+        "the restarted operator's first write",
+        Duration::from_secs(10),
+        async || {
+            let status = env.cluster(NAME).await.status.unwrap();
+            let retimed = status
+                .members
+                .iter()
+                .find(|m| m.slot == 2)
+                .and_then(|m| m.held_until.as_ref())
+                .is_some_and(|t| t.0 > until);
+            Ok(retimed.then_some(status))
+        },
+    )
+    .await;
     // The restarted operator must not mistake its still-empty caches for lost members.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let status = env.cluster(NAME).await.status.unwrap();
     assert_eq!(
         status.held_instances,
         Some(1),

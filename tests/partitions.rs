@@ -37,10 +37,10 @@ async fn a_process_that_outlives_its_deleted_node_is_fenced_before_its_replaceme
 /// Three members serving; then slot 1's node is cut off from the API server (its process
 /// keeps serving) and cordoned. Returns the members' addresses before, slot 1's run id and
 /// its node.
-async fn serving_then_partitioned(env: &Env) -> (Vec<IpAddr>, String, String) {
+async fn serving_then_partitioned(env: &Env, max_lock_ttl: &str) -> (Vec<IpAddr>, String, String) {
     env.create_cluster(
         NAME,
-        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+        json!({"instances": 3, "maxLockTTL": max_lock_ttl, "holdMargin": "0s"}),
     )
     .await;
     env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
@@ -53,7 +53,7 @@ async fn serving_then_partitioned(env: &Env) -> (Vec<IpAddr>, String, String) {
 
 async fn outlived_pod(assertion: Assertion) {
     let env = Env::start(4).await;
-    let (old, old_run, node) = serving_then_partitioned(&env).await;
+    let (old, old_run, node) = serving_then_partitioned(&env, "3s").await;
     let login = env.client_login(NAME).await;
     match assertion {
         Assertion::ForceDeletePod => {
@@ -82,10 +82,19 @@ async fn outlived_pod(assertion: Assertion) {
     // Two clients, one with the current addresses and one with the old ones: the first takes
     // a lock on its majority {0, new 1}; the second must not get a majority of its own list
     // {0, old 1, 2}: with the old process fenced, only slot 2 is free to it.
+    // Retried: status says Ready before the release itself (write-ahead), so the replacement
+    // may refuse for a moment after the record the wait above saw.
     let ttl = Duration::from_secs(3);
     let fresh = [new[0], new[1]];
-    let (granted, _) = redlock_attempt(&fresh, &login, "orders", "fresh-client", ttl).await;
-    assert_eq!(granted, 2, "the current list's client takes {{0, new 1}}");
+    wait_for(
+        "the current list's client takes {0, new 1}",
+        Duration::from_secs(10),
+        async || {
+            let (granted, valid) = redlock_attempt(&fresh, &login, "orders", "fresh-client", ttl).await;
+            Ok((granted == 2 && valid).then_some(()))
+        },
+    )
+    .await;
     let (granted, valid) = redlock_attempt(&old, &login, "orders", "stale-client", ttl).await;
     assert!(
         !valid,
@@ -112,7 +121,9 @@ async fn a_process_that_answers_again_after_its_slot_was_released_is_fenced_and_
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let env = Env::start(4).await;
-    let (old, old_run, _node) = serving_then_partitioned(&env).await;
+    // 10 s: the replacement's second hold must outlast the checks below (the old process
+    // fenced, the event, the member read, a lock attempt), a few seconds on a loaded machine.
+    let (old, old_run, _node) = serving_then_partitioned(&env, "10s").await;
     let login = env.client_login(NAME).await;
     // The node's runtime still knows its processes while its kubelet is cut off.
     let pid = Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);

@@ -214,25 +214,26 @@ async fn ttl_audit_flags_keys_that_outlive_max_lock_ttl_and_clears() {
     let login = env.client_login(NAME).await;
     let ip = env.pod_ip(NAME, 2).await;
     let mut c = connect(ip, &login).await.unwrap();
-    let (): () = redis::cmd("SET")
+    // In one transaction: the audit runs every 500 ms, and keys written one by one could be
+    // seen by it half written (it once reported "too-long" alone and the test failed).
+    let (): () = redis::pipe()
+        .atomic()
+        .cmd("SET")
         .arg("too-long")
         .arg("x")
         .arg("PX")
         .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let (): () = redis::cmd("SET")
+        .ignore()
+        .cmd("SET")
         .arg("forever")
         .arg("x")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let (): () = redis::cmd("SET")
+        .ignore()
+        .cmd("SET")
         .arg("fine")
         .arg("x")
         .arg("PX")
         .arg(4_000)
+        .ignore()
         .query_async(&mut c)
         .await
         .unwrap();

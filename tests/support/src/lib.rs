@@ -567,7 +567,7 @@ impl Env {
 
     /// A second client tries, every 50 ms until `until`, to take a Redlock lock on `key` over
     /// all N members while the first holder's lock is still valid: panics if it ever gets one.
-    /// Returns how many attempts were made.
+    /// Returns what the attempts covered, for [`Attempts::assert_cover`].
     pub async fn no_second_holder_until(
         &self,
         name: &str,
@@ -575,21 +575,30 @@ impl Env {
         key: &str,
         ttl: Duration,
         until: Instant,
-    ) -> usize {
+    ) -> Attempts {
         let login = self.client_login(name).await;
-        let mut attempts = 0;
+        let started = Instant::now();
+        let mut tried = Attempts {
+            count: 0,
+            window: until.saturating_duration_since(started),
+            longest_gap: Duration::ZERO,
+        };
+        let mut last = started;
         while Instant::now() < until {
             let ips = self.member_ips(name, n).await;
             let (granted, valid) = redlock_attempt(&ips, &login, key, "second-holder", ttl).await;
-            attempts += 1;
+            tried.count += 1;
             assert!(
                 !valid || Instant::now() >= until,
                 "a second client got a majority ({granted} of {n}) {:?} before the first lock expired",
                 until.saturating_duration_since(Instant::now())
             );
+            let now = Instant::now();
+            tried.longest_gap = tried.longest_gap.max(now - last);
+            last = now;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        attempts
+        tried
     }
 
     /// The cluster's `status.hold`, once `f` accepts it.
@@ -693,6 +702,7 @@ pub async fn readme_step(cp: &ControlPlane, line: &str) -> std::process::Output 
         .args(["-ec", line])
         .current_dir(redlock_testenv::controlplane::repo_root())
         .env("KUBECONFIG", cp.kubeconfig())
+        .env("KUBECACHEDIR", cp.kube_cache_dir())
         .env("PATH", path)
         .env("HELM_CACHE_HOME", helm_home.join("cache"))
         .env("HELM_CONFIG_HOME", helm_home.join("config"))
@@ -715,4 +725,39 @@ pub fn assert_released_on_time(until: Timestamp, served: Timestamp) {
         late <= SignedDuration::from_secs(1),
         "served {late:?} after heldUntil (limit 1s)"
     );
+}
+
+/// How a second client tried the lock while the first was valid
+/// ([`Env::no_second_holder_until`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempts {
+    /// Attempts made.
+    pub count: usize,
+    /// From the first attempt to the first lock's expiry.
+    pub window: Duration,
+    /// The longest time between the ends of two attempts (or the start and the first end).
+    pub longest_gap: Duration,
+}
+
+impl Attempts {
+    /// Panics unless the attempts covered at least `min` of the first lock's validity with no
+    /// gap over 2 s: judged in time, not in a count, so a slow machine (each attempt
+    /// reads pods and connects to every member) cannot fail it while a check that stopped
+    /// early or started too late still does.
+    pub fn assert_cover(&self, min: Duration) {
+        assert!(
+            self.window >= min && self.longest_gap <= Duration::from_secs(2) && self.count >= 2,
+            "the second client's attempts did not cover {min:?} of the first lock's validity: {self}"
+        );
+    }
+}
+
+impl std::fmt::Display for Attempts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} attempts over {:?}, at most {:?} apart",
+            self.count, self.window, self.longest_gap
+        )
+    }
 }

@@ -3,7 +3,8 @@
 //! unless the operator run has no violation and its clients kept getting locks (never 10 min
 //! without one), and the control run has at least one violation.
 //! `SAFETY_NODES=real` (`make safety-real-nodes`) runs it on real nodes, in the run's own
-//! namespaces, without the kinds that step a member's clock.
+//! namespaces, with every kind: a run that steps members' clocks runs them in the test image
+//! that follows its node's clock (`redis:7.0-faketime`).
 
 use redlock_test_support::safety_harness;
 

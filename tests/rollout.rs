@@ -412,14 +412,33 @@ async fn node_loss_replaces_only_after_the_pod_is_gone() {
     );
 
     // The replacement is held for the full hold counted from no earlier than the pod's removal.
-    let held = wait_for("replacement held", Duration::from_secs(30), async || {
-        let m = env.member(NAME, 0).await.context("member 0")?;
-        Ok(m.held_until
-            .clone()
-            .filter(|_| m.state == MemberState::Held)
-            .map(|u| u.0))
-    })
-    .await;
+    // On real nodes it must be created, scheduled onto the spare node (whose first Redis
+    // container unpacks the image) and started while other test binaries run: 60 s, and the
+    // state of everything if even that is missed (a CI run once missed 30 s, and its machine
+    // was gone before anyone could look).
+    let removed = Instant::now();
+    let deadline = removed + Duration::from_secs(60);
+    let held = loop {
+        let m = env.member(NAME, 0).await;
+        if let Some(until) = m
+            .as_ref()
+            .filter(|m| m.state == MemberState::Held)
+            .and_then(|m| m.held_until.clone())
+        {
+            break until.0;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "no replacement held 60 s after the old pod was removed; member 0: {m:?}\n{}",
+                env.describe().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "replacement held {:?} after the old pod was removed",
+        removed.elapsed()
+    );
     let earliest = last_seen_old_at + hold;
     let ip = env.pod_ip(NAME, 0).await;
     let login = env.client_login(NAME).await;

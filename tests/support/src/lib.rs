@@ -5,7 +5,10 @@
 
 pub mod helm_chart;
 pub mod promql;
+mod rounds;
 pub mod safety_harness;
+
+pub use rounds::Rounds;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -196,6 +199,36 @@ impl Env {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// What the namespace's pods, the nodes and the latest events say, for a failure message:
+    /// a wait that timed out says where the pod got stuck (scheduling, sandbox, image, probe)
+    /// even when the machine and its kept state are gone by the time anyone reads the log.
+    pub async fn describe(&self) -> String {
+        let mut out = String::new();
+        for args in [
+            &["get", "pods", "-o", "wide"][..],
+            &["get", "nodes", "-o", "wide"],
+            &["get", "events", "--sort-by=.lastTimestamp"],
+            &["get", "rlc", "-o", "yaml"],
+        ] {
+            let mut cmd = self.cp.kubectl();
+            cmd.arg("-n").arg(&self.ns).args(args);
+            out.push_str(&format!("$ kubectl {}\n", args.join(" ")));
+            match tokio::process::Command::from(cmd).output().await {
+                Ok(o) => {
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    // The events' tail: the latest say what is happening now.
+                    let lines: Vec<&str> = text.lines().collect();
+                    let from = lines.len().saturating_sub(40);
+                    out.push_str(&lines[from..].join("\n"));
+                    out.push_str(&String::from_utf8_lossy(&o.stderr));
+                }
+                Err(e) => out.push_str(&format!("kubectl did not run: {e}")),
+            }
+            out.push('\n');
+        }
+        out
     }
 
     /// The login the client Secret gives (no `password` key with auth off: the `default`

@@ -114,7 +114,7 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
     })
     .await;
     assert_eq!(urls.len(), 5, "{urls:?}");
-    let resolver = Resolver::new(cp.client());
+    let resolver = Resolver::for_control_plane(&cp);
     let mut locked = 0;
     for url in &urls {
         let (login, hostport) = parse_url(url);

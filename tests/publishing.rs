@@ -4,6 +4,7 @@
 //! refuses, and zero API writes in steady state.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
@@ -79,12 +80,15 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
         .collect();
     assert_eq!(lines(&urls), expected_urls);
 
-    // Every published address leads, through the Service, to its own slot's pod.
-    let resolver = Resolver::new(env.cp.client());
+    // Every published address leads, through the Service, to its own slot's pod. On real
+    // nodes that is the endpointslice controller's EndpointSlice, which follows pod readiness
+    // a moment later than the operator's status: waited for, then checked.
+    let resolver = Resolver::for_control_plane(&env.cp);
     for (slot, server) in servers.iter().enumerate() {
-        let addrs = resolver.resolve(server).await.unwrap();
+        let ip = env.pod_ip(NAME, slot as i32).await;
+        let addrs = resolves_to(&resolver, server, &[ip]).await;
         assert_eq!(addrs.len(), 1, "{server}: {addrs:?}");
-        assert_eq!(addrs[0].ip(), env.pod_ip(NAME, slot as i32).await);
+        assert_eq!(addrs[0].ip(), ip);
         assert!(
             lock(addrs[0].ip(), &login, "k", "v", Duration::from_secs(1))
                 .await
@@ -94,14 +98,12 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
     let services: Api<Service> = Api::namespaced(env.cp.client(), &ns);
     let headless = services.get(&format!("{NAME}-headless")).await.unwrap();
     assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
-    assert_eq!(
-        resolver
-            .resolve(&format!("{NAME}-headless.{ns}.svc:6379"))
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    let mut all = Vec::new();
+    for slot in 0..3 {
+        all.push(env.pod_ip(NAME, slot).await);
+    }
+    all.sort();
+    resolves_to(&resolver, &format!("{NAME}-headless.{ns}.svc:6379"), &all).await;
 
     // Crash slot 1: it is held. Clients still get all three addresses; only `ready` shrinks,
     // and the held member's address leads nowhere.
@@ -132,7 +134,8 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
         },
     )
     .await;
-    assert!(resolver.resolve(&servers[1]).await.unwrap().is_empty());
+    // The held member's Service has no endpoint (its pod is not Ready).
+    resolves_to(&resolver, &servers[1], &[]).await;
     let (status, reason, message) = condition(&env, "Degraded").await.unwrap();
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -712,4 +715,20 @@ async fn connections_received(env: &Env, slot: i32) -> u64 {
         .find_map(|l| l.strip_prefix("total_connections_received:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("INFO stats has total_connections_received")
+}
+
+/// Waits (10 s at most) until `server` resolves to exactly `ips`, and returns its addresses: on
+/// real nodes the EndpointSlices follow pod readiness with the endpointslice controller's
+/// delay, so a check made the moment status changes could see the previous endpoints.
+async fn resolves_to(resolver: &Resolver, server: &str, ips: &[IpAddr]) -> Vec<std::net::SocketAddr> {
+    wait_for(
+        &format!("{server} resolving to {ips:?} ({:?})", resolver.source()),
+        Duration::from_secs(10),
+        async || {
+            let addrs = resolver.resolve(server).await?;
+            let found: Vec<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+            Ok((found == ips).then_some(addrs))
+        },
+    )
+    .await
 }

@@ -1,27 +1,47 @@
 //! Resolves published Service names (`<svc>.<ns>.svc[.cluster.local]:<port>`) to the
 //! addresses a client in the cluster would reach through cluster DNS and kube-proxy.
 //!
-//! Why not read EndpointSlices: the API server refuses loopback addresses in Endpoints and
-//! EndpointSlices (`ValidateEndpointIP`: "may not be in the loopback range"), and every pod
-//! IP here is loopback, so the endpointslice controller can never publish them. This
-//! resolver applies that controller's rules instead, to the same Service and Pod objects:
+//! On real nodes ([`Resolver::for_control_plane`]) it reads what kube-proxy reads: the
+//! Service's EndpointSlices, as the real endpointslice controller wrote them, with kube-proxy's
+//! choice of endpoints (ready ones; when none is, the serving ones that are terminating).
+//!
+//! Under the process kubelet it cannot: the API server refuses loopback addresses in Endpoints
+//! and EndpointSlices (`ValidateEndpointIP`: "may not be in the loopback range"), every pod IP
+//! there is loopback, and that control plane runs without the endpointslice controller. There
+//! the resolver applies that controller's rules instead, to the same Service and Pod objects:
 //! pods matched by the Service's selector, with an IP, not terminating, and Ready (unless
 //! `publishNotReadyAddresses`), port resolved through `targetPort` (number or container port
-//! name). A Service with no such pod resolves to nothing, so a client sees a refused
-//! connection exactly as in a cluster.
+//! name). Either way a Service with no serving endpoint resolves to nothing, so a client sees
+//! a refused connection exactly as in a cluster.
 
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use crate::ControlPlane;
+
 #[derive(Clone)]
 pub struct Resolver {
     client: Client,
+    source: Source,
 }
+
+/// Where the endpoints come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The endpointslice controller's EndpointSlices (real nodes).
+    EndpointSlices,
+    /// That controller's rules applied to Pods (process kubelet: loopback pod IPs).
+    PodRules,
+}
+
+/// The label the endpointslice controller puts on every slice of a Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// A parsed `<svc>.<ns>.svc[.cluster.local]:<port>`.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,11 +70,26 @@ impl ServiceAddress {
 }
 
 impl Resolver {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    pub fn new(client: Client, source: Source) -> Self {
+        Self { client, source }
     }
 
-    /// Addresses of the Service's serving endpoints; empty when none serves.
+    /// What a client of `cp`'s cluster reaches: EndpointSlices where nodes are real, the
+    /// controller's rules on Pods under the process kubelet.
+    pub fn for_control_plane(cp: &ControlPlane) -> Self {
+        let source = if cp.has_real_nodes() {
+            Source::EndpointSlices
+        } else {
+            Source::PodRules
+        };
+        Self::new(cp.client(), source)
+    }
+
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Addresses of the Service's serving endpoints, sorted; empty when none serves.
     pub async fn resolve(&self, hostport: &str) -> Result<Vec<SocketAddr>> {
         let addr = ServiceAddress::parse(hostport)?;
         let services: Api<Service> = Api::namespaced(self.client.clone(), &addr.namespace);
@@ -65,6 +100,16 @@ impl Resolver {
         let Some(port) = spec.ports.iter().flatten().find(|p| p.port == addr.port).cloned() else {
             return Ok(vec![]);
         };
+        if self.source == Source::EndpointSlices {
+            let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &addr.namespace);
+            let slices = slices
+                .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={}", addr.service)))
+                .await?;
+            return Ok(endpoints_from_slices(
+                &slices.items,
+                port.name.as_deref().unwrap_or(""),
+            ));
+        }
         let Some(selector) = spec.selector.filter(|s| !s.is_empty()) else {
             return Ok(vec![]);
         };
@@ -84,6 +129,48 @@ impl Resolver {
         out.sort();
         Ok(out)
     }
+}
+
+/// kube-proxy's endpoints for the Service port named `port_name` ("" for an unnamed one), from
+/// the Service's slices: the ready ones; when none is ready, the serving ones that are
+/// terminating (its fallback, so connections drain). One address per endpoint (the API says
+/// consumers use the first), duplicates across slices (a slice being rewritten) once.
+pub fn endpoints_from_slices(slices: &[EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+    let mut ready = Vec::new();
+    let mut terminating = Vec::new();
+    for slice in slices {
+        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+            continue;
+        }
+        let Some(port) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for e in &slice.endpoints {
+            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            let c = e.conditions.clone().unwrap_or_default();
+            // An unset `ready` means ready, `serving` defaults to `ready` (the API's rules).
+            let is_ready = c.ready.unwrap_or(true);
+            let serving = c.serving.unwrap_or(is_ready);
+            if is_ready {
+                ready.push(SocketAddr::new(ip, port));
+            } else if serving && c.terminating == Some(true) {
+                terminating.push(SocketAddr::new(ip, port));
+            }
+        }
+    }
+    let mut out = if ready.is_empty() { terminating } else { ready };
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The endpointslice controller's view of one pod for one service port.
@@ -158,6 +245,74 @@ mod tests {
             target_port: target,
             ..Default::default()
         }
+    }
+
+    /// An endpoint's address and its (ready, serving, terminating) conditions.
+    type TestEndpoint<'a> = (&'a str, Option<bool>, Option<bool>, Option<bool>);
+
+    fn slice(port: Option<(&str, i32)>, endpoints: &[TestEndpoint<'_>]) -> EndpointSlice {
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+        EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints: endpoints
+                .iter()
+                .map(|&(ip, ready, serving, terminating)| Endpoint {
+                    addresses: vec![ip.into()],
+                    conditions: Some(EndpointConditions {
+                        ready,
+                        serving,
+                        terminating,
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ports: port.map(|(name, n)| {
+                vec![EndpointPort {
+                    name: Some(name.into()),
+                    port: Some(n),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn slices_give_kube_proxys_endpoints() {
+        let a = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        let t = Some(true);
+        let f = Some(false);
+        // Ready ones only, sorted and once across slices; the port by the Service port's name.
+        let slices = [
+            slice(
+                Some(("redis", 6379)),
+                &[("10.0.0.2", t, t, f), ("10.0.0.3", f, f, f)],
+            ),
+            slice(
+                Some(("redis", 6379)),
+                &[("10.0.0.1", None, None, None), ("10.0.0.2", t, t, f)],
+            ),
+        ];
+        assert_eq!(
+            endpoints_from_slices(&slices, "redis"),
+            [a("10.0.0.1:6379"), a("10.0.0.2:6379")]
+        );
+        assert!(endpoints_from_slices(&slices, "other").is_empty());
+        // No ready endpoint: the serving terminating ones; not the not-serving ones.
+        let draining = [slice(
+            Some(("", 7000)),
+            &[
+                ("10.0.0.4", f, t, t),
+                ("10.0.0.5", f, f, t),
+                ("10.0.0.6", f, t, f),
+            ],
+        )];
+        assert_eq!(endpoints_from_slices(&draining, ""), [a("10.0.0.4:7000")]);
+        // A held member's slice: its endpoint not ready, nothing to reach.
+        let held = [slice(Some(("", 6379)), &[("10.0.0.7", f, f, f)])];
+        assert!(endpoints_from_slices(&held, "").is_empty());
+        // A slice without ports (no selector match yet) gives nothing.
+        assert!(endpoints_from_slices(&[slice(None, &[("10.0.0.8", t, t, f)])], "").is_empty());
     }
 
     #[test]

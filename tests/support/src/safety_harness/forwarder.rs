@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
-use redlock_testenv::resolver::Resolver;
+use redlock_testenv::resolver::{Resolver, Source};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -40,7 +40,9 @@ impl Drop for Forwarders {
 /// nodes need no forwarder: kube-proxy serves the ClusterIPs there.
 pub async fn start(client: kube::Client, ns: &str, services: &[String], forward: bool) -> Result<Forwarders> {
     let api: Api<Service> = Api::namespaced(client.clone(), ns);
-    let resolver = Resolver::new(client);
+    // Only the process kubelet's runs forward (real nodes have kube-proxy), and its pod IPs are
+    // loopback, which no EndpointSlice may hold: the endpointslice controller's rules on Pods.
+    let resolver = Resolver::new(client, Source::PodRules);
     let mut tasks = Vec::new();
     let hosts = hosts_lines(&api, ns, services).await?;
     if !forward {

@@ -1348,9 +1348,9 @@ async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
     )
     .await;
     env.wait_event("ChildRestored").await;
-    // A client through slot 1's address reaches slot 1's process again, not slot 0's (once
-    // the endpoints follow the restored selector: on real nodes, the controller rewrites the
-    // slice).
+    // Slot 1's address leads to slot 1's process again, not slot 0's. The selector above is
+    // the evidence that the Service was put back; this checks the endpoints agree with it (a
+    // slice the controller had not rewritten yet for the edit would agree too).
     let resolved = resolves_to(&[ip1]).await;
     let login = env.client_login(NAME).await;
     assert!(

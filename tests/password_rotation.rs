@@ -19,9 +19,10 @@ use redlock_test_support::*;
 
 const NAME: &str = "locks";
 
-/// The longest a background client may go without finishing a round: a round is three locks
-/// on fresh connections (each at most 500 ms against a member that does not answer) and the
-/// unlocks, so a longer gap means it stalled, and the moments it was meant to cover went
+/// The longest a background client may go without finishing a round: a round is a read of the
+/// client Secret and three locks and unlocks, each on a fresh connection that gives up after
+/// 300 ms to connect and 300 ms for an answer (a member that does not answer costs at most
+/// 1.2 s), so a longer gap means it stalled, and the moments it was meant to cover went
 /// untested.
 const STEADY: Duration = Duration::from_secs(3);
 

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use nix::sys::signal::Signal;
 use redlock_test_support::*;
-use redlock_testenv::resolver::Resolver;
+use redlock_testenv::resolver::{Resolver, Source};
 use serde_json::json;
 
 const NAME: &str = "locks";
@@ -134,8 +134,6 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
         },
     )
     .await;
-    // The held member's Service has no endpoint (its pod is not Ready).
-    resolves_to(&resolver, &servers[1], &[]).await;
     let (status, reason, message) = condition(&env, "Degraded").await.unwrap();
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -157,6 +155,8 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
             .as_secs_f64()
             > 1.0
     );
+    // The held member's name leads nowhere (its pod is not Ready) for the rest of its hold.
+    held_name_leads_nowhere(&resolver, &servers[1], until).await;
 
     // After the hold: all ready again, everywhere.
     env.wait_ready(NAME, 3, Duration::from_secs(20)).await;
@@ -731,4 +731,44 @@ async fn resolves_to(resolver: &Resolver, server: &str, ips: &[IpAddr]) -> Vec<s
         },
     )
     .await
+}
+
+/// `server`, the name of a held member, resolves to nothing from now until 200 ms before `until`
+/// (its hold's end). Where the resolver applies the endpointslice controller's rules, at once;
+/// on real nodes once the controller's EndpointSlice has followed the pod's readiness, which
+/// must happen within the hold.
+async fn held_name_leads_nowhere(resolver: &Resolver, server: &str, until: Timestamp) {
+    let left = std::time::Duration::try_from(until.duration_since(Timestamp::now())).unwrap_or_default();
+    let end = std::time::Instant::now() + left.saturating_sub(Duration::from_millis(200));
+    if resolver.source() == Source::PodRules {
+        let found = resolver.resolve(server).await.unwrap();
+        assert!(
+            found.is_empty(),
+            "{server} of a held member resolves to {found:?}"
+        );
+    } else {
+        loop {
+            let found = resolver.resolve(server).await.unwrap();
+            if found.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{server} of a held member still resolved to {found:?} at the end of its hold"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // And stays so: nothing publishes it again while it is held.
+    let mut checks = 0;
+    while std::time::Instant::now() < end {
+        let found = resolver.resolve(server).await.unwrap();
+        assert!(
+            found.is_empty(),
+            "{server} of a held member resolves to {found:?} again"
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("{server} led nowhere through its hold ({checks} checks after the first)");
 }

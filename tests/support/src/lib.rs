@@ -204,27 +204,40 @@ impl Env {
     /// What the namespace's pods, the nodes and the latest events say, for a failure message:
     /// a wait that timed out says where the pod got stuck (scheduling, sandbox, image, probe)
     /// even when the machine and its kept state are gone by the time anyone reads the log.
+    ///
+    /// Never hangs the failing test: each kubectl has 10 s.
     pub async fn describe(&self) -> String {
         let mut out = String::new();
-        for args in [
-            &["get", "pods", "-o", "wide"][..],
-            &["get", "nodes", "-o", "wide"],
-            &["get", "events", "--sort-by=.lastTimestamp"],
-            &["get", "rlc", "-o", "yaml"],
+        // Events by creation: the operator's and the scheduler's set `eventTime`, not
+        // `lastTimestamp`, and would sort first. Only their tail: the latest say what is
+        // happening now.
+        for (args, tail) in [
+            (&["get", "pods", "-o", "wide"][..], None),
+            (&["get", "nodes", "-o", "wide"], None),
+            (
+                &["get", "events", "--sort-by=.metadata.creationTimestamp"],
+                Some(60),
+            ),
+            (&["get", "rlc", "-o", "yaml"], None),
         ] {
             let mut cmd = self.cp.kubectl();
-            cmd.arg("-n").arg(&self.ns).args(args);
+            cmd.arg("--request-timeout=10s")
+                .arg("-n")
+                .arg(&self.ns)
+                .args(args);
+            let mut cmd = tokio::process::Command::from(cmd);
+            cmd.kill_on_drop(true);
             out.push_str(&format!("$ kubectl {}\n", args.join(" ")));
-            match tokio::process::Command::from(cmd).output().await {
-                Ok(o) => {
+            match tokio::time::timeout(Duration::from_secs(15), cmd.output()).await {
+                Ok(Ok(o)) => {
                     let text = String::from_utf8_lossy(&o.stdout);
-                    // The events' tail: the latest say what is happening now.
                     let lines: Vec<&str> = text.lines().collect();
-                    let from = lines.len().saturating_sub(40);
+                    let from = tail.map_or(0, |n| lines.len().saturating_sub(n));
                     out.push_str(&lines[from..].join("\n"));
                     out.push_str(&String::from_utf8_lossy(&o.stderr));
                 }
-                Err(e) => out.push_str(&format!("kubectl did not run: {e}")),
+                Ok(Err(e)) => out.push_str(&format!("kubectl did not run: {e}")),
+                Err(_) => out.push_str("kubectl gave no answer in 15 s"),
             }
             out.push('\n');
         }

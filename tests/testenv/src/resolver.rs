@@ -105,9 +105,13 @@ impl Resolver {
             let slices = slices
                 .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={}", addr.service)))
                 .await?;
+            // A headless name is answered by cluster DNS, which gives ready endpoints only;
+            // kube-proxy (a ClusterIP) falls back to serving terminating ones.
+            let headless = spec.cluster_ip.as_deref() == Some("None");
             return Ok(endpoints_from_slices(
                 &slices.items,
                 port.name.as_deref().unwrap_or(""),
+                !headless,
             ));
         }
         let Some(selector) = spec.selector.filter(|s| !s.is_empty()) else {
@@ -132,10 +136,15 @@ impl Resolver {
 }
 
 /// kube-proxy's endpoints for the Service port named `port_name` ("" for an unnamed one), from
-/// the Service's slices: the ready ones; when none is ready, the serving ones that are
-/// terminating (its fallback, so connections drain). One address per endpoint (the API says
-/// consumers use the first), duplicates across slices (a slice being rewritten) once.
-pub fn endpoints_from_slices(slices: &[EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+/// the Service's slices: the ready ones; when none is ready and `terminating_fallback`, the
+/// serving ones that are terminating (kube-proxy's fallback, so connections drain; cluster DNS
+/// for a headless Service has none). One address per endpoint (the API says consumers use the
+/// first), duplicates across slices (a slice being rewritten) once.
+pub fn endpoints_from_slices(
+    slices: &[EndpointSlice],
+    port_name: &str,
+    terminating_fallback: bool,
+) -> Vec<SocketAddr> {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
     for slice in slices {
@@ -167,7 +176,11 @@ pub fn endpoints_from_slices(slices: &[EndpointSlice], port_name: &str) -> Vec<S
             }
         }
     }
-    let mut out = if ready.is_empty() { terminating } else { ready };
+    let mut out = if ready.is_empty() && terminating_fallback {
+        terminating
+    } else {
+        ready
+    };
     out.sort();
     out.dedup();
     out
@@ -294,10 +307,10 @@ mod tests {
             ),
         ];
         assert_eq!(
-            endpoints_from_slices(&slices, "redis"),
+            endpoints_from_slices(&slices, "redis", true),
             [a("10.0.0.1:6379"), a("10.0.0.2:6379")]
         );
-        assert!(endpoints_from_slices(&slices, "other").is_empty());
+        assert!(endpoints_from_slices(&slices, "other", true).is_empty());
         // No ready endpoint: the serving terminating ones; not the not-serving ones.
         let draining = [slice(
             Some(("", 7000)),
@@ -307,12 +320,14 @@ mod tests {
                 ("10.0.0.6", f, t, f),
             ],
         )];
-        assert_eq!(endpoints_from_slices(&draining, ""), [a("10.0.0.4:7000")]);
+        assert_eq!(endpoints_from_slices(&draining, "", true), [a("10.0.0.4:7000")]);
+        // A headless name (cluster DNS): ready ones only, no fallback.
+        assert!(endpoints_from_slices(&draining, "", false).is_empty());
         // A held member's slice: its endpoint not ready, nothing to reach.
         let held = [slice(Some(("", 6379)), &[("10.0.0.7", f, f, f)])];
-        assert!(endpoints_from_slices(&held, "").is_empty());
+        assert!(endpoints_from_slices(&held, "", true).is_empty());
         // A slice without ports (no selector match yet) gives nothing.
-        assert!(endpoints_from_slices(&[slice(None, &[("10.0.0.8", t, t, f)])], "").is_empty());
+        assert!(endpoints_from_slices(&[slice(None, &[("10.0.0.8", t, t, f)])], "", true).is_empty());
     }
 
     #[test]

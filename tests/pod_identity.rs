@@ -220,36 +220,21 @@ async fn a_replacement_seen_at_another_slots_address_neither_fences_nor_releases
     // 1. Throughout slot 0's hold (and a little beyond), slot 1 serves and stays Ready.
     // Judged by the gaps between writes that went through, not by their count: a loaded
     // machine answers slower, but slot 1 must answer throughout.
-    let mut writes = 0;
-    let mut last_ok = std::time::Instant::now();
-    let mut longest_gap = Duration::ZERO;
+    let writes = Rounds::new();
+    let from = Instant::now();
     while Timestamp::now() < until0 + Duration::from_secs(2) {
-        match lock(
-            slot1_ip,
-            &client,
-            &format!("k{writes}"),
-            "v",
-            Duration::from_secs(5),
-        )
-        .await
-        {
-            Ok(true) => {
-                writes += 1;
-                longest_gap = longest_gap.max(last_ok.elapsed());
-                last_ok = std::time::Instant::now();
-            }
-            Ok(false) => panic!("k{writes} was already taken"),
+        let began = Instant::now();
+        let key = format!("k{}", writes.count());
+        match lock(slot1_ip, &client, &key, "v", Duration::from_secs(5)).await {
+            Ok(true) => writes.record(began),
+            Ok(false) => panic!("{key} was already taken"),
             Err(e) if fenced(&e) => panic!("slot 1's process was fenced for slot 0: {e}"),
             // A slow answer on a loaded machine proves nothing either way.
             Err(e) => eprintln!("write to slot 1: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    longest_gap = longest_gap.max(last_ok.elapsed());
-    assert!(
-        writes >= 5 && longest_gap <= Duration::from_secs(3),
-        "slot 1 did not serve throughout: {writes} writes went through, at most {longest_gap:?} apart"
-    );
+    writes.assert_steady(Duration::from_secs(3), from, 5);
     let slot1 = env.member(NAME, 1).await.unwrap();
     assert_eq!(slot1.state, MemberState::Ready, "{slot1:?}");
     assert_eq!(slot1.run_id, slot1_before.run_id, "{slot1:?}");

@@ -1314,19 +1314,7 @@ async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
     let slot1_address = format!("{NAME}-1.{}.svc:6379", env.ns);
     let (ip0, ip1) = (env.pod_ip(NAME, 0).await, env.pod_ip(NAME, 1).await);
     // On real nodes the EndpointSlice follows readiness a moment after status does.
-    let resolves_to = async |ips: &[std::net::IpAddr]| {
-        wait_for(
-            &format!("{slot1_address} resolving to {ips:?}"),
-            Duration::from_secs(10),
-            async || {
-                let addrs = resolver.resolve(&slot1_address).await?;
-                let found: Vec<_> = addrs.iter().map(|a| a.ip()).collect();
-                Ok((found == ips).then_some(addrs))
-            },
-        )
-        .await
-    };
-    resolves_to(&[ip1]).await;
+    resolves_to(&resolver, &slot1_address, &[ip1]).await;
     assert!(!env.has_event("ChildRestored").await, "nothing was edited yet");
 
     env.kubectl(&[
@@ -1351,7 +1339,7 @@ async fn hand_edited_services_pdb_and_network_policy_are_put_back() {
     // Slot 1's address leads to slot 1's process again, not slot 0's. The selector above is
     // the evidence that the Service was put back; this checks the endpoints agree with it (a
     // slice the controller had not rewritten yet for the edit would agree too).
-    let resolved = resolves_to(&[ip1]).await;
+    let resolved = resolves_to(&resolver, &slot1_address, &[ip1]).await;
     let login = env.client_login(NAME).await;
     assert!(
         lock(

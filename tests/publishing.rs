@@ -4,7 +4,6 @@
 //! refuses, and zero API writes in steady state.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
@@ -715,22 +714,6 @@ async fn connections_received(env: &Env, slot: i32) -> u64 {
         .find_map(|l| l.strip_prefix("total_connections_received:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("INFO stats has total_connections_received")
-}
-
-/// Waits (10 s at most) until `server` resolves to exactly `ips`, and returns its addresses: on
-/// real nodes the EndpointSlices follow pod readiness with the endpointslice controller's
-/// delay, so a check made the moment status changes could see the previous endpoints.
-async fn resolves_to(resolver: &Resolver, server: &str, ips: &[IpAddr]) -> Vec<std::net::SocketAddr> {
-    wait_for(
-        &format!("{server} resolving to {ips:?} ({:?})", resolver.source()),
-        Duration::from_secs(10),
-        async || {
-            let addrs = resolver.resolve(server).await?;
-            let found: Vec<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
-            Ok((found == ips).then_some(addrs))
-        },
-    )
-    .await
 }
 
 /// `server`, the name of a held member, resolves to nothing from now until 200 ms before `until`

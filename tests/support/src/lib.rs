@@ -460,6 +460,26 @@ pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut()
     }
 }
 
+/// Waits (10 s at most) until `server` resolves to exactly `ips`, and returns its addresses: on
+/// real nodes the EndpointSlices follow pod readiness with the endpointslice controller's
+/// delay, so a check made the moment status changes could see the previous endpoints.
+pub async fn resolves_to(
+    resolver: &redlock_testenv::resolver::Resolver,
+    server: &str,
+    ips: &[IpAddr],
+) -> Vec<std::net::SocketAddr> {
+    wait_for(
+        &format!("{server} resolving to {ips:?} ({:?})", resolver.source()),
+        Duration::from_secs(10),
+        async || {
+            let addrs = resolver.resolve(server).await?;
+            let found: Vec<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+            Ok((found == ips).then_some(addrs))
+        },
+    )
+    .await
+}
+
 /// The member's `heldUntil`, once it is Held or Lost with a run id different from `old_run`.
 pub async fn wait_held(env: &Env, name: &str, slot: i32, old_run: &str) -> (MemberStatus, Timestamp) {
     wait_for("member held", Duration::from_secs(20), async || {

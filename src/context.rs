@@ -141,9 +141,14 @@ pub struct Memory {
 /// GET per reconcile); until the cache shows the write, it still holds the version that write
 /// was planned from, and planning from it could mistake the operator's own new pods or holds
 /// for unknown ones. Any other version is newer (the cache of one object only moves forward).
+///
+/// The version the last write produced is kept for as long as the cluster is known: a cache
+/// showing exactly it shows this process's own last write and nothing newer
+/// ([`StatusWrites::shows_own_last_write`]).
 #[derive(Default)]
 pub struct StatusWrites {
     by_uid: Mutex<HashMap<String, (String, String)>>,
+    produced: Mutex<HashMap<String, String>>,
 }
 
 impl StatusWrites {
@@ -154,6 +159,21 @@ impl StatusWrites {
                 .expect("status write lock is never poisoned")
                 .insert(uid.to_owned(), (from.to_owned(), to.to_owned()));
         }
+        let mut produced = self.produced.lock().expect("status write lock is never poisoned");
+        match written {
+            Some(to) => produced.insert(uid.to_owned(), to.to_owned()),
+            // A write whose result is unknown: nothing on record is known to be this process's.
+            None => produced.remove(uid),
+        };
+    }
+
+    /// Whether the cache, showing `cached`, shows exactly the object this process's last
+    /// status write produced: no other write (a user's edit, another process's status) has
+    /// reached the cache since. An operator that loses its lease exits, so within one process
+    /// "own" means "this leadership's".
+    pub fn shows_own_last_write(&self, uid: &str, cached: Option<&str>) -> bool {
+        let produced = self.produced.lock().expect("status write lock is never poisoned");
+        cached.is_some_and(|c| produced.get(uid).is_some_and(|p| p == c))
     }
 
     /// Whether the cache, showing `cached`, has yet to show this process's last write.
@@ -174,5 +194,40 @@ impl StatusWrites {
             .lock()
             .expect("status write lock is never poisoned")
             .remove(uid);
+        self.produced
+            .lock()
+            .expect("status write lock is never poisoned")
+            .remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StatusWrites;
+
+    #[test]
+    fn the_cache_shows_the_own_last_write_only_at_exactly_its_version() {
+        let w = StatusWrites::default();
+        assert!(!w.shows_own_last_write("u", Some("5")), "nothing written yet");
+        w.wrote("u", Some("5"), Some("7"));
+        assert!(w.cache_lags("u", Some("5")));
+        assert!(
+            !w.shows_own_last_write("u", Some("5")),
+            "the cache still shows the older version"
+        );
+        assert!(w.shows_own_last_write("u", Some("7")));
+        // Caught up: the lag memo goes, the version produced stays.
+        assert!(!w.cache_lags("u", Some("7")));
+        assert!(w.shows_own_last_write("u", Some("7")));
+        // Someone else's write (a user's edit) since: not ours.
+        assert!(!w.shows_own_last_write("u", Some("9")));
+        assert!(!w.shows_own_last_write("u", None));
+        assert!(!w.shows_own_last_write("other", Some("7")));
+        // A write whose result is unknown leaves nothing known as ours.
+        w.wrote("u", Some("9"), None);
+        assert!(!w.shows_own_last_write("u", Some("7")));
+        w.wrote("u", Some("9"), Some("11"));
+        w.forget("u");
+        assert!(!w.shows_own_last_write("u", Some("11")));
     }
 }

@@ -54,6 +54,7 @@ struct ClusterSeries {
     losses: Family<ClusterLabels, Counter>,
     clock_jumps: Family<ClusterLabels, Counter>,
     releases: Family<ClusterLabels, Counter>,
+    releases_ahead: Family<ClusterLabels, Counter>,
     hold_length: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     ttl_violations: Family<ClusterLabels, Gauge>,
     quorum: Family<ClusterLabels, Gauge>,
@@ -151,6 +152,7 @@ impl Default for Metrics {
             losses: Family::default(),
             clock_jumps: Family::default(),
             releases: Family::default(),
+            releases_ahead: Family::default(),
             hold_length: Family::new_with_constructor(hold_length_histogram),
             ttl_violations: Family::default(),
             quorum: Family::default(),
@@ -185,6 +187,11 @@ impl Default for Metrics {
             "instance_releases",
             "Instances released to lock clients",
             clusters.releases.clone(),
+        );
+        registry.register(
+            "instance_releases_ahead_of_status",
+            "Releases sent before their Ready status write: the hold they ended was on record in the operator's own last status write, with nothing newer (docs/design.md section 2)",
+            clusters.releases_ahead.clone(),
         );
         registry.register(
             "hold_length_seconds",
@@ -407,10 +414,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a release of `ended`, the hold it ended if it ended one.
-    pub fn released(&self, ns: &str, cluster: &str, ended: Option<EndedHold>) {
+    /// Counts a release of `ended`, the hold it ended if it ended one; `ahead`: sent before
+    /// its status write.
+    pub fn released(&self, ns: &str, cluster: &str, ended: Option<EndedHold>, ahead: bool) {
         let labels = cluster_labels(ns, cluster);
         self.clusters.releases.get_or_create(&labels).inc();
+        if ahead {
+            self.clusters.releases_ahead.get_or_create(&labels).inc();
+        }
         if let Some(h) = ended {
             self.clusters.hold_length.get_or_create(&labels).observe(h.length);
             self.clusters
@@ -459,6 +470,7 @@ impl Metrics {
         c.losses.remove(&labels);
         c.clock_jumps.remove(&labels);
         c.releases.remove(&labels);
+        c.releases_ahead.remove(&labels);
         c.hold_length.remove(&labels);
         c.ttl_violations.remove(&labels);
         c.quorum.remove(&labels);
@@ -576,8 +588,9 @@ mod tests {
                 length: 31.5,
                 lateness: 0.02,
             }),
+            true,
         );
-        m.released("ns", "locks", None);
+        m.released("ns", "locks", None, false);
         m.ttl_violations("ns", "locks", 2);
         let text = m.render();
         for line in [
@@ -589,6 +602,7 @@ mod tests {
             r#"redlock_hold_remaining_seconds{namespace="ns",cluster="locks",member="locks-0"} 0.0"#,
             r#"redlock_instance_losses_total{namespace="ns",cluster="locks"} 1"#,
             r#"redlock_instance_releases_total{namespace="ns",cluster="locks"} 2"#,
+            r#"redlock_instance_releases_ahead_of_status_total{namespace="ns",cluster="locks"} 1"#,
             r#"redlock_hold_length_seconds_count{namespace="ns",cluster="locks"} 1"#,
             r#"redlock_ttl_policy_violations{namespace="ns",cluster="locks"} 2"#,
             r#"redlock_release_lateness_seconds_sum{namespace="ns",cluster="locks"} 0.02"#,
@@ -623,6 +637,7 @@ mod tests {
                     length: 2.0,
                     lateness,
                 }),
+                false,
             );
         }
         let text = m.render();

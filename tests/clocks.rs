@@ -39,10 +39,7 @@ async fn lock_then_kill_one(env: &Env) -> (Instant, Timestamp) {
 
 async fn metric(op: &OperatorProcess, name: &str) -> f64 {
     let (_, body) = op.get("/metrics").await.unwrap();
-    body.lines()
-        .find(|l| l.starts_with(name) && matches!(l[name.len()..].chars().next(), Some(' ' | '{')))
-        .and_then(|l| l.split_whitespace().last()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+    metric_value(&body, name).unwrap_or_else(|| panic!("no {name} in\n{body}"))
 }
 
 /// Issue 15, scenario 1: the standby's wall clock runs 20 s ahead. It takes over while slot 1

@@ -128,32 +128,69 @@ async fn new_cluster_holds_its_first_processes_in_full_and_enforces_its_settings
     }
 }
 
-#[tokio::test]
-async fn kill_9_holds_the_restarted_process_until_held_until() {
+/// A ready cluster of `short_spec` whose member `slot` was killed (kill -9) and is held again.
+struct Killed {
+    env: Env,
+    client: Login,
+    /// The member's pod address.
+    ip: std::net::IpAddr,
+    /// The member's record before the kill.
+    before: redlock_operator::crd::MemberStatus,
+    /// The replacement's `heldUntil`.
+    until: Timestamp,
+    /// Releases, and those ahead of their status write, before the kill.
+    releases_before: f64,
+    ahead_before: f64,
+}
+
+async fn kill_a_member_of_a_ready_cluster(slot: i32) -> Killed {
     let env = Env::start(3).await;
     env.create_cluster(NAME, short_spec()).await;
     env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
     let client = env.client_login(NAME).await;
-    let before = env.member(NAME, 0).await.unwrap();
-    let ip = env.pod_ip(NAME, 0).await;
-
+    let before = env.member(NAME, slot).await.unwrap();
+    let ip = env.pod_ip(NAME, slot).await;
+    let releases_before = cluster_counter(&env, RELEASES, NAME).await;
+    let ahead_before = cluster_counter(&env, AHEAD, NAME).await;
     env.cp
         .nodes()
-        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .signal_pod(&env.ns, &format!("{NAME}-{slot}"), Signal::SIGKILL)
         .await
         .unwrap();
-    let (_, until) = wait_held(&env, NAME, 0, before.run_id.as_deref().unwrap()).await;
-    let err = lock(ip, &client, "res", "b", Duration::from_secs(1)).await;
+    let (_, until) = wait_held(&env, NAME, slot, before.run_id.as_deref().unwrap()).await;
+    Killed {
+        env,
+        client,
+        ip,
+        before,
+        until,
+        releases_before,
+        ahead_before,
+    }
+}
+
+#[tokio::test]
+async fn kill_9_holds_the_restarted_process_until_held_until() {
+    let killed = kill_a_member_of_a_ready_cluster(0).await;
+    let (env, client, ip, until) = (&killed.env, &killed.client, killed.ip, killed.until);
+    let err = lock(ip, client, "res", "b", Duration::from_secs(1)).await;
     assert!(
         err.is_err() || Timestamp::now() >= until,
         "fenced process accepted a client: {err:?}"
     );
 
-    let served = first_client_write(ip, &client, Duration::from_secs(15))
+    let served = first_client_write(ip, client, Duration::from_secs(15))
         .await
         .unwrap();
     assert_released_on_time(until, served);
     let after = env.wait_ready(NAME, 3, Duration::from_secs(10)).await;
+    // Nobody but the operator wrote the cluster during the hold, so the hold was on record in
+    // its own last status write: the release went ahead of its `Ready` write.
+    assert_eq!(
+        cluster_counter(env, AHEAD, NAME).await - killed.ahead_before,
+        1.0,
+        "the release went ahead of its status write"
+    );
     let m = after
         .status
         .unwrap()
@@ -162,7 +199,65 @@ async fn kill_9_holds_the_restarted_process_until_held_until() {
         .find(|m| m.slot == 0)
         .unwrap();
     assert_eq!(m.state, MemberState::Ready);
-    assert_ne!(m.run_id, before.run_id, "a new process serves");
+    assert_ne!(m.run_id, killed.before.run_id, "a new process serves");
+}
+
+/// Releases sent before their `Ready` status write (docs/design.md §2).
+const AHEAD: &str = "redlock_instance_releases_ahead_of_status_total";
+const RELEASES: &str = "redlock_instance_releases_total";
+
+/// A release goes ahead of its status write only when the hold it ends is on record in the
+/// operator's own last write, with nothing newer: here a user keeps editing the cluster's
+/// metadata through the end of the hold, so the cache shows the user's version and the release
+/// waits for its write (write-ahead), still at `heldUntil` and never before it.
+#[tokio::test]
+async fn a_user_edit_at_the_hold_end_puts_the_status_write_before_the_release() {
+    let killed = kill_a_member_of_a_ready_cluster(2).await;
+    let (env, client, ip, until) = (&killed.env, &killed.client, killed.ip, killed.until);
+    // From a second before the hold's end until the release, a user edit every 100 ms: the
+    // operator's own writes settle within the hold, so at its end the cache shows a user's.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let editor = {
+        let clusters = env.clusters();
+        let stop = stop.clone();
+        let start = until.checked_sub(SignedDuration::from_secs(1)).unwrap();
+        tokio::spawn(async move {
+            let wait = start.duration_since(Timestamp::now());
+            if let Ok(wait) = Duration::try_from(wait) {
+                tokio::time::sleep(wait).await;
+            }
+            let mut edits = 0u32;
+            while !stop.is_cancelled() {
+                let patch = json!({"metadata": {"annotations": {"example.com/touched": edits.to_string()}}});
+                clusters
+                    .patch(
+                        NAME,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(patch),
+                    )
+                    .await
+                    .unwrap();
+                edits += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            edits
+        })
+    };
+    let served = first_client_write(ip, client, Duration::from_secs(15)).await;
+    stop.cancel();
+    let edits = editor.await.unwrap();
+    assert_released_on_time(until, served.unwrap());
+    assert!(edits >= 5, "the user edited {edits} times");
+    env.wait_ready(NAME, 3, Duration::from_secs(10)).await;
+    assert_eq!(
+        cluster_counter(env, RELEASES, NAME).await - killed.releases_before,
+        1.0
+    );
+    assert_eq!(
+        cluster_counter(env, AHEAD, NAME).await,
+        killed.ahead_before,
+        "a release ahead of its status write although a user's edit was newer than the record"
+    );
 }
 
 /// A crash the kubelet has not reported (its node cut off from the API server: it neither

@@ -5,7 +5,9 @@
 //! status first; only then are pods created, processes fenced and processes released. So a
 //! hold is always on record before anything could end it, and a release is always on record
 //! before it happens (an operator crash in between leaves a `Ready` member whose process is
-//! still fenced, which the next reconcile releases again, or sees as lost).
+//! still fenced, which the next reconcile releases again, or sees as lost). A release whose
+//! hold is on record in the operator's own last write goes ahead of its `Ready` write
+//! (`reconcile::persist::AheadOfWrite`): that record already permits it.
 //!
 //! Unknown means unsafe: a process is released without a full hold never. Even a slot's very
 //! first process is held, because nothing the operator can read proves that no earlier

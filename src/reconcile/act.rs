@@ -11,7 +11,7 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
 use super::inputs::Inputs;
-use super::persist::OnRecord;
+use super::persist::{AheadOfWrite, OnRecord};
 use crate::apply;
 use crate::children_memo::Fingerprint;
 use crate::context::Context;
@@ -37,8 +37,23 @@ pub struct Acted {
 /// How soon a refused endpoints ConfigMap is written again.
 const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 
+/// Sends the releases `ahead` allows before the decision's status write (`persist::ahead_of_write`
+/// says which may); returns those done. One not done is sent again after the write, as any other.
+pub async fn release_ahead(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+    observed: &BTreeMap<Slot, SlotObservation>,
+    ahead: &AheadOfWrite,
+) -> Result<Vec<(Slot, String)>> {
+    release_each(ctx, cluster, ns, inputs, observed, ahead.releases(), true).await
+}
+
 /// Acts on `on_record`, the one input only `persist` can produce: nothing here happens before
 /// the decision's status is on record. Each step below takes it too, for the same reason.
+/// `released_ahead`: releases already sent before the write (`release_ahead`).
+#[allow(clippy::too_many_arguments)] // the pipeline's stages, each named where it is used
 pub async fn act(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -46,6 +61,7 @@ pub async fn act(
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: OnRecord,
+    released_ahead: &[(Slot, String)],
     now: Timestamp,
 ) -> Result<Acted> {
     // Fences first: a process that lets clients in while it must not should be shut out as
@@ -57,7 +73,8 @@ pub async fn act(
     } else {
         None
     };
-    let released = release(ctx, cluster, ns, inputs, observed, &on_record, now).await?;
+    let released = release(ctx, cluster, ns, inputs, observed, &on_record, released_ahead).await?
+        || !released_ahead.is_empty();
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
@@ -216,7 +233,8 @@ async fn publish_endpoints(
     Some(ENDPOINTS_RETRY)
 }
 
-/// Lets lock clients into each process whose hold has run; whether any was released.
+/// Lets lock clients into each process whose hold has run and was not released ahead of the
+/// write; whether any was released.
 async fn release(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -224,11 +242,34 @@ async fn release(
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
-    now: Timestamp,
+    released_ahead: &[(Slot, String)],
 ) -> Result<bool> {
+    let due: Vec<(Slot, String)> = on_record
+        .decision()
+        .plan
+        .releases
+        .iter()
+        .filter(|r| !released_ahead.contains(r))
+        .cloned()
+        .collect();
+    Ok(!release_each(ctx, cluster, ns, inputs, observed, &due, false)
+        .await?
+        .is_empty())
+}
+
+/// Releases each of `releases` (`ahead`: before the status write); returns those done.
+async fn release_each(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    inputs: &Inputs,
+    observed: &BTreeMap<Slot, SlotObservation>,
+    releases: &[(Slot, String)],
+    ahead: bool,
+) -> Result<Vec<(Slot, String)>> {
     let name = cluster.name_any();
-    let mut released = false;
-    for (slot, run_id) in &on_record.decision().plan.releases {
+    let mut done = Vec::new();
+    for (slot, run_id) in releases {
         let Some(o) = observed.get(slot) else {
             continue;
         };
@@ -249,18 +290,22 @@ async fn release(
         };
         match access.release(ip, run_id, o.pod_uid.as_deref(), &passwords).await {
             Ok(()) => {
-                released = true;
+                // Lateness as clients see it: when the release was answered, not when it was
+                // planned.
+                let released_at = ctx.clock.now().wall;
+                done.push((*slot, run_id.clone()));
                 let previous = cluster
                     .status
                     .as_ref()
                     .map(|s| s.members.as_slice())
                     .unwrap_or_default();
-                ctx.metrics.released(ns, &name, ended_hold(previous, *slot, now));
+                ctx.metrics
+                    .released(ns, &name, ended_hold(previous, *slot, released_at), ahead);
                 let msg = format!(
                     "{}: released process {run_id} to lock clients",
                     slot_name(&name, *slot)
                 );
-                tracing::info!(slot = slot.index(), "{msg}");
+                tracing::info!(slot = slot.index(), ahead, "{msg}");
                 events::publish_for_slot(
                     &ctx.recorder,
                     cluster,
@@ -273,10 +318,10 @@ async fn release(
             }
             // Not an error of the reconcile: the next observation decides (a lost process
             // becomes a hold; an unreachable one is retried).
-            Err(e) => tracing::warn!(slot = slot.index(), error = %e, "release not done"),
+            Err(e) => tracing::warn!(slot = slot.index(), ahead, error = %e, "release not done"),
         }
     }
-    Ok(released)
+    Ok(done)
 }
 
 /// The plan's pod creates and deletes. A refused one is reported (event `PodChangeFailed`,

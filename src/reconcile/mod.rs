@@ -9,7 +9,9 @@
 //!    then [`passwords`]: a client password rotation's next step (Secrets first, then the
 //!    processes' passwords; never `on`/`off`);
 //! 5. [`decide`]: pure: status, pod changes, fences, releases, events, when to look again;
-//! 6. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`;
+//! 6. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`; only a
+//!    release whose hold is on record in this process's own last write, with nothing newer,
+//!    goes before it (`persist::AheadOfWrite`);
 //! 7. [`act`]: needs that `OnRecord`: events, endpoints, pods, fences, releases.
 
 mod act;
@@ -106,6 +108,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // auth is off) says so for good, and waits for nothing.
     let rotation_quiet = password_rotation.iter().all(|c| !c.status);
     let clock = ctx.clock.now();
+    // Every delay decided below counts from here: what persisting and acting take comes off
+    // it (a status write at a loaded API server would otherwise make the next hold end's
+    // reconcile, and its release, late by the write's time).
+    let decided_at = std::time::Instant::now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
@@ -147,6 +153,8 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     );
     let mut after = decision.requeue;
     let next_timers = decision.timers.clone();
+    let ahead = persist::ahead_of_write(&ctx, cluster, &decision);
+    let released_ahead = act::release_ahead(&ctx, cluster, &ns, &inputs, &observation.slots, &ahead).await?;
     let on_record = persist::persist(&ctx, &api, cluster, decision).await?;
     // The timers, and the clock samples the verdicts were judged from, belong to the status
     // now on record.
@@ -156,7 +164,18 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .lock()
         .expect("clock lock is never poisoned")
         .extend(std::mem::take(&mut observation.clock_tracks));
-    let acted = act::act(&ctx, cluster, &ns, &inputs, &observation.slots, on_record, now).await?;
+    let acted = act::act(
+        &ctx,
+        cluster,
+        &ns,
+        &inputs,
+        &observation.slots,
+        on_record,
+        &released_ahead,
+        now,
+    )
+    .await?;
+    after = after.saturating_sub(decided_at.elapsed());
 
     ctx.memory.backoff.succeeded(&ObjectRef::from_obj(cluster));
     if acted.released {
@@ -171,7 +190,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             // Nothing to do but watch: the rest watch probes every period and runs the TTL
             // audit, and a reconcile comes when it sees a change, an event arrives, or the
             // resync is due.
-            after = rest.until_reconcile;
+            after = rest.until_reconcile.saturating_sub(decided_at.elapsed());
             let rest = Arc::new(rest);
             let generation = ctx.memory.resting.rest(&uid, rest.clone());
             rest_watch::spawn(ctx.clone(), uid, generation, rest);

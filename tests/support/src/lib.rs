@@ -778,6 +778,25 @@ pub async fn readme_step(cp: &ControlPlane, line: &str) -> std::process::Output 
         .unwrap()
 }
 
+/// The value of `series` (a metric name, or a name with its labels as the operator writes
+/// them: `name{namespace="ns",cluster="locks"}`) in a `/metrics` body.
+pub fn metric_value(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(series) && matches!(l[series.len()..].chars().next(), Some(' ' | '{')))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+}
+
+/// A cluster's counter `name` (`redlock_..._total`) as the env's operator exports it; 0 before
+/// the operator first counted anything for the cluster.
+pub async fn cluster_counter(env: &Env, name: &str, cluster: &str) -> f64 {
+    let (_, body) = env.operator.get("/metrics").await.unwrap();
+    metric_value(
+        &body,
+        &format!("{name}{{namespace=\"{}\",cluster=\"{cluster}\"}}", env.ns),
+    )
+    .unwrap_or(0.0)
+}
+
 /// A released process served its first client at `served`: not before `until` (its
 /// `heldUntil`), and at most 1 s after it.
 pub fn assert_released_on_time(until: Timestamp, served: Timestamp) {

@@ -84,6 +84,7 @@ fn metrics_with_every_family() -> Metrics {
             length: 31.3,
             lateness: 0.01,
         }),
+        true,
     );
     m.ttl_violations("ns", "locks", 0);
     m

@@ -115,6 +115,8 @@ pub struct Memory {
     pub member_clocks: Mutex<HashMap<(String, Slot), ClockTrack>>,
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
+    /// Per cluster UID, releases sent ahead of a status write that did not land.
+    pub unrecorded_releases: crate::release_ahead::Unrecorded,
     /// Per cluster UID, its spec hash as of the cluster object's last version.
     pub spec_hashes: crate::spec_hashes::SpecHashes,
     /// Per cluster UID, the credentials last recovered from its cached Secrets.
@@ -144,15 +146,25 @@ pub struct Memory {
 ///
 /// The version the last write produced is kept for as long as the cluster is known: a cache
 /// showing exactly it shows this process's own last write and nothing newer
-/// ([`StatusWrites::shows_own_last_write`]).
+/// ([`StatusWrites::shows_own_last_write`]). With it, the sum of the operator's wall-clock
+/// forward steps at that write (`clock::Reading::skipped`).
 #[derive(Default)]
 pub struct StatusWrites {
     by_uid: Mutex<HashMap<String, (String, String)>>,
-    produced: Mutex<HashMap<String, String>>,
+    produced: Mutex<HashMap<String, (String, Duration)>>,
 }
 
+/// Forward steps of the operator's wall clock since its own last write beyond which that write
+/// no longer counts as "its own, with nothing newer". A process suspended with its monotonic
+/// clock stopped (a suspended VM: its lease check still passes on resume, docs/design.md §9.4)
+/// shows the suspension as a forward step; another replica could have led and written
+/// meanwhile only after one lease duration (15 s by default), far above this.
+pub const OWN_WRITE_STEP_LIMIT: Duration = Duration::from_secs(1);
+
 impl StatusWrites {
-    pub fn wrote(&self, uid: &str, planned_from: Option<&str>, written: Option<&str>) {
+    /// Records a write planned from `planned_from` that produced `written`, made when the
+    /// clock's forward steps summed to `skipped`.
+    pub fn wrote(&self, uid: &str, planned_from: Option<&str>, written: Option<&str>, skipped: Duration) {
         if let (Some(from), Some(to)) = (planned_from, written) {
             self.by_uid
                 .lock()
@@ -161,8 +173,8 @@ impl StatusWrites {
         }
         let mut produced = self.produced.lock().expect("status write lock is never poisoned");
         match written {
-            Some(to) => produced.insert(uid.to_owned(), to.to_owned()),
-            // A write whose result is unknown: nothing on record is known to be this process's.
+            Some(to) => produced.insert(uid.to_owned(), (to.to_owned(), skipped)),
+            // A reply without a version: nothing on record is known to be this process's.
             None => produced.remove(uid),
         };
     }
@@ -170,10 +182,16 @@ impl StatusWrites {
     /// Whether the cache, showing `cached`, shows exactly the object this process's last
     /// status write produced: no other write (a user's edit, another process's status) has
     /// reached the cache since. An operator that loses its lease exits, so within one process
-    /// "own" means "this leadership's".
-    pub fn shows_own_last_write(&self, uid: &str, cached: Option<&str>) -> bool {
+    /// "own" means "this leadership's" — unless the process was suspended, which `skipped`
+    /// (the clock's forward steps now) tells: beyond [`OWN_WRITE_STEP_LIMIT`] since that write,
+    /// it is not trusted as own.
+    pub fn shows_own_last_write(&self, uid: &str, cached: Option<&str>, skipped: Duration) -> bool {
         let produced = self.produced.lock().expect("status write lock is never poisoned");
-        cached.is_some_and(|c| produced.get(uid).is_some_and(|p| p == c))
+        cached.is_some_and(|c| {
+            produced
+                .get(uid)
+                .is_some_and(|(p, at)| p == c && skipped.saturating_sub(*at) <= OWN_WRITE_STEP_LIMIT)
+        })
     }
 
     /// Whether the cache, showing `cached`, has yet to show this process's last write.
@@ -203,31 +221,51 @@ impl StatusWrites {
 
 #[cfg(test)]
 mod tests {
-    use super::StatusWrites;
+    use std::time::Duration;
+
+    use super::{OWN_WRITE_STEP_LIMIT, StatusWrites};
+
+    const NO_STEP: Duration = Duration::ZERO;
 
     #[test]
     fn the_cache_shows_the_own_last_write_only_at_exactly_its_version() {
         let w = StatusWrites::default();
-        assert!(!w.shows_own_last_write("u", Some("5")), "nothing written yet");
-        w.wrote("u", Some("5"), Some("7"));
+        let own = |cached: Option<&str>| w.shows_own_last_write("u", cached, NO_STEP);
+        assert!(!own(Some("5")), "nothing written yet");
+        w.wrote("u", Some("5"), Some("7"), NO_STEP);
         assert!(w.cache_lags("u", Some("5")));
-        assert!(
-            !w.shows_own_last_write("u", Some("5")),
-            "the cache still shows the older version"
-        );
-        assert!(w.shows_own_last_write("u", Some("7")));
+        assert!(!own(Some("5")), "the cache still shows the older version");
+        assert!(own(Some("7")));
         // Caught up: the lag memo goes, the version produced stays.
         assert!(!w.cache_lags("u", Some("7")));
-        assert!(w.shows_own_last_write("u", Some("7")));
+        assert!(own(Some("7")));
         // Someone else's write (a user's edit) since: not ours.
-        assert!(!w.shows_own_last_write("u", Some("9")));
-        assert!(!w.shows_own_last_write("u", None));
-        assert!(!w.shows_own_last_write("other", Some("7")));
-        // A write whose result is unknown leaves nothing known as ours.
-        w.wrote("u", Some("9"), None);
-        assert!(!w.shows_own_last_write("u", Some("7")));
-        w.wrote("u", Some("9"), Some("11"));
+        assert!(!own(Some("9")));
+        assert!(!own(None));
+        assert!(!w.shows_own_last_write("other", Some("7"), NO_STEP));
+        // A reply without a version leaves nothing known as ours.
+        w.wrote("u", Some("9"), None, NO_STEP);
+        assert!(!own(Some("7")));
+        w.wrote("u", Some("9"), Some("11"), NO_STEP);
         w.forget("u");
-        assert!(!w.shows_own_last_write("u", Some("11")));
+        assert!(!own(Some("11")));
+    }
+
+    /// A process suspended with its monotonic clock stopped passes its lease check on resume;
+    /// the suspension shows as a forward step of its wall clock, and its own last write no
+    /// longer counts as current.
+    #[test]
+    fn a_forward_step_since_the_own_write_makes_it_not_current() {
+        let w = StatusWrites::default();
+        let at = Duration::from_millis(300);
+        w.wrote("u", Some("1"), Some("2"), at);
+        assert!(w.shows_own_last_write("u", Some("2"), at));
+        assert!(w.shows_own_last_write("u", Some("2"), at + OWN_WRITE_STEP_LIMIT));
+        assert!(!w.shows_own_last_write(
+            "u",
+            Some("2"),
+            at + OWN_WRITE_STEP_LIMIT + Duration::from_millis(1)
+        ));
+        assert!(!w.shows_own_last_write("u", Some("2"), at + Duration::from_secs(20)));
     }
 }

@@ -46,6 +46,7 @@ pub mod reasons;
 pub mod reconcile;
 pub mod recorder;
 pub mod redis_admin;
+pub mod release_ahead;
 pub mod resize;
 pub mod resources;
 pub mod resp;

@@ -23,6 +23,7 @@ use crate::model::Slot;
 use crate::observe::SlotObservation;
 use crate::reasons::{ClusterReason, MemberReason};
 use crate::redis_admin::AdminAccess;
+use crate::release_ahead::Released;
 use crate::resources::names::{CLIENT_USER, slot_name};
 use crate::resources::{endpoints, pod};
 
@@ -39,6 +40,7 @@ const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 
 /// Sends the releases `ahead` allows before the decision's status write (`persist::ahead_of_write`
 /// says which may); returns those done. One not done is sent again after the write, as any other.
+/// Their events wait for the write (`act`): an event is a request too.
 pub async fn release_ahead(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -46,7 +48,7 @@ pub async fn release_ahead(
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     ahead: &AheadOfWrite,
-) -> Result<Vec<(Slot, String)>> {
+) -> Result<Vec<Released>> {
     release_each(ctx, cluster, ns, inputs, observed, ahead.releases(), true).await
 }
 
@@ -61,13 +63,16 @@ pub async fn act(
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: OnRecord,
-    released_ahead: &[(Slot, String)],
+    released_ahead: &[Released],
     now: Timestamp,
 ) -> Result<Acted> {
     // Fences first: a process that lets clients in while it must not should be shut out as
     // soon as the hold is on record, before anything slower (events, ConfigMaps).
     fence(ctx, cluster, ns, &inputs.access, observed, &on_record).await?;
     report(ctx, cluster, ns, &on_record, now).await;
+    for r in released_ahead {
+        publish_released(ctx, cluster, r).await;
+    }
     let endpoints_retry = if inputs.accepted() {
         publish_endpoints(ctx, cluster, ns, observed, &on_record).await
     } else {
@@ -242,22 +247,48 @@ async fn release(
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
-    released_ahead: &[(Slot, String)],
+    released_ahead: &[Released],
 ) -> Result<bool> {
     let due: Vec<(Slot, String)> = on_record
         .decision()
         .plan
         .releases
         .iter()
-        .filter(|r| !released_ahead.contains(r))
+        .filter(|(slot, run_id)| {
+            !released_ahead
+                .iter()
+                .any(|r| r.slot == *slot && &r.run_id == run_id)
+        })
         .cloned()
         .collect();
-    Ok(!release_each(ctx, cluster, ns, inputs, observed, &due, false)
-        .await?
-        .is_empty())
+    let done = release_each(ctx, cluster, ns, inputs, observed, &due, false).await?;
+    for r in &done {
+        publish_released(ctx, cluster, r).await;
+    }
+    Ok(!done.is_empty())
 }
 
-/// Releases each of `releases` (`ahead`: before the status write); returns those done.
+/// The `InstanceReleased` event of a release that is done.
+async fn publish_released(ctx: &Context, cluster: &RedlockCluster, r: &Released) {
+    let msg = format!(
+        "{}: released process {} to lock clients",
+        slot_name(&cluster.name_any(), r.slot),
+        r.run_id
+    );
+    tracing::info!(slot = r.slot.index(), "{msg}");
+    events::publish_for_slot(
+        &ctx.recorder,
+        cluster,
+        r.slot,
+        MemberReason::InstanceReleased,
+        msg,
+        false,
+    )
+    .await;
+}
+
+/// Releases each of `releases` (`ahead`: before the status write); returns those done, and
+/// when each was answered.
 async fn release_each(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -266,7 +297,7 @@ async fn release_each(
     observed: &BTreeMap<Slot, SlotObservation>,
     releases: &[(Slot, String)],
     ahead: bool,
-) -> Result<Vec<(Slot, String)>> {
+) -> Result<Vec<Released>> {
     let name = cluster.name_any();
     let mut done = Vec::new();
     for (slot, run_id) in releases {
@@ -293,7 +324,6 @@ async fn release_each(
                 // Lateness as clients see it: when the release was answered, not when it was
                 // planned.
                 let released_at = ctx.clock.now().wall;
-                done.push((*slot, run_id.clone()));
                 let previous = cluster
                     .status
                     .as_ref()
@@ -301,20 +331,12 @@ async fn release_each(
                     .unwrap_or_default();
                 ctx.metrics
                     .released(ns, &name, ended_hold(previous, *slot, released_at), ahead);
-                let msg = format!(
-                    "{}: released process {run_id} to lock clients",
-                    slot_name(&name, *slot)
-                );
-                tracing::info!(slot = slot.index(), ahead, "{msg}");
-                events::publish_for_slot(
-                    &ctx.recorder,
-                    cluster,
-                    *slot,
-                    MemberReason::InstanceReleased,
-                    msg,
-                    false,
-                )
-                .await;
+                tracing::debug!(slot = slot.index(), %run_id, ahead, "released");
+                done.push(Released {
+                    slot: *slot,
+                    run_id: run_id.clone(),
+                    at: released_at,
+                });
             }
             // Not an error of the reconcile: the next observation decides (a lost process
             // becomes a hold; an unreachable one is retried).

@@ -33,6 +33,9 @@ pub struct Decision {
     pub hold: Duration,
     /// When to look again (a release shortens it further, see `act`).
     pub requeue: Duration,
+    /// The part of `requeue` that is a deadline (a hold's end, a lowering's `lowersAt`),
+    /// counted from the decision: time spent writing and acting comes off it.
+    pub deadline: Option<Duration>,
     /// Keys the TTL audit found breaking the policy, once it has swept a member.
     pub ttl_violations: Option<u64>,
     /// This process's timers for the deadlines in `status`, kept once it is on record.
@@ -119,7 +122,8 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         password_rotation: facts.password_rotation.clone(),
     };
     let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
-    let requeue = requeue(&plan, &policy.policy, facts.probe_period, obs.next_audit, now);
+    let deadline = deadline(&plan, &policy.policy, now);
+    let requeue = requeue(&plan, deadline, facts.probe_period, obs.next_audit);
     let lowering = policy.policy.lowers_at.is_some().then_some(TimerKey::Lowering);
     let timers = facts
         .timers
@@ -130,6 +134,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         cluster_events: policy.changes,
         hold,
         requeue,
+        deadline,
         ttl_violations: obs.ttl.as_ref().map(|r| r.violations),
         timers,
     }
@@ -235,21 +240,26 @@ fn conflicts(name: &str, facts: &Facts<'_>) -> Vec<String> {
     conflicts
 }
 
-/// When to look again: exactly when the next hold ends or a lowered maxLockTTL takes effect,
-/// soon while a process is awaited, otherwise at the next probe or audit period.
+/// The next deadline: when the next hold ends or a lowered maxLockTTL takes effect.
+fn deadline(plan: &Plan, policy: &crate::crd::HoldPolicy, now: Timestamp) -> Option<Duration> {
+    let lowers = policy
+        .lowers_at
+        .as_ref()
+        .map(|at| hold::remaining(now, at.0).max(Duration::from_millis(1)));
+    [plan.next_hold_end, lowers].into_iter().flatten().min()
+}
+
+/// When to look again: exactly at the next `deadline`, soon while a process is awaited,
+/// otherwise at the next probe or audit period.
 fn requeue(
     plan: &Plan,
-    policy: &crate::crd::HoldPolicy,
+    deadline: Option<Duration>,
     probe_period: Duration,
     next_audit: Duration,
-    now: Timestamp,
 ) -> Duration {
     let mut after = probe_period.min(next_audit);
-    if let Some(hold_end) = plan.next_hold_end {
-        after = after.min(hold_end);
-    }
-    if let Some(at) = &policy.lowers_at {
-        after = after.min(hold::remaining(now, at.0).max(Duration::from_millis(1)));
+    if let Some(deadline) = deadline {
+        after = after.min(deadline);
     }
     if plan.awaiting_process || !plan.fences.is_empty() {
         after = after.min(Duration::from_millis(100));

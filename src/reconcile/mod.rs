@@ -40,6 +40,7 @@ use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::reasons::ClusterReason;
+use crate::release_ahead;
 use crate::rest_watch;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
@@ -77,7 +78,20 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     {
         return Ok(Action::requeue(CACHE_LAG_RETRY));
     }
-    let cluster: &RedlockCluster = &cached;
+    // Releases sent ahead of a status write that did not land: planned as the `Ready` records
+    // they made (a released process serves, whatever the stored `Held` says).
+    let unrecorded = ctx.memory.unrecorded_releases.of(&uid);
+    let with_releases;
+    let cluster: &RedlockCluster = if unrecorded.is_empty() {
+        &cached
+    } else {
+        let mut c = (*cached).clone();
+        if let Some(s) = c.status.as_mut() {
+            s.members = release_ahead::as_released(&s.members, &unrecorded);
+        }
+        with_releases = c;
+        &with_releases
+    };
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
         forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
@@ -108,9 +122,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // auth is off) says so for good, and waits for nothing.
     let rotation_quiet = password_rotation.iter().all(|c| !c.status);
     let clock = ctx.clock.now();
-    // Every delay decided below counts from here: what persisting and acting take comes off
-    // it (a status write at a loaded API server would otherwise make the next hold end's
-    // reconcile, and its release, late by the write's time).
+    // Deadlines decided below (a hold's end) count from here: what persisting and acting take
+    // comes off them (a status write at a loaded API server would otherwise make the next hold
+    // end's reconcile, and its release, late by the write's time).
     let decided_at = std::time::Instant::now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
@@ -152,10 +166,20 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         in_force.into(),
     );
     let mut after = decision.requeue;
+    let deadline = decision.deadline;
     let next_timers = decision.timers.clone();
     let ahead = persist::ahead_of_write(&ctx, cluster, &decision);
     let released_ahead = act::release_ahead(&ctx, cluster, &ns, &inputs, &observation.slots, &ahead).await?;
-    let on_record = persist::persist(&ctx, &api, cluster, decision).await?;
+    let on_record = match persist::persist(&ctx, &api, cluster, decision).await {
+        Ok(on_record) => {
+            ctx.memory.unrecorded_releases.recorded(&uid);
+            on_record
+        }
+        Err(e) => {
+            ctx.memory.unrecorded_releases.keep(&uid, released_ahead);
+            return Err(e);
+        }
+    };
     // The timers, and the clock samples the verdicts were judged from, belong to the status
     // now on record.
     ctx.memory.timers.keep(&uid, next_timers);
@@ -175,7 +199,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         now,
     )
     .await?;
-    after = after.saturating_sub(decided_at.elapsed());
+    if let Some(deadline) = deadline {
+        after = after.min(deadline.saturating_sub(decided_at.elapsed()));
+    }
 
     ctx.memory.backoff.succeeded(&ObjectRef::from_obj(cluster));
     if acted.released {
@@ -190,7 +216,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             // Nothing to do but watch: the rest watch probes every period and runs the TTL
             // audit, and a reconcile comes when it sees a change, an event arrives, or the
             // resync is due.
-            after = rest.until_reconcile.saturating_sub(decided_at.elapsed());
+            after = rest.until_reconcile;
             let rest = Arc::new(rest);
             let generation = ctx.memory.resting.rest(&uid, rest.clone());
             rest_watch::spawn(ctx.clone(), uid, generation, rest);
@@ -222,6 +248,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.resting.wake(uid);
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
+        ctx.memory.unrecorded_releases.recorded(uid);
         ctx.memory.children.forget(uid);
         ctx.memory.credentials.forget(uid);
         ctx.memory.spec_hashes.forget(uid);

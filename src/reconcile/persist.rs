@@ -13,9 +13,10 @@ use kube::{Resource, ResourceExt};
 
 use super::decide::Decision;
 use crate::context::Context;
-use crate::crd::{MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::Result;
 use crate::model::Slot;
+use crate::release_ahead;
 use crate::resources::names::FIELD_MANAGER;
 
 /// A decision whose status is stored (or was already).
@@ -55,6 +56,7 @@ pub async fn persist(
             cluster.metadata.uid.as_deref().unwrap_or_default(),
             cluster.metadata.resource_version.as_deref(),
             written.metadata.resource_version.as_deref(),
+            ctx.clock.now().skipped,
         );
     }
     Ok(OnRecord { decision })
@@ -90,12 +92,13 @@ impl AheadOfWrite {
 /// The decision's releases that may go before its status write: none unless the cache shows
 /// exactly this process's own last status write (so the records planned from are its own and
 /// nothing newer reached the cache: a user's edit of spec, metadata or status moves the
-/// version, and falls back to write-ahead); of those, the ones ending a hold recorded for the
-/// same process ([`ending_recorded_holds`]).
+/// version, and falls back to write-ahead) with no forward step of its clock since (a
+/// suspension); of those, the ones ending a hold recorded for the same process
+/// (`release_ahead::ending_recorded_holds`).
 ///
 /// What can still come between the record and the release is a write the cache does not show
 /// yet. No other operator process writes: this one has led since its record (an operator that
-/// loses its lease exits), and every write checks the lease. A user's write in that moment
+/// loses its lease exits, and every write checks the lease). A user's write in that moment
 /// can only ask for more than the record: a raised maxLockTTL (clients use a raise only once
 /// `status.hold` shows it, §8.1), a scale-down (the shorter list is published only after the
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next
@@ -104,6 +107,8 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
     let own = ctx.memory.status_writes.shows_own_last_write(
         cluster.metadata.uid.as_deref().unwrap_or_default(),
         cluster.metadata.resource_version.as_deref(),
+        // A fresh reading: a suspension since the last one shows only in a new reading.
+        ctx.clock.now().skipped,
     );
     let recorded = cluster
         .status
@@ -112,79 +117,9 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
         .unwrap_or_default();
     AheadOfWrite {
         releases: if own {
-            ending_recorded_holds(recorded, &decision.plan.releases)
+            release_ahead::ending_recorded_holds(recorded, &decision.plan.releases)
         } else {
             Vec::new()
         },
-    }
-}
-
-/// The releases in `releases` that end a hold on record in `recorded` for the very process
-/// they release: `Held` or `Lost` with a `heldUntil` and the same run id. Not a `Ready` record
-/// released again (a crash between its write and its release: confirmed against the stored
-/// object first, see `persist`), nor a process the record does not name (a replacement first
-/// seen after its hold ran: its `Ready` record is the first to name it).
-pub fn ending_recorded_holds(recorded: &[MemberStatus], releases: &[(Slot, String)]) -> Vec<(Slot, String)> {
-    releases
-        .iter()
-        .filter(|(slot, run_id)| {
-            recorded.iter().any(|m| {
-                m.slot == *slot
-                    && m.state.is_holding()
-                    && m.held_until.is_some()
-                    && m.run_id.as_deref() == Some(run_id.as_str())
-            })
-        })
-        .cloned()
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-    use k8s_openapi::jiff::Timestamp;
-
-    use super::*;
-    use crate::crd::MemberState;
-
-    fn member(slot: i32, state: MemberState, run: Option<&str>, until: Option<i64>) -> MemberStatus {
-        MemberStatus {
-            run_id: run.map(str::to_owned),
-            held_until: until.map(|s| MicroTime(Timestamp::from_second(s).unwrap())),
-            ..MemberStatus::new(format!("locks-{slot}"), slot, state)
-        }
-    }
-
-    #[test]
-    fn only_a_hold_recorded_for_the_released_process_may_be_released_ahead() {
-        let recorded = [
-            member(0, MemberState::Held, Some("a"), Some(100)),
-            member(1, MemberState::Lost, Some("b"), Some(100)),
-            // A replacement first seen after its hold: the record names the lost process.
-            member(2, MemberState::Lost, Some("old"), Some(100)),
-            // Released again after a crash between the Ready write and the release.
-            member(3, MemberState::Ready, Some("d"), None),
-            // No deadline on record: unknown means unsafe, never ahead.
-            member(4, MemberState::Held, Some("e"), None),
-            member(5, MemberState::Held, None, Some(100)),
-        ];
-        let releases: Vec<(Slot, String)> = [
-            (0, "a"),
-            (1, "b"),
-            (2, "new"),
-            (3, "d"),
-            (4, "e"),
-            (5, "f"),
-            (6, "g"),
-        ]
-        .into_iter()
-        .map(|(s, r)| (Slot::new(s), r.to_owned()))
-        .collect();
-        assert_eq!(
-            ending_recorded_holds(&recorded, &releases),
-            vec![(Slot::new(0), "a".to_owned()), (Slot::new(1), "b".to_owned())]
-        );
-        // A record of another slot never counts.
-        assert!(ending_recorded_holds(&recorded[..1], &[(Slot::new(1), "a".to_owned())]).is_empty());
     }
 }

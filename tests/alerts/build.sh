@@ -4,7 +4,10 @@
 # tests/controlplane/build.sh: no release downloads, cached outside the clone keyed by the
 # module version and the Go version, and linked into target/dev/bin/:
 #
-#   ${REDLOCK_CACHE:-~/.cache/redlock-operator}/promtool-<module version>_<go>/bin/promtool
+#   ${REDLOCK_CACHE:-~/.cache/redlock-operator}/promtool-<module version>_<go>_nosd/bin/promtool
+#
+# Built with the module's `remove_all_sd` tag: the tests only check and test rules, and the
+# service-discovery plugins (cloud SDKs, client-go) were most of a cold build's time.
 #
 # A second run with the same versions only re-links.
 #
@@ -20,7 +23,7 @@ mod_version() { # module go.mod-dir -> pinned version
 }
 prom=$(mod_version github.com/prometheus/prometheus "$here/promtool")
 go_ver=$(go env GOVERSION)
-cache="${REDLOCK_CACHE:-$HOME/.cache/redlock-operator}/promtool-${prom}_${go_ver}"
+cache="${REDLOCK_CACHE:-$HOME/.cache/redlock-operator}/promtool-${prom}_${go_ver}_nosd"
 
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$cache"; exit 0; fi
 
@@ -31,7 +34,7 @@ if [[ ! -x "$cache/bin/promtool" ]]; then
   # The module's v0.3XX.Y is Prometheus 3.XX.Y; -X makes `promtool --version` say so.
   minor=${prom#v0.}; minor=${minor%%.*}
   release="3.$((10#${minor} - 300)).${prom##*.}"
-  (cd "$here/promtool" && CGO_ENABLED=0 go build -trimpath \
+  (cd "$here/promtool" && CGO_ENABLED=0 go build -trimpath -tags remove_all_sd \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=${release}" \
     -o "$cache/bin.partial/promtool" github.com/prometheus/prometheus/cmd/promtool)
   mkdir -p "$cache/bin"

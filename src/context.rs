@@ -155,15 +155,18 @@ pub struct StatusWrites {
 }
 
 /// Forward steps of the operator's wall clock since its own last write beyond which that write
-/// no longer counts as "its own, with nothing newer". A process suspended with its monotonic
-/// clock stopped (a suspended VM: its lease check still passes on resume, docs/design.md §9.4)
-/// shows the suspension as a forward step; another replica could have led and written
-/// meanwhile only after one lease duration (15 s by default), far above this.
+/// no longer counts as "its own, with nothing newer". A process whose OS was suspended with its
+/// monotonic clock stopped passes its lease check on resume (docs/design.md §9.4); the kernel
+/// adds the sleep to the wall clock, so the suspension shows as a forward step. Another replica
+/// could have led and written meanwhile only after the takeover margin (lease duration minus
+/// renew deadline, 5 s by default; `Leadership::no_successor_within` refuses a margin this
+/// small).
 pub const OWN_WRITE_STEP_LIMIT: Duration = Duration::from_secs(1);
 
 impl StatusWrites {
-    /// Records a write planned from `planned_from` that produced `written`, made when the
-    /// clock's forward steps summed to `skipped`.
+    /// Records a write planned from `planned_from` that produced `written`, sent when the
+    /// clock's forward steps summed to `skipped` (read before sending: a suspension during the
+    /// request counts).
     pub fn wrote(&self, uid: &str, planned_from: Option<&str>, written: Option<&str>, skipped: Duration) {
         if let (Some(from), Some(to)) = (planned_from, written) {
             self.by_uid
@@ -207,6 +210,15 @@ impl StatusWrites {
         }
     }
 
+    /// A write whose result is unknown (an error after sending: it may have landed): nothing
+    /// on record is known to be this process's until its next write.
+    pub fn unknown(&self, uid: &str) {
+        self.produced
+            .lock()
+            .expect("status write lock is never poisoned")
+            .remove(uid);
+    }
+
     pub fn forget(&self, uid: &str) {
         self.by_uid
             .lock()
@@ -246,7 +258,12 @@ mod tests {
         // A reply without a version leaves nothing known as ours.
         w.wrote("u", Some("9"), None, NO_STEP);
         assert!(!own(Some("7")));
+        // A write that failed after it was sent may have landed: nothing known as ours.
         w.wrote("u", Some("9"), Some("11"), NO_STEP);
+        assert!(own(Some("11")));
+        w.unknown("u");
+        assert!(!own(Some("11")));
+        w.wrote("u", Some("11"), Some("13"), NO_STEP);
         w.forget("u");
         assert!(!own(Some("11")));
     }

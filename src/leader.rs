@@ -161,18 +161,32 @@ pub fn held_spec(
 pub struct Leadership {
     /// `None`: leader election is off (a single operator), writes are always allowed.
     valid_until: Option<Arc<Mutex<Instant>>>,
+    /// How long after this process stops acting a successor may take over at the earliest:
+    /// lease duration minus renew deadline (`None` without election: there is no successor).
+    takeover_margin: Option<Duration>,
 }
 
 impl Leadership {
     /// For an operator that runs without leader election.
     pub fn unconditional() -> Self {
-        Self { valid_until: None }
+        Self {
+            valid_until: None,
+            takeover_margin: None,
+        }
     }
 
-    fn elected(valid_until: Instant) -> Self {
+    fn elected(valid_until: Instant, timing: LeaseTiming) -> Self {
         Self {
             valid_until: Some(Arc::new(Mutex::new(valid_until))),
+            takeover_margin: Some(timing.lease_duration - timing.renew_deadline),
         }
+    }
+
+    /// Whether a time hidden from this process's monotonic clock of up to `hidden` (a
+    /// suspension, as its wall clock shows it) is too short for a successor to have taken over
+    /// and written: always without election, else when it is under the takeover margin.
+    pub fn no_successor_within(&self, hidden: Duration) -> bool {
+        self.takeover_margin.is_none_or(|margin| hidden < margin)
     }
 
     /// Ok while the lease is certainly ours; every write of the reconciler goes through here.
@@ -254,7 +268,7 @@ impl Elector {
             match tokio::time::timeout(timing.renew_deadline, self.try_acquire_or_renew()).await {
                 Ok(Ok(Attempt::Held)) => {
                     tracing::info!(lease = %self.config.name, identity = %self.config.identity, "acquired the leader lease");
-                    return Some(Leadership::elected(started + timing.renew_deadline));
+                    return Some(Leadership::elected(started + timing.renew_deadline, timing));
                 }
                 Ok(Ok(Attempt::Waiting(leader))) => {
                     let now = Role::Standby { leader };
@@ -568,10 +582,40 @@ mod tests {
     #[test]
     fn leadership_expires_at_its_deadline() {
         assert!(Leadership::unconditional().check().is_ok());
-        let l = Leadership::elected(Instant::now() + Duration::from_secs(60));
+        let timing = LeaseTiming::new(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let l = Leadership::elected(Instant::now() + Duration::from_secs(60), timing);
         assert!(l.check().is_ok());
         l.extend(Instant::now() - Duration::from_millis(1));
         assert!(matches!(l.check(), Err(Error::NotLeader)));
+    }
+
+    /// A successor may take over no earlier than lease duration minus renew deadline after
+    /// this process stopped acting; without election there is none.
+    #[test]
+    fn a_successor_needs_the_takeover_margin() {
+        let timing = LeaseTiming::new(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let l = Leadership::elected(Instant::now() + Duration::from_secs(10), timing);
+        assert!(l.no_successor_within(Duration::from_millis(4_999)));
+        assert!(!l.no_successor_within(Duration::from_secs(5)));
+        let tight = LeaseTiming::new(
+            Duration::from_secs(2),
+            Duration::from_millis(1_500),
+            Duration::from_millis(500),
+        )
+        .unwrap();
+        let l = Leadership::elected(Instant::now() + Duration::from_secs(1), tight);
+        assert!(!l.no_successor_within(Duration::from_millis(500)));
+        assert!(Leadership::unconditional().no_successor_within(Duration::from_secs(3600)));
     }
 
     #[test]

@@ -1,16 +1,14 @@
 //! Releases sent ahead of their `Ready` status write (docs/design.md §2, "Releasing ahead of
 //! the write"): which may go ahead ([`ending_recorded_holds`], pure), and those whose write has
-//! not landed yet ([`Unrecorded`]), planned as the `Ready` records they are
+//! not landed yet ([`Unrecorded`]), planned as the `Ready` records their decision made
 //! ([`as_released`], pure) until a write puts them on record.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{MemberState, MemberStatus};
-use crate::hold::floor_micros;
 use crate::model::Slot;
 
 /// The releases in `releases` that end a hold on record in `recorded` for the very process
@@ -45,30 +43,47 @@ pub struct Released {
     pub at: Timestamp,
 }
 
-/// `members` with each record that still holds a process released ahead (its write refused
-/// or failed) replaced by the `Ready` record the release made it: the process serves clients,
-/// and every rule that reads a `Held` record as "seen fenced" (a pod that vanishes, a process
-/// that outlived its pod) must see it serving. A record no longer about that process (a newer
-/// write, a new process) is left as it is.
-pub fn as_released(members: &[MemberStatus], released: &[Released]) -> Vec<MemberStatus> {
+/// A release sent ahead whose status write did not land: the record it ended, exactly as it
+/// was stored, and the `Ready` record the decision made for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnrecordedRelease {
+    pub ended: MemberStatus,
+    pub ready: MemberStatus,
+}
+
+/// For each of `released` (sent ahead), the stored record it ended and the record `planned`
+/// for its slot, when that is the `Ready` record of the same process (it always is: a release
+/// is planned with it).
+pub fn unrecorded(
+    stored: &[MemberStatus],
+    planned: &[MemberStatus],
+    released: &[Released],
+) -> Vec<UnrecordedRelease> {
+    released
+        .iter()
+        .filter_map(|r| {
+            let of = |m: &&MemberStatus| m.slot == r.slot && m.run_id.as_deref() == Some(r.run_id.as_str());
+            let ended = stored.iter().find(|m| of(m) && m.state.is_holding())?;
+            let ready = planned.iter().find(|m| of(m) && m.state == MemberState::Ready)?;
+            Some(UnrecordedRelease {
+                ended: ended.clone(),
+                ready: ready.clone(),
+            })
+        })
+        .collect()
+}
+
+/// `members` with each record that is still exactly the one a release ended (its write refused
+/// or failed) replaced by the `Ready` record the release's decision made: the process serves
+/// clients, and every rule that reads a `Held` record as "seen fenced" (a pod that vanishes, a
+/// process that outlived its pod) must see it serving. Any other record (a newer write, a new
+/// process, a new hold of the same process) is left as it is.
+pub fn as_released(members: &[MemberStatus], unrecorded: &[UnrecordedRelease]) -> Vec<MemberStatus> {
     members
         .iter()
-        .map(|m| {
-            let r = released.iter().find(|r| {
-                r.slot == m.slot && m.state.is_holding() && m.run_id.as_deref() == Some(r.run_id.as_str())
-            });
-            match r {
-                Some(r) => MemberStatus {
-                    state: MemberState::Ready,
-                    held_until: None,
-                    hold_started_at: None,
-                    refused_since: None,
-                    message: None,
-                    since: Some(MicroTime(floor_micros(r.at))),
-                    ..m.clone()
-                },
-                None => m.clone(),
-            }
+        .map(|m| match unrecorded.iter().find(|u| u.ended == *m) {
+            Some(u) => u.ready.clone(),
+            None => m.clone(),
         })
         .collect()
 }
@@ -78,12 +93,12 @@ pub fn as_released(members: &[MemberStatus], released: &[Released]) -> Vec<Membe
 /// again and re-fences what it finds serving inside one (§2).
 #[derive(Default)]
 pub struct Unrecorded {
-    by_uid: Mutex<HashMap<String, Vec<Released>>>,
+    by_uid: Mutex<HashMap<String, Vec<UnrecordedRelease>>>,
 }
 
 impl Unrecorded {
     /// Adds releases whose write did not land.
-    pub fn keep(&self, uid: &str, released: Vec<Released>) {
+    pub fn keep(&self, uid: &str, released: Vec<UnrecordedRelease>) {
         if released.is_empty() {
             return;
         }
@@ -95,7 +110,7 @@ impl Unrecorded {
             .extend(released);
     }
 
-    pub fn of(&self, uid: &str) -> Vec<Released> {
+    pub fn of(&self, uid: &str) -> Vec<UnrecordedRelease> {
         self.by_uid
             .lock()
             .expect("release lock is never poisoned")
@@ -115,6 +130,8 @@ impl Unrecorded {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
     use super::*;
     use crate::crd::UnstoppedProcess;
 
@@ -185,51 +202,66 @@ mod tests {
         assert!(ending_recorded_holds(&recorded[..1], &[(Slot::new(1), "a".to_owned())]).is_empty());
     }
 
+    fn released(slot: i32, run: &str) -> Released {
+        Released {
+            slot: Slot::new(slot),
+            run_id: run.into(),
+            at: Timestamp::from_second(101).unwrap(),
+        }
+    }
+
     #[test]
     fn a_release_whose_write_did_not_land_is_planned_as_the_ready_record_it_made() {
-        let at = Timestamp::from_second(101).unwrap();
-        let released = [
-            Released {
-                slot: Slot::new(0),
-                run_id: "a".into(),
-                at,
-            },
-            // Its record is about another process now: left as it is.
-            Released {
-                slot: Slot::new(1),
-                run_id: "b".into(),
-                at,
-            },
-        ];
-        let members = [
+        let stored = [
             MemberStatus {
-                unstopped: unstopped(false),
+                unstopped: unstopped(true),
                 pod_ip: Some("10.0.0.1".into()),
                 ..member(0, MemberState::Held, Some("a"), Some(100))
             },
-            member(1, MemberState::Held, Some("b2"), Some(130)),
+            member(1, MemberState::Held, Some("b"), Some(100)),
             member(2, MemberState::Held, Some("c"), Some(100)),
         ];
-        let planned = as_released(&members, &released);
-        let m = &planned[0];
-        assert_eq!(m.state, MemberState::Ready);
-        assert_eq!(m.run_id.as_deref(), Some("a"));
-        assert_eq!((m.held_until.as_ref(), m.hold_started_at.as_ref()), (None, None));
-        assert_eq!(m.since.as_ref().unwrap().0, at);
-        // Still looked for where it ran, as any released member's vanished predecessor.
-        assert_eq!(m.unstopped, unstopped(false));
-        assert_eq!(m.pod_ip.as_deref(), Some("10.0.0.1"));
-        assert_eq!(planned[1], members[1]);
-        assert_eq!(planned[2], members[2]);
+        let ready = |slot, run| MemberStatus {
+            since: Some(MicroTime(Timestamp::from_second(100).unwrap())),
+            pod_ip: Some("10.0.0.1".into()),
+            ..member(slot, MemberState::Ready, Some(run), None)
+        };
+        let planned = [
+            ready(0, "a"),
+            ready(1, "b"),
+            member(2, MemberState::Held, Some("c"), Some(100)),
+        ];
+        // Slot 1's release was not sent ahead; slot 2 was not planned Ready: neither is kept.
+        let pending = unrecorded(&stored, &planned, &[released(0, "a"), released(2, "c")]);
+        assert_eq!(
+            pending,
+            vec![UnrecordedRelease {
+                ended: stored[0].clone(),
+                ready: planned[0].clone(),
+            }]
+        );
+        // Planned from: the decision's own Ready record, verbatim (no vanished predecessor
+        // carried over), while the stored record is still the one the release ended.
+        let next = as_released(&stored, &pending);
+        assert_eq!(next[0], planned[0]);
+        assert_eq!(next[0].unstopped, None);
+        assert_eq!(&next[1..], &stored[1..]);
+        // A newer record of the same process (a new hold: maintenance, a clock jump) or of
+        // another process is left as it is.
+        let newer = [
+            member(0, MemberState::Held, Some("a"), Some(160)),
+            stored[1].clone(),
+            stored[2].clone(),
+        ];
+        assert_eq!(as_released(&newer, &pending), newer.to_vec());
     }
 
     #[test]
     fn unrecorded_releases_are_kept_until_a_write_lands() {
         let u = Unrecorded::default();
-        let r = |slot| Released {
-            slot: Slot::new(slot),
-            run_id: format!("r{slot}"),
-            at: Timestamp::from_second(1).unwrap(),
+        let r = |slot| UnrecordedRelease {
+            ended: member(slot, MemberState::Held, Some("r"), Some(100)),
+            ready: member(slot, MemberState::Ready, Some("r"), None),
         };
         u.keep("x", Vec::new());
         assert!(u.of("x").is_empty());

@@ -70,9 +70,7 @@ pub async fn act(
     // soon as the hold is on record, before anything slower (events, ConfigMaps).
     fence(ctx, cluster, ns, &inputs.access, observed, &on_record).await?;
     report(ctx, cluster, ns, &on_record, now).await;
-    for r in released_ahead {
-        publish_released(ctx, cluster, r).await;
-    }
+    publish_released(ctx, cluster, released_ahead).await;
     let endpoints_retry = if inputs.accepted() {
         publish_endpoints(ctx, cluster, ns, observed, &on_record).await
     } else {
@@ -262,29 +260,29 @@ async fn release(
         .cloned()
         .collect();
     let done = release_each(ctx, cluster, ns, inputs, observed, &due, false).await?;
-    for r in &done {
-        publish_released(ctx, cluster, r).await;
-    }
+    publish_released(ctx, cluster, &done).await;
     Ok(!done.is_empty())
 }
 
-/// The `InstanceReleased` event of a release that is done.
-async fn publish_released(ctx: &Context, cluster: &RedlockCluster, r: &Released) {
-    let msg = format!(
-        "{}: released process {} to lock clients",
-        slot_name(&cluster.name_any(), r.slot),
-        r.run_id
-    );
-    tracing::info!(slot = r.slot.index(), "{msg}");
-    events::publish_for_slot(
-        &ctx.recorder,
-        cluster,
-        r.slot,
-        MemberReason::InstanceReleased,
-        msg,
-        false,
-    )
-    .await;
+/// The `InstanceReleased` events of releases that are done.
+pub async fn publish_released(ctx: &Context, cluster: &RedlockCluster, released: &[Released]) {
+    for r in released {
+        let msg = format!(
+            "{}: released process {} to lock clients",
+            slot_name(&cluster.name_any(), r.slot),
+            r.run_id
+        );
+        tracing::info!(slot = r.slot.index(), "{msg}");
+        events::publish_for_slot(
+            &ctx.recorder,
+            cluster,
+            r.slot,
+            MemberReason::InstanceReleased,
+            msg,
+            false,
+        )
+        .await;
+    }
 }
 
 /// Releases each of `releases` (`ahead`: before the status write); returns those done, and
@@ -311,6 +309,12 @@ async fn release_each(
         // in time: a release already under way can still land a little later. That is safe on
         // its own, because a release names the run_id whose hold ended and is sent on the
         // connection that just read that run_id, so it can never free a newer process.
+        // Ahead of the write, only while the cache still shows this process's own last write
+        // (each release takes a connection and a round trip; a user's edit or a suspension
+        // may come between): the rest go after the write.
+        if ahead && !super::persist::still_own(ctx, cluster) {
+            break;
+        }
         ctx.leadership.check()?;
         let access = inputs.access.for_slot(o);
         // With auth on, the passwords on record (as a password sync sets them).

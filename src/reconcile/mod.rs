@@ -170,13 +170,25 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let next_timers = decision.timers.clone();
     let ahead = persist::ahead_of_write(&ctx, cluster, &decision);
     let released_ahead = act::release_ahead(&ctx, cluster, &ns, &inputs, &observation.slots, &ahead).await?;
-    let on_record = match persist::persist(&ctx, &api, cluster, decision).await {
+    let pending = release_ahead::unrecorded(
+        cluster
+            .status
+            .as_ref()
+            .map(|s| s.members.as_slice())
+            .unwrap_or_default(),
+        &decision.status.members,
+        &released_ahead,
+    );
+    let on_record = match persist::persist(&ctx, &api, cluster, decision, !unrecorded.is_empty()).await {
         Ok(on_record) => {
             ctx.memory.unrecorded_releases.recorded(&uid);
             on_record
         }
         Err(e) => {
-            ctx.memory.unrecorded_releases.keep(&uid, released_ahead);
+            // Planned as released from now on, until a write lands; the releases happened, so
+            // their events are told all the same.
+            ctx.memory.unrecorded_releases.keep(&uid, pending);
+            act::publish_released(&ctx, cluster, &released_ahead).await;
             return Err(e);
         }
     };

@@ -30,11 +30,14 @@ impl OnRecord {
     }
 }
 
+/// `must_write`: write even an unchanged status (the stored one differs from the `cluster`
+/// planned from: releases whose write did not land, `release_ahead::as_released`).
 pub async fn persist(
     ctx: &Context,
     api: &Api<RedlockCluster>,
     cluster: &RedlockCluster,
     decision: Decision,
+    must_write: bool,
 ) -> Result<OnRecord> {
     // A release that changes no status (one repeated after a crash left its process fenced)
     // is confirmed against the stored object all the same: the same status, applied on the
@@ -43,20 +46,23 @@ pub async fn persist(
     // no write otherwise. Fences, creates and deletes need no such check: none can let a
     // client in.
     let unchanged = cluster.status.as_ref() == Some(&decision.status);
-    if !unchanged || !decision.plan.releases.is_empty() {
+    if must_write || !unchanged || !decision.plan.releases.is_empty() {
         ctx.leadership.check()?;
+        let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+        let skipped = ctx.clock.now().skipped;
         let written = api
             .patch_status(
                 &cluster.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&status_patch(cluster, &decision.status)),
             )
-            .await?;
+            .await
+            .inspect_err(|_| ctx.memory.status_writes.unknown(uid))?;
         ctx.memory.status_writes.wrote(
-            cluster.metadata.uid.as_deref().unwrap_or_default(),
+            uid,
             cluster.metadata.resource_version.as_deref(),
             written.metadata.resource_version.as_deref(),
-            ctx.clock.now().skipped,
+            skipped,
         );
     }
     Ok(OnRecord { decision })
@@ -104,12 +110,7 @@ impl AheadOfWrite {
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next
 /// reconcile). None of those is a lock a client holds under this hold's terms.
 pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decision) -> AheadOfWrite {
-    let own = ctx.memory.status_writes.shows_own_last_write(
-        cluster.metadata.uid.as_deref().unwrap_or_default(),
-        cluster.metadata.resource_version.as_deref(),
-        // A fresh reading: a suspension since the last one shows only in a new reading.
-        ctx.clock.now().skipped,
-    );
+    let own = still_own(ctx, cluster);
     let recorded = cluster
         .status
         .as_ref()
@@ -122,4 +123,18 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
             Vec::new()
         },
     }
+}
+
+/// Whether the cache still shows this process's own last status write of `cluster`, with no
+/// forward step of its clock since (a suspension) that a successor could have used: checked
+/// before the ahead releases are chosen and again before each is sent.
+pub fn still_own(ctx: &Context, cluster: &RedlockCluster) -> bool {
+    ctx.leadership
+        .no_successor_within(crate::context::OWN_WRITE_STEP_LIMIT)
+        && ctx.memory.status_writes.shows_own_last_write(
+            cluster.metadata.uid.as_deref().unwrap_or_default(),
+            cluster.metadata.resource_version.as_deref(),
+            // A fresh reading: a suspension since the last one shows only in a new reading.
+            ctx.clock.now().skipped,
+        )
 }

@@ -506,14 +506,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn held_spec_counts_transitions_only_on_takeover() {
-        let timing = LeaseTiming::new(
+    /// The defaults: lease 15 s, renew deadline 10 s, retry 2 s.
+    fn default_timing() -> LeaseTiming {
+        LeaseTiming::new(
             Duration::from_secs(15),
             Duration::from_secs(10),
             Duration::from_secs(2),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn held_spec_counts_transitions_only_on_takeover() {
+        let timing = default_timing();
         let now = Timestamp::from_second(1_000).unwrap();
         let renewed = held_spec(
             "me",
@@ -582,12 +587,7 @@ mod tests {
     #[test]
     fn leadership_expires_at_its_deadline() {
         assert!(Leadership::unconditional().check().is_ok());
-        let timing = LeaseTiming::new(
-            Duration::from_secs(15),
-            Duration::from_secs(10),
-            Duration::from_secs(2),
-        )
-        .unwrap();
+        let timing = default_timing();
         let l = Leadership::elected(Instant::now() + Duration::from_secs(60), timing);
         assert!(l.check().is_ok());
         l.extend(Instant::now() - Duration::from_millis(1));
@@ -598,12 +598,7 @@ mod tests {
     /// this process stopped acting; without election there is none.
     #[test]
     fn a_successor_needs_the_takeover_margin() {
-        let timing = LeaseTiming::new(
-            Duration::from_secs(15),
-            Duration::from_secs(10),
-            Duration::from_secs(2),
-        )
-        .unwrap();
+        let timing = default_timing();
         let l = Leadership::elected(Instant::now() + Duration::from_secs(10), timing);
         assert!(l.no_successor_within(Duration::from_millis(4_999)));
         assert!(!l.no_successor_within(Duration::from_secs(5)));

@@ -53,6 +53,16 @@ fn reflow(text: &str) -> String {
     out
 }
 
+impl RedlockCluster {
+    /// The member records on record (none without a status).
+    pub fn recorded_members(&self) -> &[MemberStatus] {
+        self.status
+            .as_ref()
+            .map(|s| s.members.as_slice())
+            .unwrap_or_default()
+    }
+}
+
 /// The CRD as the YAML document `redlock-operator crd` prints and `crds/` holds.
 pub fn crd_yaml() -> String {
     let crd = crd();

@@ -328,11 +328,7 @@ async fn release_each(
                 // Lateness as clients see it: when the release was answered, not when it was
                 // planned.
                 let released_at = ctx.clock.now().wall;
-                let previous = cluster
-                    .status
-                    .as_ref()
-                    .map(|s| s.members.as_slice())
-                    .unwrap_or_default();
+                let previous = cluster.recorded_members();
                 ctx.metrics
                     .released(ns, &name, ended_hold(previous, *slot, released_at), ahead);
                 tracing::debug!(slot = slot.index(), %run_id, ahead, "released");

@@ -171,11 +171,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let ahead = persist::ahead_of_write(&ctx, cluster, &decision);
     let released_ahead = act::release_ahead(&ctx, cluster, &ns, &inputs, &observation.slots, &ahead).await?;
     let pending = release_ahead::unrecorded(
-        cluster
-            .status
-            .as_ref()
-            .map(|s| s.members.as_slice())
-            .unwrap_or_default(),
+        cluster.recorded_members(),
         &decision.status.members,
         &released_ahead,
     );

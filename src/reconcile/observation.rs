@@ -173,11 +173,7 @@ async fn look_for_unstopped(
     ns: &str,
     access: &AdminAccess,
 ) -> Vec<(Slot, std::result::Result<observe::RedisInfo, String>)> {
-    let members = cluster
-        .status
-        .as_ref()
-        .map(|s| s.members.as_slice())
-        .unwrap_or_default();
+    let members = cluster.recorded_members();
     let probes = members.iter().filter_map(|m| {
         let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
         let slot = m.slot;

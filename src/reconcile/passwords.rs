@@ -99,11 +99,7 @@ pub async fn rotate_admin(
         .filter(|(_, o)| matches!(o.pod, PodState::Running { .. }) && !o.probe.is_answered())
         .map(|(slot, _)| *slot)
         .collect();
-    let members = cluster
-        .status
-        .as_ref()
-        .map(|s| s.members.as_slice())
-        .unwrap_or_default();
+    let members = cluster.recorded_members();
     let unanswered = admin_rotation::holding(&silent, members);
     if !children.config_ready {
         return Ok(admin_rotation::condition(&creds, token, &unanswered));

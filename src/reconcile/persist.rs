@@ -111,11 +111,7 @@ impl AheadOfWrite {
 /// reconcile). None of those is a lock a client holds under this hold's terms.
 pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decision) -> AheadOfWrite {
     let own = still_own(ctx, cluster);
-    let recorded = cluster
-        .status
-        .as_ref()
-        .map(|s| s.members.as_slice())
-        .unwrap_or_default();
+    let recorded = cluster.recorded_members();
     AheadOfWrite {
         releases: if own {
             release_ahead::ending_recorded_holds(recorded, &decision.plan.releases)

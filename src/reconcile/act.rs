@@ -305,16 +305,16 @@ async fn release_each(
         let Some(ip) = o.pod_ip else {
             continue;
         };
-        // No release once the lease may have passed to another process. The check is a point
-        // in time: a release already under way can still land a little later. That is safe on
-        // its own, because a release names the run_id whose hold ended and is sent on the
-        // connection that just read that run_id, so it can never free a newer process.
         // Ahead of the write, only while the cache still shows this process's own last write
         // (each release takes a connection and a round trip; a user's edit or a suspension
         // may come between): the rest go after the write.
         if ahead && !super::persist::still_own(ctx, cluster) {
             break;
         }
+        // No release once the lease may have passed to another process. The check is a point
+        // in time: a release already under way can still land a little later. That is safe on
+        // its own, because a release names the run_id whose hold ended and is sent on the
+        // connection that just read that run_id, so it can never free a newer process.
         ctx.leadership.check()?;
         let access = inputs.access.for_slot(o);
         // With auth on, the passwords on record (as a password sync sets them).

@@ -110,15 +110,14 @@ impl AheadOfWrite {
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next
 /// reconcile). None of those is a lock a client holds under this hold's terms.
 pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decision) -> AheadOfWrite {
-    let own = still_own(ctx, cluster);
-    let recorded = cluster.recorded_members();
-    AheadOfWrite {
-        releases: if own {
-            release_ahead::ending_recorded_holds(recorded, &decision.plan.releases)
-        } else {
-            Vec::new()
-        },
+    let mut releases =
+        release_ahead::ending_recorded_holds(cluster.recorded_members(), &decision.plan.releases);
+    // Most reconciles release nothing: the clock is read and the memory locked only for those
+    // that do.
+    if !releases.is_empty() && !still_own(ctx, cluster) {
+        releases.clear();
     }
+    AheadOfWrite { releases }
 }
 
 /// Whether the cache still shows this process's own last status write of `cluster`, with no

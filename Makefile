@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: version-matrix plugin nodes test test-builds test-binaries operator-binary fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -18,11 +18,28 @@ PREFIX ?= $(HOME)/.local
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
-test: fmt-check clippy controlplane nodes chart redis-libc promtool
-	$(CARGO) test --workspace --lib --bins --tests --no-run
-	$(CARGO) build --workspace --bins
+test: fmt-check
+	$(MAKE) -j2 --output-sync=target --no-print-directory test-builds
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
 	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" tests/tools/run-test-binaries.sh
+
+## test-builds: everything `make test` runs, built two recipes at a time (each recipe's output
+## printed when it ends). The Go builds (control plane, node binaries, promtool) and the Rust
+## ones (clippy, the test binaries, the operator image's musl release build) share no output,
+## and each has long one-core stretches (Go's links, rustc's last crates, fat LTO): side by
+## side they fill each other's idle core. Listed in the order they start; `nodes` packs the
+## images once the operator binary and redis-libc are built (images.sh packs one at a time).
+test-builds: clippy controlplane operator-binary redis-libc promtool test-binaries chart nodes
+
+## test-binaries: the workspace's test binaries and programs, as `make test` runs them
+test-binaries:
+	$(CARGO) test --workspace --lib --bins --tests --no-run
+	$(CARGO) build --workspace --bins
+
+## operator-binary: the operator image's static musl release build alone (tests/nodes/images.sh
+## --compile operator); `nodes` then packs the image from it
+operator-binary:
+	tests/nodes/images.sh --compile operator > /dev/null
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.
@@ -74,7 +91,7 @@ controlplane:
 ## Redis and Valkey images from Debian packages, the test image redis:7.0-faketime (redis-libc
 ## under libfaketime, following its node's clock), the operator image (Dockerfile's recipe);
 ## cached in ~/.cache/redlock-operator
-nodes: controlplane redis-libc
+nodes: controlplane redis-libc operator-binary
 	tests/nodes/build.sh
 	tests/nodes/images.sh > /dev/null
 	tests/nodes/images.sh operator > /dev/null

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: version-matrix plugin nodes test test-builds test-binaries operator-binary fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: version-matrix plugin nodes node-binaries server-images operator-image test test-builds test-binaries operator-binary fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -27,9 +27,10 @@ test: fmt-check
 ## printed when it ends). The Go builds (control plane, node binaries, promtool) and the Rust
 ## ones (clippy, the test binaries, the operator image's musl release build) share no output,
 ## and each has long one-core stretches (Go's links, rustc's last crates, fat LTO): side by
-## side they fill each other's idle core. Listed in the order they start; `nodes` packs the
-## images once the operator binary and redis-libc are built (images.sh packs one at a time).
-test-builds: clippy controlplane operator-binary redis-libc promtool test-binaries chart nodes
+## side they fill each other's idle core. Listed in the order they start (as their
+## prerequisites allow): while the operator's fat-LTO link takes one core, the node binaries
+## and server images take the other.
+test-builds: clippy controlplane operator-binary redis-libc node-binaries server-images promtool test-binaries chart operator-image nodes
 
 ## test-binaries: the workspace's test binaries and programs, as `make test` runs them
 test-binaries:
@@ -91,9 +92,21 @@ controlplane:
 ## Redis and Valkey images from Debian packages, the test image redis:7.0-faketime (redis-libc
 ## under libfaketime, following its node's clock), the operator image (Dockerfile's recipe);
 ## cached in ~/.cache/redlock-operator
-nodes: controlplane redis-libc operator-binary
+nodes: controlplane node-binaries server-images operator-image
+
+## node-binaries: containerd, runc and the CNI plugins (tests/nodes/build.sh). After redis-libc:
+## both may apt-get install what they build with, and two apt-gets at once refuse each other.
+node-binaries: redis-libc
 	tests/nodes/build.sh
+
+## server-images: the pause, Redis and Valkey images (tests/nodes/images.sh); redis-libc goes
+## into the faketime image
+server-images: redis-libc
 	tests/nodes/images.sh > /dev/null
+
+## operator-image: the operator image from operator-binary's build. After server-images:
+## images.sh rewrites target/dev/images/IMAGES, so two of them must not run at once.
+operator-image: operator-binary server-images
 	tests/nodes/images.sh operator > /dev/null
 
 ## redis-libc: a redis-server built with MALLOC=libc from the Debian source package, which runs

@@ -13,6 +13,8 @@
 //!   apart from the benchmark's own reads.
 //!
 //! `BENCH_OPERATOR_ARGS` adds `redlock-operator run` flags (e.g. `--probe-period-ms=5000`).
+//! `BENCH_REDIS_CONFIG` (e.g. `hz=1`) sets the clusters' `spec.redisConfig` (comma-separated
+//! `key=value`): what a setting of the members' servers costs the machine they share.
 //! `BENCH_POD_NICE` (default 0) starts the pods' processes (redis-servers, exec probes) at
 //! that niceness: on a real cluster they run on other machines than the API server and the
 //! operator, here hundreds of them share 2 cores with both (README: at 10 it halved the p50
@@ -50,6 +52,20 @@ fn env_num(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// `BENCH_REDIS_CONFIG` (`hz=1,loglevel=warning`) as a `spec.redisConfig` object; a pair
+/// without `=` stops the benchmark rather than run with a setting it was not asked for.
+fn redis_config_from_env() -> serde_json::Value {
+    let raw = std::env::var("BENCH_REDIS_CONFIG").unwrap_or_default();
+    let mut config = serde_json::Map::new();
+    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .unwrap_or_else(|| panic!("BENCH_REDIS_CONFIG: {pair:?} is not key=value"));
+        config.insert(key.trim().into(), value.trim().into());
+    }
+    serde_json::Value::Object(config)
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -312,8 +328,9 @@ async fn main() {
     // The process kubelet takes 110 pods per node; `spread: host` puts one member per node.
     let nodes = (largest * 3).div_ceil(90).max(3);
     let pod_nice = env_num("BENCH_POD_NICE", 0) as i32;
+    let redis_config = redis_config_from_env();
     println!(
-        "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K, pods at nice {pod_nice}",
+        "bench-scale: K = {ks:?} clusters x 3 members, {nodes} process-kubelet nodes, {} cores, window {window:?}, {kills} kills per K, pods at nice {pod_nice}, redisConfig {redis_config}",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     // Kubernetes' own node timeouts (40 s grace, 300 s eviction toleration), not the tests'
@@ -368,7 +385,7 @@ async fn main() {
         for i in created..k {
             env.create_cluster(
                 &format!("c{i}"),
-                json!({"instances": 3, "maxLockTTL": "1s", "holdMargin": "0s"}),
+                json!({"instances": 3, "maxLockTTL": "1s", "holdMargin": "0s", "redisConfig": redis_config}),
             )
             .await;
         }

@@ -863,18 +863,16 @@ def operator_inputs(img, refresh):
 
 def compile_operator():
     """The operator image's binary: this clone's crate, release, static musl. Cargo rebuilds
-    only what changed, so `--compile operator` ahead of the image (make test runs it beside
-    the Go builds) leaves the image's own build nothing to compile."""
+    only what changed, so after `--compile operator` (`make operator-binary`) the image's own
+    build has nothing left to compile."""
     missing = [t for t in ("musl-gcc",) if shutil.which(t) is None]
     if missing:
         raise RuntimeError("musl-gcc is missing: apt-get install musl-tools")
     if MUSL_TARGET not in out(["rustup", "target", "list", "--installed"]).split():
         raise RuntimeError(f"rustup target add {MUSL_TARGET}")
     target_dir = Path(os.environ.get("REDLOCK_MUSL_TARGET_DIR") or CACHE / "musl-target")
-    # At normal priority: `make test` builds it beside the Go builds, and at nice 19 it got
-    # nothing until they ended, then ran its one-core fat-LTO stretch alone.
-    log(f"  cargo build --release --target {MUSL_TARGET} (CARGO_TARGET_DIR={target_dir})")
-    run(["cargo", "build", "--release", "--locked", "--target", MUSL_TARGET,
+    log(f"  cargo build --release --target {MUSL_TARGET} (CARGO_TARGET_DIR={target_dir}, nice 19)")
+    run(["nice", "-n", "19", "cargo", "build", "--release", "--locked", "--target", MUSL_TARGET,
          "--bin", "redlock-operator"], cwd=REPO, stdout=sys.stderr,
         env={**os.environ, "CARGO_TARGET_DIR": str(target_dir)})
     binary = target_dir / MUSL_TARGET / "release/redlock-operator"
@@ -1293,7 +1291,7 @@ def main(argv):
         p.error(f"unknown image {unknown}; known: {' '.join(IMAGES)}")
     if a.compile:
         # Only the operator's compile stands alone: it touches no package list, cache entry or
-        # IMAGES, so it can run while another images.sh packs the other images.
+        # IMAGES.
         if wanted != ["operator"]:
             p.error("--compile is for the operator image alone: tests/nodes/images.sh --compile operator")
         print(compile_operator())

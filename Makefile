@@ -15,7 +15,7 @@ PREFIX ?= $(HOME)/.local
 ## the machine's cores. Tests that need the process kubelet say so (README "Real nodes").
 ## The test binaries themselves run TEST_BINARIES (2) at a time (tests/tools/run-test-binaries.sh),
 ## the longest (TEST_FIRST) first. Three at a time passed once from cold (e6b9383) but shortened
-## the test phase only from about 1,470 to 1,360 s: each binary ran 15-25 % slower.
+## the test phase only from about 1,470 to 1,400 s: each binary ran 15-25 % slower.
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing

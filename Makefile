@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: version-matrix plugin nodes node-binaries server-images operator-image test test-binaries operator-binary fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -19,19 +19,11 @@ PREFIX ?= $(HOME)/.local
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
-test: fmt-check clippy controlplane nodes chart redis-libc promtool test-binaries
-	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
-	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" tests/tools/run-test-binaries.sh
-
-## test-binaries: the workspace's test binaries and programs, as `make test` runs them
-test-binaries:
+test: fmt-check clippy controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
-
-## operator-binary: the operator image's static musl release build alone (tests/nodes/images.sh
-## --compile operator); `nodes` then packs the image from it
-operator-binary:
-	tests/nodes/images.sh --compile operator > /dev/null
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
+	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" tests/tools/run-test-binaries.sh
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.
@@ -83,21 +75,9 @@ controlplane:
 ## Redis and Valkey images from Debian packages, the test image redis:7.0-faketime (redis-libc
 ## under libfaketime, following its node's clock), the operator image (Dockerfile's recipe);
 ## cached in ~/.cache/redlock-operator
-nodes: controlplane node-binaries server-images operator-image
-
-## node-binaries: containerd, runc and the CNI plugins (tests/nodes/build.sh). After redis-libc:
-## both may apt-get install what they build with, and two apt-gets at once refuse each other.
-node-binaries: redis-libc
+nodes: controlplane redis-libc
 	tests/nodes/build.sh
-
-## server-images: the pause, Redis and Valkey images (tests/nodes/images.sh); redis-libc goes
-## into the faketime image
-server-images: redis-libc
 	tests/nodes/images.sh > /dev/null
-
-## operator-image: the operator image from operator-binary's build. After server-images:
-## images.sh rewrites target/dev/images/IMAGES, so two of them must not run at once.
-operator-image: operator-binary server-images
 	tests/nodes/images.sh operator > /dev/null
 
 ## redis-libc: a redis-server built with MALLOC=libc from the Debian source package, which runs

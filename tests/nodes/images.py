@@ -861,10 +861,7 @@ def operator_inputs(img, refresh):
     }
 
 
-def compile_operator():
-    """The operator image's binary: this clone's crate, release, static musl. Cargo rebuilds
-    only what changed, so after `--compile operator` (`make operator-binary`) the image's own
-    build has nothing left to compile."""
+def build_operator(img, suite, workdir):
     missing = [t for t in ("musl-gcc",) if shutil.which(t) is None]
     if missing:
         raise RuntimeError("musl-gcc is missing: apt-get install musl-tools")
@@ -879,11 +876,6 @@ def compile_operator():
     interp, needed, _ = elf_needed(binary)
     if interp or needed:
         raise RuntimeError(f"{binary} is not static: interpreter {interp}, needs {needed}")
-    return binary
-
-
-def build_operator(img, suite, workdir):
-    binary = compile_operator()
 
     # What gcr.io/distroless/static-debian12:nonroot provides that matters to the binary:
     # the CA bundle, the nonroot user, a writable /tmp.
@@ -1281,21 +1273,11 @@ def main(argv):
     p.add_argument("--refresh", action="store_true", help="re-read the Debian package lists first")
     p.add_argument("--no-verify", action="store_true", help="skip running the images' programs (that needs root)")
     p.add_argument("--check", action="store_true", help="verify the linked images again, build nothing")
-    p.add_argument("--compile", action="store_true",
-                   help="only compile the named images' programs (operator: its musl release build); "
-                        "package, cache and link nothing")
     a = p.parse_args(argv)
     wanted = a.images or DEFAULT
     unknown = [n for n in wanted if n not in IMAGES]
     if unknown:
         p.error(f"unknown image {unknown}; known: {' '.join(IMAGES)}")
-    if a.compile:
-        # Only the operator's compile stands alone: it touches no package list, cache entry or
-        # IMAGES.
-        if wanted != ["operator"]:
-            p.error("--compile is for the operator image alone: tests/nodes/images.sh --compile operator")
-        print(compile_operator())
-        return 0
     verify = not a.no_verify
     if verify and os.geteuid() != 0:
         p.error("verification runs the images' programs under chroot as their users, which needs root; "

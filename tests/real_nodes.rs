@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_test_support::*;
-use redlock_testenv::ControlPlaneConfig;
+use redlock_testenv::{ControlPlaneConfig, NodeImages};
 use serde_json::json;
 
 const NAME: &str = "locks";
@@ -116,6 +116,8 @@ async fn real_env() -> Env {
         ControlPlaneConfig {
             nodes: 5,
             real_nodes: true,
+            // The version matrix runs every image.
+            node_images: NodeImages::All,
             ..Default::default()
         },
         &[],
@@ -513,6 +515,7 @@ async fn readme_install_runs_the_operator_image_in_cluster() {
     let cp = redlock_testenv::ControlPlane::start(ControlPlaneConfig {
         nodes: 5,
         real_nodes: true,
+        node_images: NodeImages::Also(vec!["redlock-operator:dev".into()]),
         ..Default::default()
     })
     .await

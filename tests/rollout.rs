@@ -12,9 +12,13 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use redlock_operator::crd::{MemberState, RedlockCluster};
 use redlock_test_support::*;
+use redlock_testenv::{ControlPlaneConfig, NodeImages};
 use serde_json::json;
 
 const NAME: &str = "locks";
+/// The image the image change moves to: the process kubelet runs any redis tag, real nodes
+/// have redis 8.0 built here (tests/nodes/images.sh), so there it is an upgrade from 7.0.
+const NEW_IMAGE: &str = "redis:8.0";
 
 /// What a watcher saw of the cluster, sampled every 50 ms.
 #[derive(Default)]
@@ -96,7 +100,15 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
     // The hold (6 s) outlasts a replacement's start on a real node (2-3 s, longer for a new
     // image), so the monitor sees each replacement held; with 2 s the hold could end before
     // the pod existed (Lost, then Ready: CI at 03f7db8).
-    let env = Env::start(5).await;
+    let env = Env::start_config(
+        ControlPlaneConfig {
+            nodes: 5,
+            node_images: NodeImages::Also(vec![NEW_IMAGE.into()]),
+            ..Default::default()
+        },
+        &[],
+    )
+    .await;
     env.create_cluster(
         NAME,
         json!({"instances": 5, "maxLockTTL": "6s", "holdMargin": "0s"}),
@@ -111,9 +123,7 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
 
     let monitor = Monitor::start(env.clusters(), 5);
     let started = Instant::now();
-    // An image both runtimes have: the process kubelet runs any redis tag, real nodes have
-    // redis 8.0 built here (tests/nodes/images.sh), so there it is an upgrade from 7.0.
-    env.patch_spec(NAME, json!({"image": "redis:8.0"})).await;
+    env.patch_spec(NAME, json!({"image": NEW_IMAGE})).await;
     // Visible in `kubectl get -o wide` and the Progressing condition while it runs.
     wait_for("rollout visible", Duration::from_secs(10), async || {
         let c = env.cluster(NAME).await;
@@ -144,7 +154,7 @@ async fn image_change_replaces_one_member_at_a_time_each_held() {
             "{} not replaced",
             p.name_any()
         );
-        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some("redis:8.0"));
+        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some(NEW_IMAGE));
     }
     // Never more than one member out, so never below quorum (3), never unavailable.
     assert!(samples.count > 20, "too few samples: {}", samples.count);

@@ -17,6 +17,7 @@ use kube::{Client, Config};
 
 use crate::certs::Pki;
 use crate::kubelet::{KubeletConfig, ProcessKubelet};
+use crate::nodes::images::NodeImages;
 use crate::nodes::layout::Layout;
 use crate::nodes::node_network::NodeNetwork;
 use crate::nodes::{RealNodes, RealNodesConfig};
@@ -75,6 +76,10 @@ pub struct ControlPlaneConfig {
     /// Niceness of the process kubelet's pods (`KubeletConfig::pod_nice`); 0 leaves it.
     /// Real nodes ignore it.
     pub pod_nice: i32,
+    /// The images real nodes import besides the pause image and [`ControlPlane::redis_image`]'s
+    /// (each import costs every node about a second of CPU; [`crate::nodes::images`]). The
+    /// process kubelet runs any tag and ignores it.
+    pub node_images: NodeImages,
 }
 
 impl Default for ControlPlaneConfig {
@@ -90,6 +95,7 @@ impl Default for ControlPlaneConfig {
             node_clocks: None,
             real_nodes: real_nodes_by_default(),
             pod_nice: 0,
+            node_images: NodeImages::default(),
         }
     }
 }
@@ -100,6 +106,22 @@ fn real_nodes_by_default() -> bool {
         Err(_) | Ok("process") => false,
         Ok("real") => true,
         Ok(other) => panic!("REDLOCK_TEST_NODES={other:?}: expected \"real\" or \"process\""),
+    }
+}
+
+/// The Redis image of real nodes' test clusters whose spec names none
+/// ([`ControlPlane::redis_image`]).
+fn default_redis_image(node_clocks: bool) -> &'static str {
+    static CHOSEN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::var("REDLOCK_TEST_IMAGE")
+            .ok()
+            .filter(|i| !i.trim().is_empty())
+            .unwrap_or_else(|| "redis:7.0".to_owned())
+    });
+    if node_clocks {
+        crate::nodes::FAKETIME_IMAGE
+    } else {
+        CHOSEN.as_str()
     }
 }
 
@@ -362,7 +384,11 @@ impl ControlPlane {
                     pki: pki.clone(),
                     bin_dir: node_bin,
                     cni_bin,
-                    images: crate::nodes::image_tarballs(&images)?,
+                    images: crate::nodes::images::node_image_tarballs(
+                        &images,
+                        &config.node_images,
+                        default_redis_image(config.node_clocks.is_some()),
+                    )?,
                     // Renewed every second, like the process kubelet's lease.
                     node_lease_seconds: 4,
                     node_clocks: config.node_clocks.is_some(),
@@ -425,17 +451,8 @@ impl ControlPlane {
     /// the machine's Redis (under libfaketime with `node_clocks`). `make version-matrix` runs
     /// the tests once per image through the variable.
     pub fn redis_image(&self) -> Option<&'static str> {
-        static CHOSEN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            std::env::var("REDLOCK_TEST_IMAGE")
-                .ok()
-                .filter(|i| !i.trim().is_empty())
-                .unwrap_or_else(|| "redis:7.0".to_owned())
-        });
-        match (self.has_real_nodes(), self.node_clocks) {
-            (false, _) => None,
-            (true, false) => Some(CHOSEN.as_str()),
-            (true, true) => Some(crate::nodes::FAKETIME_IMAGE),
-        }
+        self.has_real_nodes()
+            .then(|| default_redis_image(self.node_clocks))
     }
 
     /// The real nodes (a control plane started with `real_nodes`).

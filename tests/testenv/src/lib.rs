@@ -17,3 +17,4 @@ pub mod resolver;
 pub mod restarting;
 
 pub use controlplane::{ControlPlane, ControlPlaneConfig};
+pub use nodes::images::NodeImages;

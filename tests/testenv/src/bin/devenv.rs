@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use redlock_testenv::NodeImages;
 use redlock_testenv::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
 use redlock_testenv::nodes::{namespace, port_forward};
 use redlock_testenv::operator::OperatorProcess;
@@ -157,6 +158,8 @@ async fn environment(args: Args) -> Result<()> {
         nodes: args.nodes,
         dir: Some(state.clone()),
         real_nodes: args.real_nodes,
+        // People try any image here (README "Tested versions").
+        node_images: NodeImages::All,
         ..Default::default()
     })
     .await?;

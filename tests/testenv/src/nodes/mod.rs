@@ -7,12 +7,13 @@
 //!
 //! Layout: `layout` (addresses and names, pure), `config` (config files, pure), `namespace`
 //! (the run's namespaces), `node_network` (a control plane's network namespace), `cgroups`
-//! (cgroup roots), `node` (one node's processes),
+//! (cgroup roots), `node` (one node's processes), `images` (which built images nodes import),
 //! `kube_proxy` (the one kube-proxy, started again when it exits),
 //! `port_forward` (a port outside forwarded into the namespaces, for `make demo`).
 
 pub mod cgroups;
 pub mod config;
+pub mod images;
 pub mod kube_proxy;
 pub mod layout;
 pub mod namespace;
@@ -59,7 +60,7 @@ pub struct RealNodesConfig {
     pub bin_dir: PathBuf,
     /// CNI plugins (bridge, host-local, loopback, portmap).
     pub cni_bin: PathBuf,
-    /// Image tarballs imported into every node's containerd.
+    /// Image tarballs imported into every node's containerd ([`images::node_image_tarballs`]).
     pub images: Vec<PathBuf>,
     /// Node lease duration; the kubelet renews every quarter of it.
     pub node_lease_seconds: u32,

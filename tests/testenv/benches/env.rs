@@ -17,6 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use redlock_testenv::NodeImages;
 use redlock_testenv::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -120,10 +121,15 @@ fn recorded_ci_runs() {
     }
 }
 
+/// The image of the pod-start measurement's pods (built here, so real nodes have it).
+const POD_IMAGE: &str = "redis:7.0";
+
 async fn measure(what: &str, real_nodes: bool, nodes: usize) -> anyhow::Result<()> {
     let config = || ControlPlaneConfig {
         nodes,
         real_nodes,
+        // The pods below name it whatever REDLOCK_TEST_IMAGE says.
+        node_images: NodeImages::Also(vec![POD_IMAGE.into()]),
         ..Default::default()
     };
     let mut starts = vec![];
@@ -155,7 +161,7 @@ async fn measure(what: &str, real_nodes: bool, nodes: usize) -> anyhow::Result<(
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("redis-{i}")},
             "spec": {"containers": [{
-                "name": "redis", "image": "redis:7.0",
+                "name": "redis", "image": POD_IMAGE,
                 "command": ["redis-server", "--protected-mode", "no"],
                 "ports": [{"containerPort": 6379}],
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],

@@ -37,7 +37,7 @@ impl Default for NodeImages {
 /// pause image, `default_redis` and the named ones, found by reference in `dir/IMAGES`.
 pub fn node_image_tarballs(dir: &Path, wanted: &NodeImages, default_redis: &str) -> Result<Vec<PathBuf>> {
     let extra = match wanted {
-        NodeImages::All => return super::image_tarballs(dir),
+        NodeImages::All => return every_tarball(dir),
         NodeImages::Also(extra) => extra,
     };
     let index_path = dir.join("IMAGES");
@@ -63,6 +63,23 @@ pub fn node_image_tarballs(dir: &Path, wanted: &NodeImages, default_redis: &str)
         }
         out.push(path);
     }
+    Ok(out)
+}
+
+/// The images of `dir` (`*.tar`), sorted.
+fn every_tarball(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| {
+            format!(
+                "{} is missing: run `make nodes` (tests/nodes/images.sh) first",
+                dir.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tar"))
+        .collect();
+    out.sort();
     Ok(out)
 }
 

@@ -75,23 +75,6 @@ pub fn default_paths(repo: &Path) -> (PathBuf, PathBuf, PathBuf) {
     (dev.join("bin"), dev.join("cni/bin"), dev.join("images"))
 }
 
-/// The images of `dir` (`*.tar`), sorted.
-pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| {
-            format!(
-                "{} is missing: run `make nodes` (tests/nodes/images.sh) first",
-                dir.display()
-            )
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tar"))
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
 /// Running real nodes. Dropping them kills every process they started and removes their
 /// interfaces, cgroups and mounts, also when a test panics.
 pub struct RealNodes {

@@ -234,6 +234,30 @@ mod tests {
             .unwrap_or(false)
     }
 
+    /// The processes of group `pgid` that run (zombies have already let go of their files).
+    fn running_in_group(pgid: u32) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        // After the command's ")": state, ppid, pgrp.
+                        let rest = s.rsplit_once(") ")?.1.to_owned();
+                        let mut fields = rest.split_whitespace();
+                        let state = fields.next()?;
+                        let pgrp = fields.nth(1)?.parse::<u32>().ok()?;
+                        Some(state != "Z" && pgrp == pgid)
+                    })
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
     #[test]
     fn a_leader_that_exits_takes_its_group_with_it_and_is_signalled_no_more() {
         let dir = tempfile::tempdir().unwrap();
@@ -330,9 +354,21 @@ mod tests {
             assert!(Instant::now() < deadline, "the child never took the lock");
             std::thread::sleep(Duration::from_millis(20));
         }
-        // The whole group, so the sleep goes too; flock itself is waited for.
-        killpg(Pid::from_raw(holder.id() as i32), Signal::SIGKILL).unwrap();
+        // The whole group, so the sleep goes too; flock itself is waited for. Its child may
+        // still hold a copy of the locked file: it closes it between fork and exec, and a
+        // loaded machine may not have run it that far when the kill comes. The lock must be
+        // free once no process of the group runs, not only once flock is reaped.
+        let group = holder.id();
+        killpg(Pid::from_raw(group as i32), Signal::SIGKILL).unwrap();
         holder.wait().unwrap();
-        assert!(reserve(port).unwrap().is_some(), "the lock outlived its holder");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !running_in_group(group).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "group {group} still runs after SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(reserve(port).unwrap().is_some(), "the lock outlived its holders");
     }
 }

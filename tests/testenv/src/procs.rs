@@ -226,36 +226,38 @@ fn keep(reservation: std::fs::File) {
 mod tests {
     use super::*;
 
-    /// Whether `pid` runs (neither gone nor a zombie awaiting its new parent's wait).
-    fn running(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-            .unwrap_or(false)
+    /// The fields of `/proc/<pid>/stat` after the command name: state, ppid, pgrp, ...
+    fn stat_fields(pid: u32) -> Option<Vec<String>> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(
+            stat.rsplit_once(") ")?
+                .1
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 
-    /// The processes of group `pgid` that run (zombies have already let go of their files).
-    fn running_in_group(pgid: u32) -> Vec<u32> {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        entries
+    /// Whether these stat fields are of a process that runs: not a zombie awaiting its
+    /// parent's wait (a zombie has already let go of its files).
+    fn runs(fields: &[String]) -> bool {
+        fields.first().is_some_and(|state| state != "Z")
+    }
+
+    /// Whether `pid` runs (neither gone nor a zombie).
+    fn running(pid: u32) -> bool {
+        stat_fields(pid).is_some_and(|f| runs(&f))
+    }
+
+    /// Whether any process of group `pgid` runs.
+    fn group_runs(pgid: u32) -> bool {
+        let pgid = pgid.to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        // After the command's ")": state, ppid, pgrp.
-                        let rest = s.rsplit_once(") ")?.1.to_owned();
-                        let mut fields = rest.split_whitespace();
-                        let state = fields.next()?;
-                        let pgrp = fields.nth(1)?.parse::<u32>().ok()?;
-                        Some(state != "Z" && pgrp == pgid)
-                    })
-                    .unwrap_or(false)
-            })
-            .collect()
+            .filter_map(stat_fields)
+            .any(|f| runs(&f) && f.get(2) == Some(&pgid))
     }
 
     #[test]
@@ -362,7 +364,7 @@ mod tests {
         killpg(Pid::from_raw(group as i32), Signal::SIGKILL).unwrap();
         holder.wait().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !running_in_group(group).is_empty() {
+        while group_runs(group) {
             assert!(
                 Instant::now() < deadline,
                 "group {group} still runs after SIGKILL"

@@ -389,6 +389,32 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<()> {
     Ok(())
 }
 
+/// Sets one condition of a pod's status (a readiness gate's), by type; the kubelet's own
+/// conditions are left alone (conditions merge by type). Only on the pod with `uid`: the
+/// patch carries the UID, which the API server refuses to change, so a newer pod of the same
+/// name is never marked from a decision about the old one. A pod already gone is fine.
+pub async fn set_pod_condition(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    condition: &k8s_openapi::api::core::v1::PodCondition,
+) -> Result<bool> {
+    let patch = serde_json::json!({
+        "metadata": {"uid": uid},
+        "status": {"conditions": [condition]},
+    });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
+        // The UID did not match: the name now belongs to a newer pod.
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("metadata.uid") => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Deletes a child; one already gone is fine. With `uid`, only that very object is deleted
 /// (a newer object of the same name is left alone: the decision was about the old one).
 pub async fn delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Result<bool>

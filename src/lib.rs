@@ -53,6 +53,7 @@ pub mod resp;
 pub mod rest_watch;
 pub mod rollout;
 pub mod server_clock;
+pub mod serving_gate;
 pub mod spec_hashes;
 pub mod status;
 pub mod telemetry;

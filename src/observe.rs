@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 use crate::model::Slot;
 use crate::resources::hash::SPEC_HASH;
-use crate::resources::names::{CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, slot_name};
+use crate::resources::names::{
+    CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, SERVING_CONDITION, slot_name,
+};
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -143,10 +145,25 @@ pub struct SlotObservation {
     pub tls_secret: Option<String>,
     /// The CA of `tls_secret`, found for this observation (`None` while unknown).
     pub tls_ca: Option<Vec<u8>>,
+    /// The operator's readiness gate on the pod ([`SERVING_CONDITION`]), as the pod shows it.
+    pub serving_gate: ServingGate,
     /// The pod is `Finished` but no kubelet reported its container terminated: the control
     /// plane marked it failed (the pod garbage collector does so for a pod whose node was
     /// deleted), which proves nothing about its process, as with a pod that vanished.
     pub stop_unconfirmed: bool,
+}
+
+/// The operator's readiness gate ([`SERVING_CONDITION`]) as a pod shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServingGate {
+    /// The pod has no such gate (built by an operator from before the gate): its readiness
+    /// probe logs in as a lock client itself, and nothing is written to it.
+    #[default]
+    NotDeclared,
+    /// Declared; the condition is not set yet (a new pod).
+    Unset,
+    /// Declared, and the condition says this (`True`: serving).
+    Set(bool),
 }
 
 /// The cluster's pods by slot, as the watch cache shows them: only pods controlled by this
@@ -246,6 +263,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         probe_password_key: probe_password_key_of(pod),
         tls_secret: tls_secret_of(pod),
         tls_ca: None,
+        serving_gate: serving_gate_of(pod),
         stop_unconfirmed,
     }
 }
@@ -253,9 +271,9 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
 /// Keeps of a pod only what [`slot_observation`] and [`pods_by_slot`] read (the watch cache
 /// holds every pod for the life of the process; the rest of a pod, its command line, probes,
 /// mounts, resources and the other containers' and conditions' details, is most of it): the
-/// metadata, the node, the `tls` volume, the Redis container's two environment variables read
-/// here, and of the status the phase, reason, address, the `Ready` and `PodScheduled`
-/// conditions and the Redis container's state and id. A unit test checks that the
+/// metadata, the node, the readiness gates, the `tls` volume, the Redis container's two environment variables read
+/// here, and of the status the phase, reason, address, the `Ready`, `PodScheduled` and
+/// [`SERVING_CONDITION`] conditions and the Redis container's state and id. A unit test checks that the
 /// observation of a trimmed pod is the observation of the pod.
 pub fn trim_to_observed(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
@@ -274,6 +292,7 @@ pub fn trim_to_observed(pod: &mut Pod) {
             });
         *spec = k8s_openapi::api::core::v1::PodSpec {
             node_name: spec.node_name.take(),
+            readiness_gates: spec.readiness_gates.take(),
             volumes: spec
                 .volumes
                 .take()
@@ -289,7 +308,9 @@ pub fn trim_to_observed(pod: &mut Pod) {
             pod_ip: status.pod_ip.take(),
             conditions: status.conditions.take().map(|c| {
                 c.into_iter()
-                    .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled")
+                    .filter(|c| {
+                        c.type_ == "Ready" || c.type_ == "PodScheduled" || c.type_ == SERVING_CONDITION
+                    })
                     .map(|c| k8s_openapi::api::core::v1::PodCondition {
                         type_: c.type_,
                         status: c.status,
@@ -353,6 +374,23 @@ fn container_state(
                 .unwrap_or_else(|| format!("{} (not started)", phase.to_lowercase())),
         },
     }
+}
+
+/// The pod's readiness gate of the operator, and the condition's value.
+fn serving_gate_of(pod: &Pod) -> ServingGate {
+    let declared = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.condition_type == SERVING_CONDITION));
+    if !declared {
+        return ServingGate::NotDeclared;
+    }
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == SERVING_CONDITION))
+        .map_or(ServingGate::Unset, |c| ServingGate::Set(c.status == "True"))
 }
 
 /// The Secret the pod's `tls` volume mounts: the pod was built TLS only.
@@ -513,6 +551,7 @@ mod tests {
                 "conditions": [
                     {"type": "Initialized", "status": "True"},
                     {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "redlock.dev/serving", "status": "True", "reason": "Released"},
                     {"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
                     {"name": "other", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
@@ -524,7 +563,9 @@ mod tests {
             json!({"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": "0/3 nodes are available"}]}),
-            json!({"phase": "Running", "containerStatuses": [
+            json!({"phase": "Running", "conditions": [
+                    {"type": "redlock.dev/serving", "status": "False", "reason": "Held"}],
+                "containerStatuses": [
                 {"name": "redis", "image": "", "imageID": "", "ready": false, "restartCount": 1,
                     "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
             json!({"phase": "Failed", "reason": "NodeLost"}),
@@ -551,6 +592,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_serving_gate_is_read_only_from_pods_that_declare_it() {
+        let cluster: RedlockCluster = serde_json::from_value(json!({
+            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
+            "metadata": {"name": "locks", "namespace": "team", "uid": "u1"},
+            "spec": {"maxLockTTL": "30s"}
+        }))
+        .unwrap();
+        let with = |conditions: serde_json::Value| {
+            let mut pod = crate::resources::pod::pod(&cluster, Slot::new(0));
+            pod.status = Some(serde_json::from_value(json!({"conditions": conditions})).unwrap());
+            pod
+        };
+        assert_eq!(
+            slot_observation(&with(json!([]))).serving_gate,
+            ServingGate::Unset
+        );
+        let on = json!([{"type": "redlock.dev/serving", "status": "True"}]);
+        let off = json!([{"type": "redlock.dev/serving", "status": "False"}]);
+        let unknown = json!([{"type": "redlock.dev/serving", "status": "Unknown"}]);
+        assert_eq!(
+            slot_observation(&with(on.clone())).serving_gate,
+            ServingGate::Set(true)
+        );
+        assert_eq!(slot_observation(&with(off)).serving_gate, ServingGate::Set(false));
+        assert_eq!(
+            slot_observation(&with(unknown)).serving_gate,
+            ServingGate::Set(false)
+        );
+        // A pod built before the gate: the condition, should anyone set it, means nothing.
+        let mut old = with(on);
+        old.spec.as_mut().unwrap().readiness_gates = None;
+        assert_eq!(slot_observation(&old).serving_gate, ServingGate::NotDeclared);
     }
 
     #[test]

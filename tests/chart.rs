@@ -148,6 +148,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
         ("redlock.dev", "redlockclusters", "list,watch"),
         ("redlock.dev", "redlockclusters/status", "patch"),
         ("", "pods", "get,list,watch,create,delete"),
+        ("", "pods/status", "patch"),
         ("", "services", "get,list,watch,create,patch,delete"),
         ("", "configmaps", "get,list,watch,create,patch"),
         ("", "secrets", "get,list,watch,create,patch"),

@@ -173,6 +173,9 @@ async fn readme_install_runs_the_operator_under_the_charts_rbac() {
         ("create", "clusterrolebindings", "", false),
         ("create", "deployments", "", false),
         ("update", "pods", "", false),
+        // The readiness gate: a patch of the status, nothing else of it.
+        ("patch", "pods", "status", true),
+        ("update", "pods", "status", false),
         ("delete", "secrets", "", false),
         ("delete", "nodes", "", false),
         ("create", "pods", "exec", false),

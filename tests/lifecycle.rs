@@ -565,3 +565,158 @@ async fn scale_up_down_and_delete() {
     )
     .await;
 }
+
+/// A pod's readiness as the API shows it: its `Ready` condition, the operator's readiness gate
+/// (`redlock.dev/serving`: status and reason, if set) and the Redis container's id.
+async fn readiness(env: &Env, slot: i32) -> (bool, Option<(String, String)>, Option<String>) {
+    let pod = env.pods().get(&format!("{NAME}-{slot}")).await.unwrap();
+    let status = pod.status.unwrap_or_default();
+    let conditions = status.conditions.unwrap_or_default();
+    let ready = conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let gate = conditions
+        .iter()
+        .find(|c| c.type_ == redlock_operator::serving_gate::SERVING_CONDITION)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
+    let container = status
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.name == "redis")
+        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .and_then(|c| c.container_id);
+    (ready, gate, container)
+}
+
+/// Readiness follows the fence (docs/design.md): a pod is Ready only while its process is
+/// released. A maintenance fence takes the pod out of its Services at once (the operator's
+/// readiness gate goes `False`), and a container restarted while no operator runs, which no
+/// one marks, stays not Ready and refuses lock clients (the startup probe logs in as one,
+/// and every process starts fenced) until the next operator releases it after a full hold.
+#[tokio::test]
+async fn a_pod_is_ready_only_while_its_process_is_released() {
+    let mut env = Env::start(3).await;
+    env.create_cluster(NAME, short_spec()).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let client = env.client_login(NAME).await;
+    for slot in 0..3 {
+        wait_for(
+            "every pod Ready behind an open gate",
+            Duration::from_secs(20),
+            async || {
+                let (ready, gate, _) = readiness(&env, slot).await;
+                Ok((ready && gate == Some(("True".into(), "Released".into()))).then_some(()))
+            },
+        )
+        .await;
+    }
+
+    // A maintenance fence of a running process: out of its Services within moments, not a
+    // probe period later.
+    let fence = |value: serde_json::Value| {
+        let clusters = env.clusters();
+        async move {
+            let patch =
+                json!({"metadata": {"annotations": {redlock_operator::maintenance::FENCED_MEMBERS: value}}});
+            clusters
+                .patch(
+                    NAME,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(patch),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    fence(json!(r#"{"1": "readiness test"}"#)).await;
+    let fenced_at = Instant::now();
+    wait_for(
+        "the fenced member's pod not Ready",
+        Duration::from_secs(10),
+        async || {
+            let (ready, gate, _) = readiness(&env, 1).await;
+            Ok((!ready && gate == Some(("False".into(), "Fenced".into()))).then_some(()))
+        },
+    )
+    .await;
+    println!("fence to pod not Ready: {:?}", fenced_at.elapsed());
+    let ip1 = env.pod_ip(NAME, 1).await;
+    assert!(
+        connect(ip1, &client).await.is_err(),
+        "the fenced member refuses lock clients"
+    );
+    fence(serde_json::Value::Null).await;
+    wait_for(
+        "the unfenced member Ready again after its hold",
+        Duration::from_secs(30),
+        async || {
+            let (ready, gate, _) = readiness(&env, 1).await;
+            Ok(
+                (ready && gate.is_some_and(|g| g.0 == "True") && connect(ip1, &client).await.is_ok())
+                    .then_some(()),
+            )
+        },
+    )
+    .await;
+
+    // No operator: a crash restarts the container, and nothing writes the gate.
+    let before = env.member(NAME, 2).await.unwrap();
+    let (_, _, old_container) = readiness(&env, 2).await;
+    env.operator.kill().unwrap();
+    env.operator.wait_exit(Duration::from_secs(5)).await.unwrap();
+    env.cp
+        .nodes()
+        .signal_pod(&env.ns, &format!("{NAME}-2"), Signal::SIGKILL)
+        .await
+        .unwrap();
+    wait_for("the container restarted", Duration::from_secs(30), async || {
+        let (_, _, container) = readiness(&env, 2).await;
+        Ok(container
+            .filter(|c| Some(c) != old_container.as_ref())
+            .map(|_| ()))
+    })
+    .await;
+    let ip2 = env.pod_ip(NAME, 2).await;
+    // Two startup probe periods and more: never Ready, fenced, the stale gate still open.
+    let watch_until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < watch_until {
+        let (ready, gate, _) = readiness(&env, 2).await;
+        assert!(!ready, "a restarted, fenced process must not read Ready");
+        assert_eq!(
+            gate.map(|g| g.0).as_deref(),
+            Some("True"),
+            "no operator wrote the gate"
+        );
+        assert!(
+            connect(ip2, &client).await.is_err(),
+            "the restarted process is fenced"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // The next operator holds it in full, then releases it, and only then is it Ready.
+    env.operator = start_operator(&env.cp, "operator-2.log").await;
+    let (held, until) = wait_held(&env, NAME, 2, before.run_id.as_deref().unwrap()).await;
+    // The gate follows the status write that records the hold.
+    wait_for(
+        "the held member's gate closed",
+        Duration::from_secs(5),
+        async || {
+            let (ready, gate, _) = readiness(&env, 2).await;
+            assert!(!ready, "held: {held:?}");
+            Ok(gate.is_some_and(|g| g.0 == "False").then_some(()))
+        },
+    )
+    .await;
+    wait_for("the released member Ready", Duration::from_secs(30), async || {
+        let (ready, gate, _) = readiness(&env, 2).await;
+        Ok((ready && gate.is_some_and(|g| g.0 == "True")).then_some(()))
+    })
+    .await;
+    assert!(
+        Timestamp::now() >= until,
+        "Ready no earlier than heldUntil {until}"
+    );
+    assert!(connect(ip2, &client).await.is_ok());
+}

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -26,6 +26,7 @@ use crate::redis_admin::AdminAccess;
 use crate::release_ahead::Released;
 use crate::resources::names::{CLIENT_USER, slot_name};
 use crate::resources::{endpoints, pod};
+use crate::serving_gate;
 
 /// What acting came to.
 pub struct Acted {
@@ -76,8 +77,12 @@ pub async fn act(
     } else {
         None
     };
-    let released = release(ctx, cluster, ns, inputs, observed, &on_record, released_ahead).await?
-        || !released_ahead.is_empty();
+    let released_now = release(ctx, cluster, ns, inputs, observed, &on_record, released_ahead).await?;
+    let released = !released_now.is_empty() || !released_ahead.is_empty();
+    // Readiness gates after the fences and releases they report on: a gate opens only on a
+    // process that lets clients in.
+    let all_released: Vec<Released> = released_ahead.iter().chain(&released_now).cloned().collect();
+    set_serving_gates(ctx, cluster, ns, observed, &on_record, &all_released).await?;
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
@@ -236,8 +241,50 @@ async fn publish_endpoints(
     Some(ENDPOINTS_RETRY)
 }
 
+/// Brings each pod's readiness gate to its member's record (`serving_gate`). A refused write
+/// is logged and made again by a later reconcile (the gate still differs from the record);
+/// the fences and releases it follows are already done.
+async fn set_serving_gates(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    observed: &BTreeMap<Slot, SlotObservation>,
+    on_record: &OnRecord,
+    released: &[Released],
+) -> Result<()> {
+    let writes = serving_gate::writes(&on_record.decision().status.members, observed, released);
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let name = cluster.name_any();
+    // Opening a gate routes clients: not once the lease may have passed to another process.
+    ctx.leadership.check()?;
+    for w in writes {
+        let condition = PodCondition {
+            type_: serving_gate::SERVING_CONDITION.into(),
+            status: if w.serving { "True" } else { "False" }.into(),
+            reason: Some(w.reason.into()),
+            message: Some(w.message),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                ctx.clock.now().wall,
+            )),
+            ..Default::default()
+        };
+        let pod = slot_name(&name, w.slot);
+        match apply::set_pod_condition(&pods, &pod, &w.pod_uid, &condition).await {
+            Ok(_) => tracing::debug!(slot = w.slot.index(), serving = w.serving, "readiness gate set"),
+            Err(e) => {
+                ctx.metrics.reconcile_failed(&e);
+                tracing::warn!(slot = w.slot.index(), serving = w.serving, error = %e, "readiness gate not set");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lets lock clients into each process whose hold has run and was not released ahead of the
-/// write; whether any was released.
+/// write; those released.
 async fn release(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -246,7 +293,7 @@ async fn release(
     observed: &BTreeMap<Slot, SlotObservation>,
     on_record: &OnRecord,
     released_ahead: &[Released],
-) -> Result<bool> {
+) -> Result<Vec<Released>> {
     let due: Vec<(Slot, String)> = on_record
         .decision()
         .plan
@@ -261,7 +308,7 @@ async fn release(
         .collect();
     let done = release_each(ctx, cluster, ns, inputs, observed, &due, false).await?;
     publish_released(ctx, cluster, &done).await;
-    Ok(!done.is_empty())
+    Ok(done)
 }
 
 /// The `InstanceReleased` events of releases that are done.

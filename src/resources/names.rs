@@ -90,6 +90,11 @@ pub fn slot_name(cluster: &str, slot: impl Into<Slot>) -> String {
     format!("{cluster}-{slot}")
 }
 
+/// The pod condition the operator sets on every instance pod, and the pod's one readiness
+/// gate: `True` while the operator has this pod's process released to lock clients
+/// (`serving_gate`). A pod is Ready only with it, so Services route only to released members.
+pub const SERVING_CONDITION: &str = "redlock.dev/serving";
+
 /// The word of a Redis process title that names the pod it was started for
 /// (`--proc-title-template "... pod=<uid>"`); read back by the operator's probe and release.
 pub const POD_UID_TAG: &str = "pod=";

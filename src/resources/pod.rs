@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
-    PodSpec, Probe, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, TCPSocketAction,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodReadinessGate,
+    PodSecurityContext, PodSpec, Probe, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -17,8 +17,8 @@ use kube::api::ObjectMeta;
 use super::config::{ACL_DIR, CONFIG_DIR, DATA_DIR, REDIS_CONF_KEY, TLS_CA_KEY, TLS_DIR, listener_args};
 use super::hash::{SPEC_HASH, spec_hash};
 use super::names::{
-    CLIENT_USER_ENV, LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, acl_secret_name,
-    admin_secret_name, config_map_name, slot_labels, slot_name,
+    CLIENT_USER_ENV, LABEL_INSTANCE, POD_UID_TAG, REDIS_CONTAINER, REDIS_PORT, SERVING_CONDITION,
+    acl_secret_name, admin_secret_name, config_map_name, slot_labels, slot_name,
 };
 use super::secrets::{PROBE_PASSWORD_KEY, acl_file_key, client_user};
 use crate::crd::{RedlockCluster, Spread};
@@ -27,15 +27,16 @@ use crate::model::Slot;
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 
-/// How often the kubelet runs the readiness probe.
-pub const READINESS_PERIOD_SECONDS: i32 = 5;
+/// How often the kubelet runs the startup probe (the client login) while a container has not
+/// passed it yet: while its process is held, and once after its release.
+pub const STARTUP_PERIOD_SECONDS: i32 = 5;
 
-/// Readiness = "a lock client can log in and PING". `redis-cli` exits 0 even on NOAUTH,
-/// WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
+/// The startup probe's check, "a lock client can log in and PING". `redis-cli` exits 0 even
+/// on NOAUTH, WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
 /// `REDISCLI_AUTH`, never the command line.
 /// With TLS the probe checks the server's certificate against the cluster's CA (redis-cli
 /// does not match the host name, so the pod IP works).
-pub fn readiness_command(auth_enabled: bool, tls: bool) -> Vec<String> {
+pub fn login_check_command(auth_enabled: bool, tls: bool) -> Vec<String> {
     let login = if auth_enabled {
         " --user \"$REDIS_CLIENT_USER\" --no-auth-warning"
     } else {
@@ -76,6 +77,10 @@ pub fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {
         },
         spec: Some(PodSpec {
             containers: vec![redis_container(cluster, &cluster_name)],
+            // Ready only while the operator has this pod's process released (`serving_gate`).
+            readiness_gates: Some(vec![PodReadinessGate {
+                condition_type: SERVING_CONDITION.into(),
+            }]),
             restart_policy: Some("Always".into()),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
@@ -127,7 +132,8 @@ fn redis_container(cluster: &RedlockCluster, cluster_name: &str) -> Container {
         }]),
         env: Some(env_vars(cluster, cluster_name)),
         resources: spec.resources.clone(),
-        readiness_probe: Some(readiness_probe(spec.auth.enabled, spec.tls.is_some())),
+        startup_probe: Some(startup_probe(spec.auth.enabled, spec.tls.is_some())),
+        readiness_probe: Some(readiness_probe()),
         liveness_probe: Some(liveness_probe()),
         // The restricted Pod Security Standard, at container level so that a pod-level
         // `podTemplate.securityContext` cannot loosen it. The root file system is read-only:
@@ -150,7 +156,7 @@ fn redis_container(cluster: &RedlockCluster, cluster_name: &str) -> Container {
 }
 
 /// The pod's address and UID (the process names its pod), the client user, and with auth the
-/// password the readiness probe logs in with.
+/// password the startup probe logs in with.
 fn env_vars(cluster: &RedlockCluster, cluster_name: &str) -> Vec<EnvVar> {
     let spec = &cluster.spec;
     let mut env = vec![
@@ -207,17 +213,46 @@ fn env_vars(cluster: &RedlockCluster, cluster_name: &str) -> Vec<EnvVar> {
     env
 }
 
-/// Every 5 s, not every second: an exec probe is a process (under a real kubelet, a `runc
-/// exec`) per member per period on its node, and with 30 members on a node a 1 s period costs
-/// about a core. Readiness only decides whether Services route to the pod; the fence itself is
-/// the ACL (a member fenced between two probes refuses clients), so a longer period delays
-/// only when a released member joins its Service.
-fn readiness_probe(auth_enabled: bool, tls: bool) -> Probe {
+/// Readiness is the operator's readiness gate ([`SERVING_CONDITION`]) plus two kubelet checks
+/// that cost no process in the pod:
+///
+/// - The startup probe logs in as a lock client: a container is not started, so not Ready,
+///   until its process lets lock clients in. Every process starts fenced, so a container
+///   restarted while the operator is down (when no one would set the gate `False`) stays out
+///   of every Service until a release. It runs only until it passes once per container start:
+///   while the process is held, and not at all in steady state (an exec probe is a process,
+///   under a real kubelet a `runc exec`: with 30 members on a node, a 1 s exec readiness probe
+///   cost about a core). Its failure threshold is never reached (a hold can last as long as a
+///   maintenance fence), so a held process is never restarted for refusing the client user;
+///   liveness waits for it too.
+/// - The readiness probe only asks "does the process accept connections", a dial by the
+///   kubelet.
+///
+/// A fence of a running process (`kubectl redlock fence`, a rollout) clears the gate right
+/// after the ACL change; the ACL is the fence, so a member refuses clients from that moment.
+fn startup_probe(auth_enabled: bool, tls: bool) -> Probe {
     Probe {
         exec: Some(ExecAction {
-            command: Some(readiness_command(auth_enabled, tls)),
+            command: Some(login_check_command(auth_enabled, tls)),
         }),
-        period_seconds: Some(READINESS_PERIOD_SECONDS),
+        period_seconds: Some(STARTUP_PERIOD_SECONDS),
+        timeout_seconds: Some(2),
+        success_threshold: Some(1),
+        // "Never": 2^31 periods of 5 s are 340 years.
+        failure_threshold: Some(i32::MAX),
+        ..Default::default()
+    }
+}
+
+/// See [`startup_probe`]: the process accepts connections (the gate and the startup probe say
+/// whether lock clients may use it).
+fn readiness_probe() -> Probe {
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::Int(i32::from(REDIS_PORT)),
+            ..Default::default()
+        }),
+        period_seconds: Some(5),
         timeout_seconds: Some(2),
         success_threshold: Some(1),
         failure_threshold: Some(1),
@@ -424,7 +459,7 @@ mod tests {
                 "0"
             ]
         );
-        // The readiness login's password is the probe's own, from the operator's Secret,
+        // The startup probe's login password is the probe's own, from the operator's Secret,
         // which exists in either auth mode (a client password rotation does not touch it).
         let auth = c
             .env
@@ -446,16 +481,19 @@ mod tests {
             .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
             .unwrap();
         assert_eq!(uid.field_path, "metadata.uid");
-        let probe = c
-            .readiness_probe
-            .as_ref()
-            .unwrap()
-            .exec
-            .as_ref()
-            .unwrap()
-            .command
-            .as_ref()
-            .unwrap();
+        let startup = c.startup_probe.as_ref().unwrap();
+        let probe = startup.exec.as_ref().unwrap().command.as_ref().unwrap();
+        // Never given up on: a held process is not restarted for refusing the client user.
+        assert_eq!(startup.failure_threshold, Some(i32::MAX));
+        // Readiness is a dial plus the operator's gate: no process in the pod per period.
+        let readiness = c.readiness_probe.as_ref().unwrap();
+        assert!(
+            readiness.exec.is_none() && readiness.tcp_socket.is_some(),
+            "{readiness:?}"
+        );
+        let gates = spec.readiness_gates.as_ref().unwrap();
+        assert_eq!(gates.len(), 1);
+        assert_eq!(gates[0].condition_type, "redlock.dev/serving");
         assert!(probe[2].contains("--user \"$REDIS_CLIENT_USER\""), "{probe:?}");
         assert!(
             probe[2].contains("grep -q '^PONG$'"),
@@ -575,7 +613,7 @@ mod tests {
             ("/etc/redis-tls", Some(true))
         );
         let probe = &c
-            .readiness_probe
+            .startup_probe
             .as_ref()
             .unwrap()
             .exec

@@ -41,7 +41,7 @@ pub struct GateWrite {
 /// the probe got no answer and the container is the recorded one, the gate is left as it is:
 /// a slow answer is not a reason to flap a Service (the record decides a loss, not a timeout).
 /// Pods that are not running, are being deleted, or were built without the gate get nothing:
-/// the kubelet already reports them not Ready.
+/// the kubelet already reports them not Ready. Nor does a gate not set yet get `False`.
 pub fn writes(
     members: &[MemberStatus],
     observed: &BTreeMap<Slot, SlotObservation>,
@@ -66,7 +66,10 @@ pub fn writes(
             let pod_uid = o.pod_uid.clone()?;
             let record = members.iter().find(|m| m.slot == slot);
             let (serving, reason, message) = desired(slot, record, container_id.as_deref(), o, released)?;
-            (current != Some(serving)).then_some(GateWrite {
+            // An unset gate keeps the pod not Ready already: a new pod's first write is its
+            // release (one write per pod start, not two).
+            let unchanged = current.unwrap_or(false) == serving;
+            (!unchanged).then_some(GateWrite {
                 slot,
                 pod_uid,
                 serving,
@@ -272,9 +275,10 @@ mod tests {
                     ),
                     Some(false)
                 );
+                // Unset keeps the pod not Ready as well as False does: nothing to write.
                 assert_eq!(
                     written(&members, running(ServingGate::Unset, "c2", probe.clone()), &[]),
-                    Some(false)
+                    None
                 );
                 assert_eq!(
                     written(&members, running(ServingGate::Set(false), "c2", probe), &[]),
@@ -293,8 +297,12 @@ mod tests {
         assert!(w[0].message.contains("kernel upgrade"), "{}", w[0].message);
         // No record for the slot yet (a pod created before its first status write landed).
         assert_eq!(
-            written(&[], running(ServingGate::Unset, "c1", answered("r1", true)), &[]),
+            written(&[], running(ServingGate::Set(true), "c1", answered("r1", true)), &[]),
             Some(false)
+        );
+        assert_eq!(
+            written(&[], running(ServingGate::Unset, "c1", answered("r1", true)), &[]),
+            None
         );
     }
 

@@ -667,7 +667,7 @@ async fn tls_only_instances_with_a_ca_made_in_the_test() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    // Ready means: the operator probed and released each instance over TLS, and the readiness
+    // Ready means: the operator probed and released each instance over TLS, and the startup
     // probe (`redis-cli --tls`, as the client user) got its PONG.
     env.wait_ready(NAME, 2, Duration::from_secs(40)).await;
 

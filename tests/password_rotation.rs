@@ -210,14 +210,14 @@ async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_logi
         .lines()
         .find(|l| l.starts_with("user redlock-client "))
         .unwrap();
-    // The new password's hash and the readiness probe's, not the old one's.
+    // The new password's hash and the startup probe's, not the old one's.
     use redlock_operator::resources::secrets::password_hash;
     assert_eq!(client_line.matches(" #").count(), 2, "{client_line}");
     assert!(client_line.contains(&password_hash(&new)), "{client_line}");
     assert!(!client_line.contains(&password_hash(&old)), "{client_line}");
 
-    // Every pod stays Ready: the readiness probe logs in with its own password, which no
-    // rotation removes (one past readiness period later). The request stays on the object:
+    // Every pod stays Ready: its gate stays open, and the startup probe, should a container
+    // restart, logs in with its own password, which no rotation removes. The request stays on the object:
     // nothing rotates again.
     tokio::time::sleep(Duration::from_secs(7)).await;
     for slot in 0..3 {
@@ -391,7 +391,7 @@ async fn wait_admin_rotation(env: &Env, reason: &str) {
 /// The admin password (the operator's own) is rotated on request while a Redlock client keeps
 /// getting majorities: the new one is on record and added everywhere before the operator uses
 /// it, a member killed after the switch comes back and is probed and released with the new
-/// one, the old one is refused everywhere at the end, the readiness probes keep their password
+/// one, the old one is refused everywhere at the end, the startup probes keep their password
 /// (pods stay Ready), and the request left in place does not rotate again.
 #[tokio::test]
 async fn the_admin_password_is_rotated_without_a_lock_outage() {
@@ -443,7 +443,7 @@ async fn the_admin_password_is_rotated_without_a_lock_outage() {
         );
         assert!(logs_in(*ip, &new).await, "{ip}: the new admin password works");
     }
-    // What is kept: the new password, the token, the readiness probe's password unchanged.
+    // What is kept: the new password, the token, the startup probe's password unchanged.
     let admin = Api::<Secret>::namespaced(env.cp.client(), &env.ns)
         .get(&format!("{NAME}-admin"))
         .await
@@ -461,8 +461,8 @@ async fn the_admin_password_is_rotated_without_a_lock_outage() {
     assert_eq!(admin_line.matches(" #").count(), 1, "{admin_line}");
     assert!(admin_line.contains(&password_hash(&new.password)), "{admin_line}");
 
-    // The request stays on the object: nothing rotates again; every pod stays Ready (one past
-    // readiness period later).
+    // The request stays on the object: nothing rotates again; every pod stays Ready (a TCP
+    // readiness period and more later).
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(env.admin_login(NAME).await.password, new.password);
     for slot in 0..3 {

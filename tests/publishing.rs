@@ -647,7 +647,7 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     .await;
 
     // A password added to the client user behind the operator's back: no API object changes,
-    // and the pod stays Ready (its readiness probe logs in as the admin user). Only the probe
+    // and the pod stays Ready (its readiness gate stays open). Only the operator's probe
     // sees it, and the reconcile it wakes sets the passwords on record again.
     let ip = env.pod_ip(NAME, 1).await;
     let admin = env.admin_login(NAME).await;
@@ -672,7 +672,8 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     .await;
     assert!(connect(ip, &client).await.is_ok(), "the password on record works");
 
-    // Fenced behind the operator's back (this one the pod's readiness also shows).
+    // Fenced behind the operator's back: the process refuses clients until the operator's
+    // next probe finds it and releases it again.
     let () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg(&client.user)

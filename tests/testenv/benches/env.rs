@@ -4,7 +4,8 @@
 //!   when it last built them; `BENCH_COLD_BUILD=1` rebuilds into a scratch cache to measure now)
 //! - cold build times the node and image scripts recorded (tests/nodes)
 //! - warm start time: control plane + 3 process-kubelet nodes, and control plane + 5 real nodes
-//! - pod-start latency create → Ready over 20 redis pods (an exec readiness probe), on both
+//! - pod-start latency create → Ready over 20 redis pods (an exec readiness probe, the kind of
+//!   check the operator's startup probe runs), on both
 //! - the whole `.ci/run` and its `make test`, as the last passing runs recorded them: the
 //!   last one that started without the build cache (a fresh machine's) and the last warm one
 //!
@@ -157,7 +158,8 @@ async fn measure(what: &str, real_nodes: bool, nodes: usize) -> anyhow::Result<(
         .applied_objects()
         .boxed();
     for i in 0..n {
-        // A redis pod with the operator's kind of readiness probe: Ready means it answers.
+        // A redis pod whose readiness is an exec check like the operator's startup probe (a
+        // process in the pod per run): Ready means it answers.
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("redis-{i}")},
             "spec": {"containers": [{

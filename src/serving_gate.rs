@@ -297,7 +297,11 @@ mod tests {
         assert!(w[0].message.contains("kernel upgrade"), "{}", w[0].message);
         // No record for the slot yet (a pod created before its first status write landed).
         assert_eq!(
-            written(&[], running(ServingGate::Set(true), "c1", answered("r1", true)), &[]),
+            written(
+                &[],
+                running(ServingGate::Set(true), "c1", answered("r1", true)),
+                &[]
+            ),
             Some(false)
         );
         assert_eq!(

@@ -95,6 +95,13 @@ fn desired(
     if let Some(why) = &m.maintenance {
         return not_serving("Fenced", format!("fenced for maintenance: {why}"));
     }
+    if m.lost_on_refusal() {
+        // Its address refuses the operator while the container runs: a crash the kubelet has
+        // not reported yet, or a rule against the operator alone while clients are served.
+        // The kubelet's own TCP readiness dial takes a crashed process's pod out within a
+        // period; the operator's view alone must not take a serving one out.
+        return None;
+    }
     if m.state != MemberState::Ready {
         let message = match (&m.state, &m.held_until) {
             (MemberState::Held | MemberState::Lost, Some(until)) => {
@@ -352,6 +359,27 @@ mod tests {
             ),
             Some(false)
         );
+    }
+
+    #[test]
+    fn a_refusal_of_the_operator_alone_leaves_the_gate() {
+        let mut refused = record(MemberState::Lost, Some("r1"), Some("c1"));
+        refused.refused_since = Some(MicroTime("2026-01-01T00:00:10Z".parse().unwrap()));
+        refused.held_until = None;
+        assert!(refused.lost_on_refusal());
+        for gate in [ServingGate::Set(true), ServingGate::Set(false)] {
+            let o = running(gate, "c1", Probe::Refused("connection refused".into()));
+            assert_eq!(written(std::slice::from_ref(&refused), o, &[]), None);
+        }
+        // Once the loss is seen (a hold runs), the gate closes.
+        let mut lost = refused.clone();
+        lost.held_until = Some(MicroTime("2026-01-01T00:00:40Z".parse().unwrap()));
+        let o = running(
+            ServingGate::Set(true),
+            "c1",
+            Probe::Refused("connection refused".into()),
+        );
+        assert_eq!(written(&[lost], o, &[]), Some(false));
     }
 
     #[test]

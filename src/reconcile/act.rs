@@ -242,8 +242,9 @@ async fn publish_endpoints(
 }
 
 /// Brings each pod's readiness gate to its member's record (`serving_gate`). A refused write
-/// is logged and made again by a later reconcile (the gate still differs from the record);
-/// the fences and releases it follows are already done.
+/// is logged and made again by the next reconcile: a cluster does not rest while a pod is not
+/// Ready or a member is not `Ready` (`at_rest`), which a gate that differs from its record
+/// implies. The fences and releases it follows are already done.
 async fn set_serving_gates(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -258,9 +259,10 @@ async fn set_serving_gates(
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let name = cluster.name_any();
-    // Opening a gate routes clients: not once the lease may have passed to another process.
-    ctx.leadership.check()?;
     for w in writes {
+        // Opening a gate routes clients: not once the lease may have passed to another
+        // process (checked before each write, as before each release).
+        ctx.leadership.check()?;
         let condition = PodCondition {
             type_: serving_gate::SERVING_CONDITION.into(),
             status: if w.serving { "True" } else { "False" }.into(),

@@ -596,12 +596,7 @@ mod tests {
 
     #[test]
     fn the_serving_gate_is_read_only_from_pods_that_declare_it() {
-        let cluster: RedlockCluster = serde_json::from_value(json!({
-            "apiVersion": "redlock.dev/v1alpha1", "kind": "RedlockCluster",
-            "metadata": {"name": "locks", "namespace": "team", "uid": "u1"},
-            "spec": {"maxLockTTL": "30s"}
-        }))
-        .unwrap();
+        let cluster = crate::fixtures::cluster(json!({}));
         let with = |conditions: serde_json::Value| {
             let mut pod = crate::resources::pod::pod(&cluster, Slot::new(0));
             pod.status = Some(serde_json::from_value(json!({"conditions": conditions})).unwrap());

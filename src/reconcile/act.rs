@@ -78,10 +78,10 @@ pub async fn act(
         None
     };
     let released_now = release(ctx, cluster, ns, inputs, observed, &on_record, released_ahead).await?;
-    let released = !released_now.is_empty() || !released_ahead.is_empty();
+    let all_released: Vec<Released> = released_ahead.iter().chain(&released_now).cloned().collect();
+    let released = !all_released.is_empty();
     // Readiness gates after the fences and releases they report on: a gate opens only on a
     // process that lets clients in.
-    let all_released: Vec<Released> = released_ahead.iter().chain(&released_now).cloned().collect();
     set_serving_gates(ctx, cluster, ns, observed, &on_record, &all_released).await?;
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
@@ -275,7 +275,11 @@ async fn set_serving_gates(
         };
         let pod = slot_name(&name, w.slot);
         match apply::set_pod_condition(&pods, &pod, &w.pod_uid, &condition).await {
-            Ok(_) => tracing::debug!(slot = w.slot.index(), serving = w.serving, "readiness gate set"),
+            Ok(true) => tracing::debug!(slot = w.slot.index(), serving = w.serving, "readiness gate set"),
+            Ok(false) => tracing::debug!(
+                slot = w.slot.index(),
+                "readiness gate not set: the pod is gone or replaced"
+            ),
             Err(e) => {
                 ctx.metrics.reconcile_failed(&e);
                 tracing::warn!(slot = w.slot.index(), serving = w.serving, error = %e, "readiness gate not set");

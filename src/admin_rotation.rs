@@ -364,6 +364,7 @@ mod tests {
             pod_ip: "10.0.0.1".into(),
             listener: None,
             fenced: true,
+            ..Default::default()
         });
         let ready = MemberStatus::new("locks-0".into(), 0, MemberState::Ready);
         let members = [ready, gone];

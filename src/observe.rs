@@ -110,6 +110,54 @@ impl Probe {
     }
 }
 
+/// What looking for a process that outlived its pod found (docs/design.md §9.5): the facts a
+/// release of its slot may rest on (`plan::unstopped::gone_evidence`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnstoppedSearch {
+    /// What answered at its last address, or why nothing did: `refused` only when every way
+    /// of reaching it was refused (nothing listens on the port there).
+    pub answer: Result<RedisInfo, crate::redis_admin::ProbeFailure>,
+    /// What its node's kubelet says of its pod.
+    pub kubelet: KubeletAnswer,
+}
+
+impl UnstoppedSearch {
+    /// Found answering at its address (whatever process it is), nothing asked of a kubelet.
+    pub fn answered(info: RedisInfo) -> Self {
+        Self {
+            answer: Ok(info),
+            kubelet: KubeletAnswer::NotAsked,
+        }
+    }
+
+    /// Nothing answered (`refused`: the connection was refused), nothing asked of a kubelet.
+    pub fn unanswered(why: &str, refused: bool) -> Self {
+        Self {
+            answer: Err(crate::redis_admin::ProbeFailure {
+                why: why.to_owned(),
+                refused,
+            }),
+            kubelet: KubeletAnswer::NotAsked,
+        }
+    }
+}
+
+/// Whether the kubelet of the node a vanished pod ran on still runs a container of that pod,
+/// from the kubelet's own list of the pods its container runtime runs (`/runningpods/`,
+/// through the API server's node proxy).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KubeletAnswer {
+    /// Not asked: the record names no node or pod UID (made before they were kept).
+    #[default]
+    NotAsked,
+    /// It runs a container of that pod.
+    Runs,
+    /// It answered and runs no container of that pod.
+    RunsNone,
+    /// It could not be asked, or gave no usable answer (its node deleted or cut off): why.
+    Unknown(String),
+}
+
 /// Everything known about one slot now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotObservation {
@@ -131,8 +179,8 @@ pub struct SlotObservation {
     /// (`crate::clock_record`); `None` when nothing is known.
     pub clock_record: Option<crate::crd::ClockRecord>,
     /// The recorded process that was never seen to stop (`unstopped`), looked for at its last
-    /// address: what answered there, or why nothing did.
-    pub unstopped: Option<Result<RedisInfo, String>>,
+    /// address and asked about at its node's kubelet: what was found.
+    pub unstopped: Option<UnstoppedSearch>,
     /// The ACL user lock clients use on this pod's process, as the pod was built
     /// (`REDIS_CLIENT_USER`); `None` for a pod without it (then the spec's user is assumed).
     pub client_user: Option<String>,

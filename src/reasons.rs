@@ -18,13 +18,15 @@ pub enum MemberReason {
     ClockDrift,
     UnstoppedProcessFenced,
     ReleaseAssumesProcessGone,
+    UnstoppedProcessGone,
+    ReleaseWaitsForProcessGone,
     PodChangeFailed,
     FencedForMaintenance,
     Unfenced,
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 16] = [
+    pub const ALL: [MemberReason; 18] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
@@ -38,6 +40,8 @@ impl MemberReason {
         Self::ClockDrift,
         Self::UnstoppedProcessFenced,
         Self::ReleaseAssumesProcessGone,
+        Self::UnstoppedProcessGone,
+        Self::ReleaseWaitsForProcessGone,
         Self::PodChangeFailed,
         Self::FencedForMaintenance,
         Self::Unfenced,
@@ -58,6 +62,8 @@ impl MemberReason {
             Self::ClockDrift => "ClockDrift",
             Self::UnstoppedProcessFenced => "UnstoppedProcessFenced",
             Self::ReleaseAssumesProcessGone => "ReleaseAssumesProcessGone",
+            Self::UnstoppedProcessGone => "UnstoppedProcessGone",
+            Self::ReleaseWaitsForProcessGone => "ReleaseWaitsForProcessGone",
             Self::PodChangeFailed => "PodChangeFailed",
             Self::FencedForMaintenance => "FencedForMaintenance",
             Self::Unfenced => "Unfenced",

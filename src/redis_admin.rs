@@ -169,13 +169,15 @@ impl AdminAccess {
     }
 
     /// Which process runs at `ip`, whether lock clients may use it, and its clock (`TIME`,
-    /// timed on this process's monotonic clock), on a fresh connection.
-    /// The error is a sentence (the search for a process that outlived its pod reports it);
-    /// nothing branches on its kind. Members are probed with [`Self::probe_kept`], whose
-    /// failure also says whether the connection was refused.
-    pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), String> {
-        let mut conn = self.connect(ip).await.map_err(|e| e.to_string())?;
-        self.probe_on(&mut conn).await.map_err(|e| e.to_string())
+    /// timed on this process's monotonic clock), on a fresh connection. The failure says
+    /// whether the connection was refused: the search for a process that outlived its pod
+    /// takes a refusal (nothing listens there) as evidence that it is gone, and nothing else.
+    pub async fn probe(&self, ip: IpAddr) -> Result<(RedisInfo, TimeSample), ProbeFailure> {
+        let mut conn = self.connect(ip).await.map_err(|e| ProbeFailure::of(&e))?;
+        self.probe_on(&mut conn).await.map_err(|e| ProbeFailure {
+            why: e.to_string(),
+            refused: false,
+        })
     }
 
     /// The key of the connections `probe_kept` keeps for `ip`.

@@ -150,6 +150,7 @@ mod tests {
             pod_ip: "10.0.0.9".into(),
             listener: None,
             fenced,
+            ..Default::default()
         })
     }
 

@@ -239,6 +239,14 @@ fn degraded(members: &[MemberStatus], serving: &[Slot], instances: i32, quorum: 
                     m.name,
                     m.maintenance.as_deref().unwrap_or_default()
                 ),
+                (MemberState::Held | MemberState::Lost, Some(until))
+                    if let Some(u) = m.unstopped.as_ref().filter(|u| !u.fenced) =>
+                {
+                    format!(
+                        "{} {:?} until {}, then until process {} (its pod vanished while it ran) is proven unable to grant locks",
+                        m.name, m.state, until.0, u.run_id
+                    )
+                }
                 (MemberState::Held | MemberState::Lost, Some(until)) => {
                     format!("{} {:?} until {}", m.name, m.state, until.0)
                 }

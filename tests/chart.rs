@@ -159,6 +159,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
             "get,list,watch,create,patch,delete",
         ),
         ("", "nodes", "list,watch"),
+        ("", "nodes/proxy", "get"),
         ("events.k8s.io", "events", "create,patch"),
         ("coordination.k8s.io", "leases", "create,get,update"),
     ];

@@ -197,6 +197,16 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<Listener>,
 
+    /// The UID of the pod that process runs in, and the node it runs on: should the pod
+    /// vanish while the process runs, its node's kubelet is asked whether it still runs a
+    /// container of that pod (docs/design.md §9.5). Absent on records made before they were
+    /// kept.
+    #[serde(default, rename = "podUID", skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The node that process runs on (see `podUID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+
     /// A process of this slot that was never seen to stop: its pod vanished while it ran (its
     /// node deleted or tainted out-of-service, the pod force-deleted) and it may still serve
     /// clients that reach it. Looked for at its last address before the slot is released.
@@ -233,7 +243,7 @@ pub struct ClockRecord {
 }
 
 /// A process that outlived its pod object as far as the operator knows.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct UnstoppedProcess {
     /// Its Redis `run_id`.
@@ -249,6 +259,13 @@ pub struct UnstoppedProcess {
     /// Seen fenced there (it grants no lock; it starts fenced again if restarted).
     #[serde(default)]
     pub fenced: bool,
+    /// The UID of the pod it ran in: its node's kubelet is asked whether a container of that
+    /// pod still runs. Absent on records made before it was kept.
+    #[serde(default, rename = "podUID", skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The node it ran on. Absent on records made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// How a Redis process listens, as its pod was built.
@@ -285,6 +302,8 @@ impl MemberStatus {
             message: None,
             pod_ip: None,
             listener: None,
+            pod_uid: None,
+            node: None,
             unstopped: None,
             maintenance: None,
             clock: None,

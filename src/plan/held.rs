@@ -6,9 +6,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::holds::{extend_hold, fence_if_serving, refence, timed_hold};
 use super::identity::{Process, fill_identity, fresh_record, is_other_process, record_of, running_process};
-use super::input::PlanInput;
+use super::input::{PlanInput, Timing};
 use super::step::Step;
-use super::unstopped::refence_unstopped;
+use super::unstopped::{Gone, PROCESSES_GONE, gone_evidence, refence_unstopped};
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::floor_micros;
 use crate::model::Slot;
@@ -30,9 +30,11 @@ fn ready_and_release(
 }
 
 /// `Held` or `Lost`, with a process of the slot that was never seen to stop: it is looked
-/// for at its last address first (docs/design.md §9.5). Found serving: fenced, and the hold
-/// restarts. Found fenced: it grants nothing. Not found: the release (once the hold has run)
-/// relies on it being dead, and says so.
+/// for at its last address and asked about at its node's kubelet (docs/design.md §9.5). Found
+/// serving: fenced, and the hold restarts. The slot is released only on positive evidence that
+/// it can grant no lock any more ([`gone_evidence`]: seen fenced, its address refusing or
+/// answering as another process, its kubelet running no container of its pod, an admin's
+/// word); without it, the slot stays held once its hold has run, and says why.
 pub(super) fn holding(
     input: &PlanInput<'_>,
     prev: &MemberStatus,
@@ -42,7 +44,7 @@ pub(super) fn holding(
     let Some(u) = &prev.unstopped else {
         return hold_runs(input, prev, obs, step);
     };
-    let found = match &obs.unstopped {
+    let found = match obs.unstopped.as_ref().map(|s| &s.answer) {
         Some(Ok(info)) if info.run_id == u.run_id => Some(info.client_enabled),
         _ => None,
     };
@@ -53,35 +55,71 @@ pub(super) fn holding(
         );
         return refence_unstopped(input, prev, u, why, step);
     }
-    let mut next = hold_runs(input, prev, obs, step);
-    let fenced = u.fenced || found == Some(false);
-    if next.state == MemberState::Ready {
-        if step.release.is_some() && !fenced {
-            let seen = match &obs.unstopped {
-                Some(Ok(other)) => format!("{} now answers there as process {}", u.pod_ip, other.run_id),
-                Some(Err(e)) => format!("nothing answered at {} ({e})", u.pod_ip),
-                None => format!("{} was not probed", u.pod_ip),
-            };
+    let seen = UnstoppedProcess {
+        fenced: u.fenced || found == Some(false),
+        ..u.clone()
+    };
+    match gone_evidence(&seen, obs.unstopped.as_ref(), input.gone_asserted) {
+        Ok(Gone::Fenced) => {
+            let mut next = hold_runs(input, prev, obs, step);
+            // Released: a fenced process grants nothing, and is no longer looked for.
+            next.unstopped = (next.state != MemberState::Ready).then_some(seen);
+            next
+        }
+        Ok(gone) => {
             step.tell(
                 prev.slot,
-                MemberReason::ReleaseAssumesProcessGone,
+                MemberReason::UnstoppedProcessGone,
                 format!(
-                    "{}: released although process {} (its pod vanished while it ran) was never seen to stop; {seen}. This release relies on that process being dead, as deleting its node, tainting it out-of-service or force-deleting its pod asserts; it is still looked for at {}, and fenced (with this slot held again) if it answers",
-                    prev.name, u.run_id, u.pod_ip
+                    "{}: process {} (its pod vanished while it ran) can grant no lock any more: {gone}; it is no longer looked for",
+                    prev.name, u.run_id
                 ),
-                true,
+                false,
             );
-            // Still looked for: found letting clients in later, it is fenced (see `ready`).
-            next.unstopped = Some(u.clone());
-            next.message = Some(format!(
-                "released relying on process {} (its pod vanished while it ran) being dead; still looked for at {}",
-                u.run_id, u.pod_ip
-            ));
+            let without = MemberStatus {
+                unstopped: None,
+                message: prev.message.as_deref().map(|m| without_search(m).to_owned()),
+                ..prev.clone()
+            };
+            hold_runs(input, &without, obs, step)
         }
-    } else {
-        next.unstopped = Some(UnstoppedProcess { fenced, ..u.clone() });
+        Err(why) => {
+            let waits = format!(
+                "process {} (its pod vanished while it ran) may still grant locks: {why}. Released once it is found fenced (then fenced if found serving), its address refuses connections or answers as another process, its node's kubelet reports no container of its pod, or an admin asserts it dead (annotation {PROCESSES_GONE})",
+                u.run_id
+            );
+            let blocked = PlanInput {
+                timing: Timing {
+                    release_blocked: Some(&waits),
+                    ..input.timing
+                },
+                ..*input
+            };
+            let mut next = hold_runs(&blocked, prev, obs, step);
+            next.unstopped = Some(seen);
+            let hold_ended = next.message.as_deref().is_some_and(|m| m.contains(&waits));
+            if hold_ended && next.message != prev.message {
+                step.tell(
+                    prev.slot,
+                    MemberReason::ReleaseWaitsForProcessGone,
+                    format!("{}: hold ended, not released: {waits}", prev.name),
+                    true,
+                );
+            }
+            next
+        }
     }
-    next
+}
+
+/// A held record's message without what it said about looking for a vanished pod's process.
+fn without_search(message: &str) -> &str {
+    message
+        .split("; its process ")
+        .next()
+        .unwrap_or(message)
+        .split("; process ")
+        .next()
+        .unwrap_or(message)
 }
 
 /// `Held` or `Lost`: a hold runs until `heldUntil`.

@@ -27,6 +27,10 @@ pub(super) struct Process<'a> {
     pub(super) pod_ip: Option<String>,
     /// How it listens there (known with `pod_ip`).
     pub(super) listener: Option<Listener>,
+    /// The pod it runs in and that pod's node (known with `pod_ip`): where its kubelet is
+    /// asked about it should the pod vanish while it runs.
+    pub(super) pod_uid: Option<String>,
+    pub(super) node: Option<String>,
 }
 
 pub(super) fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
@@ -39,6 +43,8 @@ pub(super) fn running_process(obs: &SlotObservation) -> Option<Process<'_>> {
             listener: obs.probe.answered().and(obs.pod_ip).map(|_| Listener {
                 tls_secret: obs.tls_secret.clone(),
             }),
+            pod_uid: obs.probe.answered().and(obs.pod_uid.clone()),
+            node: obs.probe.answered().and(obs.node.clone()),
         }),
         _ => None,
     }
@@ -68,6 +74,8 @@ pub(super) fn record_of(
     m.container_id = p.container_id.map(str::to_owned);
     m.pod_ip = p.pod_ip.clone();
     m.listener = p.listener.clone();
+    m.pod_uid = p.pod_uid.clone();
+    m.node = p.node.clone();
     m
 }
 
@@ -84,6 +92,12 @@ pub(super) fn fill_identity(m: &mut MemberStatus, p: &Process<'_>) {
     }
     if m.pod_ip.is_none() {
         m.pod_ip = p.pod_ip.clone();
+    }
+    // The pod and node of the process on record: filled with its address, by the same
+    // answer, so all three describe one process.
+    if m.pod_uid.is_none() && m.pod_ip.is_some() && m.pod_ip == p.pod_ip && same_run {
+        m.pod_uid = p.pod_uid.clone();
+        m.node = p.node.clone();
     }
     // With the address it describes (also for a record made before listeners were kept).
     if m.listener.is_none() && m.pod_ip.is_some() && m.pod_ip == p.pod_ip {

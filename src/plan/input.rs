@@ -1,7 +1,7 @@
 //! What the planner is given besides the observations: the recorded members, the cluster's
 //! size and lists, the clock, and this operator process's own timing of holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -28,7 +28,13 @@ pub struct PlanInput<'a> {
     pub timing: Timing<'a>,
     /// Slots fenced on purpose, with the reason given ([`crate::maintenance`]).
     pub maintenance: &'a BTreeMap<Slot, String>,
+    /// Run ids of processes that outlived their pods which an admin asserts are dead
+    /// (annotation [`super::unstopped::PROCESSES_GONE`]).
+    pub gone_asserted: &'a BTreeSet<String>,
 }
+
+/// No process asserted dead.
+pub static NOTHING_ASSERTED: BTreeSet<String> = BTreeSet::new();
 
 /// No slot fenced on purpose.
 pub static NO_MAINTENANCE: BTreeMap<Slot, String> = BTreeMap::new();

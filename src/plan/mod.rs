@@ -45,8 +45,9 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 pub use holds::{hold_start, hold_timer_keys};
-pub use input::{NO_MAINTENANCE, PlanInput, Timing};
+pub use input::{NO_MAINTENANCE, NOTHING_ASSERTED, PlanInput, Timing};
 pub use step::{MemberEvent, Plan};
+pub use unstopped::{PROCESSES_GONE, asserted_gone};
 
 use crate::clock_record;
 use crate::crd::{MemberState, MemberStatus};

@@ -6,7 +6,7 @@ use super::holds::{fence_if_serving, start_hold};
 use super::identity::{Process, fill_identity, is_other_process, running_process};
 use super::input::PlanInput;
 use super::step::Step;
-use super::unstopped::carry_earlier_unstopped;
+use super::unstopped::{carry_earlier_unstopped, gone_evidence};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
@@ -160,6 +160,8 @@ fn lost_process(
             pod_ip: ip.clone(),
             listener: prev.listener.clone(),
             fenced: false,
+            pod_uid: prev.pod_uid.clone(),
+            node: prev.node.clone(),
         });
         held.message = Some(format!(
             "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
@@ -230,11 +232,21 @@ fn unstopped_after_release(
     step: &mut Step,
 ) -> Option<MemberStatus> {
     let u = prev.unstopped.as_ref().filter(|u| !u.fenced)?;
-    let info = obs.unstopped.as_ref()?.as_ref().ok()?;
-    if info.run_id != u.run_id {
-        return None;
-    }
-    if !info.client_enabled {
+    let search = obs.unstopped.as_ref()?;
+    let serving = matches!(&search.answer, Ok(info) if info.run_id == u.run_id && info.client_enabled);
+    if !serving {
+        // Proven gone (or fenced): no longer looked for, and the record says so. Nothing
+        // proven: looked for again next time.
+        let gone = gone_evidence(u, Some(search), input.gone_asserted).ok()?;
+        step.tell(
+            prev.slot,
+            MemberReason::UnstoppedProcessGone,
+            format!(
+                "{}: process {} (its pod vanished while it ran) can grant no lock any more: {gone}; it is no longer looked for",
+                prev.name, u.run_id
+            ),
+            false,
+        );
         let mut seen_fenced = prev.clone();
         seen_fenced.unstopped = None;
         return Some(ready(input, &seen_fenced, obs, step));

@@ -5,7 +5,7 @@ use super::holds::{hold_end, restart_hold};
 use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::{MemberStatus, UnstoppedProcess};
-use crate::observe::{PodState, SlotObservation};
+use crate::observe::{KubeletAnswer, PodState, SlotObservation, UnstoppedSearch};
 use crate::reasons::MemberReason;
 
 /// A released slot still looking for an earlier process that outlived its pod (§9.5) loses
@@ -58,7 +58,7 @@ pub(super) fn removed_unstopped(
     let Some(u) = prev.unstopped.as_ref().filter(|u| !u.fenced) else {
         return LookedFor::PlanFrom(prev.clone());
     };
-    let found = match &obs.unstopped {
+    let found = match obs.unstopped.as_ref().map(|s| &s.answer) {
         Some(Ok(info)) if info.run_id == u.run_id => info.client_enabled,
         _ => return LookedFor::PlanFrom(prev.clone()),
     };
@@ -113,5 +113,105 @@ pub(super) fn vanished_unfenced(prev: &MemberStatus, obs: &SlotObservation) -> O
         pod_ip: prev.pod_ip.clone()?,
         listener: prev.listener.clone(),
         fenced: false,
+        pod_uid: prev.pod_uid.clone(),
+        node: prev.node.clone(),
     })
+}
+
+/// What shows that a process which outlived its pod can no longer grant a lock: the only
+/// grounds a release of its slot may rest on (docs/design.md §9.5). A probe that timed out, or
+/// an address that does not answer, is none of them: under load, or behind a partition that
+/// cuts off the operator but not every client, a living process answers neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// It answered and was seen fenced (it starts fenced again if restarted).
+    Fenced,
+    /// Every way of reaching its address refused the connection: nothing listens there.
+    Refused(String),
+    /// Its address answers as another process of the operator's (another run id, a pod UID
+    /// in its title): that listener is not the one on record.
+    Replaced { run_id: String },
+    /// Its node's kubelet answered and runs no container of its pod.
+    KubeletRunsNone { node: String },
+    /// An admin asserted it (annotation [`PROCESSES_GONE`] names its run id).
+    Asserted,
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Fenced => f.write_str("it was seen fenced"),
+            Gone::Refused(why) => write!(f, "its address refuses connections ({why})"),
+            Gone::Replaced { run_id } => write!(f, "its address answers as process {run_id}"),
+            Gone::KubeletRunsNone { node } => {
+                write!(f, "the kubelet of node {node} runs no container of its pod")
+            }
+            Gone::Asserted => write!(f, "an admin asserted it (annotation {PROCESSES_GONE})"),
+        }
+    }
+}
+
+/// Annotation on a RedlockCluster: run ids (comma-separated) of processes that outlived their
+/// pods and that an admin asserts are dead (their machine is powered off for good, say). The
+/// operator cannot prove it for a node that never reports again; this is the admin's word.
+pub const PROCESSES_GONE: &str = "redlock.dev/processes-gone";
+
+/// The run ids an admin asserts gone ([`PROCESSES_GONE`]), from the annotation's value.
+pub fn asserted_gone(value: Option<&str>) -> std::collections::BTreeSet<String> {
+    value
+        .unwrap_or_default()
+        .split([',', ' ', '\n'])
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether something positive shows that `u` can no longer grant a lock (see [`Gone`]), or
+/// why nothing does. `search` is this reconcile's look for it; `asserted` the run ids an admin
+/// asserts gone.
+pub(crate) fn gone_evidence(
+    u: &UnstoppedProcess,
+    search: Option<&UnstoppedSearch>,
+    asserted: &std::collections::BTreeSet<String>,
+) -> Result<Gone, String> {
+    if u.fenced {
+        return Ok(Gone::Fenced);
+    }
+    if asserted.contains(&u.run_id) {
+        return Ok(Gone::Asserted);
+    }
+    let Some(search) = search else {
+        return Err(format!("{} was not looked at yet", u.pod_ip));
+    };
+    let at_address = match &search.answer {
+        Ok(info) if info.run_id == u.run_id && !info.client_enabled => return Ok(Gone::Fenced),
+        // Letting clients in: the callers fence it; nothing here may release its slot.
+        Ok(info) if info.run_id == u.run_id => {
+            return Err(format!("it still lets lock clients in at {}", u.pod_ip));
+        }
+        Ok(info) if info.pod_uid.is_some() => {
+            return Ok(Gone::Replaced {
+                run_id: info.run_id.clone(),
+            });
+        }
+        Ok(info) => format!(
+            "{} answers as process {}, whose title names no pod",
+            u.pod_ip, info.run_id
+        ),
+        Err(failure) if failure.refused => return Ok(Gone::Refused(failure.why.clone())),
+        Err(failure) => format!("nothing answered at {} ({})", u.pod_ip, failure.why),
+    };
+    match (&search.kubelet, &u.node) {
+        (KubeletAnswer::RunsNone, Some(node)) => Ok(Gone::KubeletRunsNone { node: node.clone() }),
+        (KubeletAnswer::Runs, Some(node)) => Err(format!(
+            "{at_address}, and the kubelet of node {node} still runs a container of its pod"
+        )),
+        (KubeletAnswer::Unknown(why), Some(node)) => Err(format!(
+            "{at_address}, and the kubelet of node {node} could not tell ({why})"
+        )),
+        _ => Err(format!(
+            "{at_address}, and its record names no node whose kubelet could be asked"
+        )),
+    }
 }

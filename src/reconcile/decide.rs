@@ -76,6 +76,14 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         resize::while_rejected(cluster, obs.told)
     };
     let fence_request = maintenance::request(cluster, &previous.members);
+    let gone_asserted = plan::asserted_gone(
+        cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(plan::PROCESSES_GONE))
+            .map(String::as_str),
+    );
     let mut plan = plan(
         &PlanInput {
             cluster: &name,
@@ -95,6 +103,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
                 release_blocked: facts.release_blocked,
             },
             maintenance: &fence_request.slots,
+            gone_asserted: &gone_asserted,
         },
         &obs.slots,
     );
@@ -311,6 +320,7 @@ mod tests {
                 pod_ip: format!("10.0.0.{slot}"),
                 listener: None,
                 fenced,
+                ..Default::default()
             }),
             ..MemberStatus::new(format!("locks-{slot}"), slot, MemberState::Lost)
         };

@@ -18,6 +18,7 @@ mod act;
 mod children;
 pub mod decide;
 mod inputs;
+mod kubelet_pods;
 mod observation;
 mod passwords;
 pub mod persist;

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::member_clock::{ClockKey, ClockTrack};
 use crate::model::Slot;
 use crate::observe::{self, PodState, Probe, SlotObservation};
-use crate::redis_admin::AdminAccess;
+use crate::redis_admin::{AdminAccess, ProbeFailure};
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
 use crate::{failure_domains, ttl_audit, ttl_sampling};
@@ -162,40 +162,73 @@ pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<Slot, SlotO
     }
 }
 
+/// How long a kubelet (through the API server's node proxy) gets to list its running pods: two
+/// hops and a runtime listing, longer than a Redis probe; a kubelet that does not answer in
+/// time proves nothing, so this only delays a release that has no other evidence.
+const KUBELET_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Looks for every recorded process that was never seen to stop (`unstopped`, not yet seen
-/// fenced) at its last address, in parallel; by slot. Every reconcile, also long after its
-/// slot was released and while nothing answers there: the time from its return (a partition
-/// healing) to its fence is the time two processes of one slot grant locks, and one connection
-/// attempt per probe period is all it costs (docs/design.md §9.5).
+/// fenced) at its last address, and asks its node's kubelet whether a container of its pod
+/// still runs, in parallel; by slot. Every reconcile, also long after its slot was released
+/// and while nothing answers there: the time from its return (a partition healing) to its
+/// fence is the time two processes of one slot grant locks, and one connection attempt per
+/// probe period is all it costs (docs/design.md §9.5).
 async fn look_for_unstopped(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
-) -> Vec<(Slot, std::result::Result<observe::RedisInfo, String>)> {
+) -> Vec<(Slot, observe::UnstoppedSearch)> {
     let members = cluster.recorded_members();
     let probes = members.iter().filter_map(|m| {
         let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
         let slot = m.slot;
-        let ip = u.pod_ip.parse::<std::net::IpAddr>();
         Some(async move {
-            let ip = match ip {
-                Ok(ip) => ip,
-                Err(e) => return (slot, Err(format!("bad address {}: {e}", u.pod_ip))),
-            };
-            // Its client user is not known (an auth toggle may have been under way): the probe
-            // reads both users lock clients could log in as. Each way to reach it in turn.
-            let mut failures = vec![];
-            for access in super::inputs::accesses_for_unstopped(ctx, cluster, ns, access, u).await {
-                match access.probe(ip).await {
-                    Ok((info, _)) => return (slot, Ok(info)),
-                    Err(e) => failures.push(e),
-                }
-            }
-            (slot, Err(failures.join("; ")))
+            let (answer, kubelet) = tokio::join!(
+                answer_at(ctx, cluster, ns, access, u),
+                super::kubelet_pods::ask(&ctx.client, u, access.timeout.max(KUBELET_TIMEOUT))
+            );
+            (slot, observe::UnstoppedSearch { answer, kubelet })
         })
     });
     futures::future::join_all(probes).await
+}
+
+/// What answers at the last address of `u`, each way to reach it in turn; refused only when
+/// every way was refused.
+async fn answer_at(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    access: &AdminAccess,
+    u: &crate::crd::UnstoppedProcess,
+) -> std::result::Result<observe::RedisInfo, ProbeFailure> {
+    let ip = match u.pod_ip.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip,
+        Err(e) => {
+            return Err(ProbeFailure {
+                why: format!("bad address {}: {e}", u.pod_ip),
+                refused: false,
+            });
+        }
+    };
+    // Its client user is not known (an auth toggle may have been under way): the probe reads
+    // both users lock clients could log in as.
+    let mut failures = vec![];
+    for access in super::inputs::accesses_for_unstopped(ctx, cluster, ns, access, u).await {
+        match access.probe(ip).await {
+            Ok((info, _)) => return Ok(info),
+            Err(e) => failures.push(e),
+        }
+    }
+    Err(ProbeFailure {
+        refused: !failures.is_empty() && failures.iter().all(|f| f.refused),
+        why: failures
+            .iter()
+            .map(|f| f.why.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
 }
 
 /// Probes every running member in parallel; failures are recorded, not raised. Each answer's

@@ -74,6 +74,7 @@ fn a_process_still_looked_for_is_kept_when_the_member_is_fenced() {
         pod_ip: "10.0.0.9".into(),
         listener: None,
         fenced: false,
+        ..Default::default()
     });
     let p = plan_with(&[r], &fenced("x"), running("B", true, "c2"));
     assert_eq!(p.members[0].state, MemberState::Held);

@@ -22,7 +22,7 @@ use crate::hold::held_until;
 use crate::hold_timers::{ClusterTimers, TimerKey};
 use crate::member_clock::Verdict;
 use crate::model::Slot;
-use crate::observe::{Probe, RedisInfo};
+use crate::observe::{Probe, RedisInfo, UnstoppedSearch};
 use crate::reasons::MemberReason;
 
 /// 30 s TTL, 1 % drift, 1 s margin.
@@ -174,6 +174,7 @@ fn input(instances: i32, members: &[MemberStatus], now: Timestamp) -> PlanInput<
             ..Timing::default()
         },
         maintenance: &NO_MAINTENANCE,
+        gone_asserted: &NOTHING_ASSERTED,
     }
 }
 

@@ -111,8 +111,7 @@ fn a_refusal_while_the_pod_runs_is_shown_lost_and_decides_nothing() {
                     run_id: "R".into(),
                     pod_ip: ADDR.into(),
                     listener: None,
-                    fenced: false,
-                }),
+                    fenced: false, ..Default::default() }),
                 ..lost_now.clone()
             },
         )

@@ -100,6 +100,8 @@ fn retired_slots() {
                 slot: Slot::new(1),
                 endpoint: None,
                 state: MemberState::Lost,
+                pod_uid: None,
+                node: None,
                 run_id: None,
                 container_id: None,
                 held_until: None,

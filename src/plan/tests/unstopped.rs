@@ -4,8 +4,8 @@ use super::*;
 
 // --- A process that outlived its pod (docs/design.md §9.5) ---
 
-fn zombie_answers(run: &str, enabled: bool) -> Option<Result<RedisInfo, String>> {
-    Some(Ok(RedisInfo {
+fn zombie_answers(run: &str, enabled: bool) -> Option<UnstoppedSearch> {
+    Some(UnstoppedSearch::answered(RedisInfo {
         run_id: run.into(),
         version: "7.0.15".into(),
         client_enabled: enabled,
@@ -64,7 +64,8 @@ fn a_removed_members_process_that_outlives_its_pod_is_looked_for_and_fenced() {
             run_id: "C".into(),
             pod_ip: "10.1.0.9".into(),
             listener: None,
-            fenced: false
+            fenced: false,
+            ..Default::default()
         }),
         "{m:?}"
     );
@@ -130,7 +131,8 @@ fn a_pod_that_vanishes_while_its_process_runs_leaves_an_unstopped_process() {
             run_id: "A".into(),
             pod_ip: "10.1.0.7".into(),
             listener: None,
-            fenced: false
+            fenced: false,
+            ..Default::default()
         })
     );
     assert!(
@@ -170,6 +172,7 @@ fn with_unstopped(m: MemberStatus, fenced: bool) -> MemberStatus {
             pod_ip: "10.1.0.7".into(),
             listener: None,
             fenced,
+            ..Default::default()
         }),
         ..m
     }
@@ -215,7 +218,7 @@ fn a_replacement_lost_in_turn_keeps_looking_for_the_earlier_process() {
     // stays): the new hold still looks for A, and finding it serving fences it.
     let members = [with_unstopped(ready(0, "B", "c2"), false)];
     let restarted = SlotObservation {
-        unstopped: Some(Err("connect timed out".into())),
+        unstopped: Some(UnstoppedSearch::unanswered("connect timed out", false)),
         ..running("C", false, "c3")
     };
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, restarted)]));
@@ -264,72 +267,210 @@ fn a_replacement_lost_in_turn_keeps_looking_for_the_earlier_process() {
     assert_eq!(p.members[0].unstopped, None);
 }
 
+/// The fresh-clone CI violation (a `partition` fault under load): the old process's node was
+/// cut off from the API server, its pod force-deleted, and the probe of its address timed out
+/// while it still granted locks. A timeout proves nothing: the slot stays held once its hold
+/// has run, says why (message, Warning event once), and rewrites nothing while that lasts.
 #[test]
-fn a_release_without_finding_the_unstopped_process_says_what_it_relies_on() {
+fn a_timeout_at_the_old_address_never_releases_the_slot() {
     let members = [with_unstopped(held(0, "B", "c2", at(NOW - 1)), false)];
-    let obs = SlotObservation {
-        unstopped: Some(Err("connect timed out".into())),
+    let timed_out = || SlotObservation {
+        unstopped: Some(UnstoppedSearch::unanswered("connect timed out", false)),
         ..running("B", false, "c2")
     };
-    let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
-    assert_eq!(p.releases, vec![(Slot::new(0), "B".to_owned())]);
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, timed_out())]));
+    assert!(p.releases.is_empty(), "{p:?}");
+    let m = &p.members[0];
+    assert_eq!(m.state, MemberState::Held);
+    assert!(!m.unstopped.as_ref().unwrap().fenced);
+    let message = m.message.as_deref().unwrap();
+    assert!(
+        message.contains("process A (its pod vanished while it ran) may still grant locks")
+            && message.contains("nothing answered at 10.1.0.7 (connect timed out)"),
+        "{message}"
+    );
     let e = p
         .events
         .iter()
-        .find(|e| e.reason == MemberReason::ReleaseAssumesProcessGone)
+        .find(|e| e.reason == MemberReason::ReleaseWaitsForProcessGone)
         .expect("told");
     assert!(e.warning);
     assert!(
-        e.message
-            .contains("nothing answered at 10.1.0.7 (connect timed out)"),
-        "{}",
-        e.message
+        p.events
+            .iter()
+            .all(|e| e.reason != MemberReason::ReleaseAssumesProcessGone)
     );
-    assert!(
-        e.message.contains("relies on that process being dead"),
-        "{}",
-        e.message
-    );
+    // Next period, the same: no release, no second event, the same record.
+    let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, timed_out())]));
+    assert!(p2.releases.is_empty() && p2.events.is_empty(), "{p2:?}");
+    assert_eq!(p2.members, p.members);
     // Before the hold ends it is only carried along.
     let members = [with_unstopped(held(0, "B", "c2", at(NOW + 5)), false)];
-    let obs = SlotObservation {
-        unstopped: Some(Err("connect timed out".into())),
-        ..running("B", false, "c2")
-    };
-    let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
+    let p = plan(&input(1, &members, at(NOW)), &observed([(0, timed_out())]));
     assert!(p.releases.is_empty() && p.events.is_empty());
     assert!(p.members[0].unstopped.is_some());
 }
 
+fn info(run: &str, enabled: bool, pod_uid: Option<&str>) -> RedisInfo {
+    RedisInfo {
+        run_id: run.into(),
+        version: "7.0.15".into(),
+        client_enabled: enabled,
+        pod_uid: pod_uid.map(str::to_owned),
+        client_password_hashes: None,
+        admin_password_hashes: None,
+    }
+}
+
+/// Every kind of evidence a release may rest on, and every look that is none, on a slot
+/// whose hold has run: released exactly on evidence, and the process is then no longer
+/// looked for (its record ends, so the cluster can rest and a rotation finish).
+#[test]
+fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
+    use crate::observe::KubeletAnswer::{self, *};
+    use crate::redis_admin::ProbeFailure;
+    let timeout = || {
+        Err(ProbeFailure {
+            why: "timed out".into(),
+            refused: false,
+        })
+    };
+    let refused = || {
+        Err(ProbeFailure {
+            why: "Connection refused".into(),
+            refused: true,
+        })
+    };
+    type Case = (
+        &'static str,
+        Result<RedisInfo, ProbeFailure>,
+        KubeletAnswer,
+        bool,
+        &'static str,
+        bool,
+    );
+    // (what, answer at the address, kubelet, record names node and pod, asserted by an admin, released)
+    let cases: Vec<Case> = vec![
+        ("timeout, no kubelet asked", timeout(), NotAsked, false, "", false),
+        (
+            "timeout, kubelet unreachable",
+            timeout(),
+            Unknown("timed out".into()),
+            true,
+            "",
+            false,
+        ),
+        ("timeout, kubelet still runs it", timeout(), Runs, true, "", false),
+        ("timeout, kubelet runs none", timeout(), RunsNone, true, "", true),
+        (
+            "kubelet says none but the record names no node",
+            timeout(),
+            RunsNone,
+            false,
+            "",
+            false,
+        ),
+        ("refused", refused(), NotAsked, false, "", true),
+        (
+            "another process of a pod",
+            Ok(info("Z", true, Some("uid-2"))),
+            NotAsked,
+            false,
+            "",
+            true,
+        ),
+        (
+            "another process naming no pod",
+            Ok(info("Z", true, None)),
+            NotAsked,
+            false,
+            "",
+            false,
+        ),
+        (
+            "seen fenced",
+            Ok(info("A", false, None)),
+            NotAsked,
+            false,
+            "",
+            true,
+        ),
+        ("an admin asserts it dead", timeout(), NotAsked, false, "A", true),
+        (
+            "an admin asserts another dead",
+            timeout(),
+            NotAsked,
+            false,
+            "Q",
+            false,
+        ),
+    ];
+    for (what, answer, kubelet, named, asserted, released) in cases {
+        let mut m = with_unstopped(held(0, "B", "c2", at(NOW - 1)), false);
+        if named {
+            let u = m.unstopped.as_mut().unwrap();
+            u.node = Some("node-3".into());
+            u.pod_uid = Some("uid-1".into());
+        }
+        let obs = SlotObservation {
+            unstopped: Some(UnstoppedSearch { answer, kubelet }),
+            ..running("B", false, "c2")
+        };
+        let asserted = crate::plan::asserted_gone(Some(asserted));
+        let members = [m];
+        let p = plan(
+            &PlanInput {
+                gone_asserted: &asserted,
+                ..input(1, &members, at(NOW))
+            },
+            &observed([(0, obs)]),
+        );
+        assert_eq!(!p.releases.is_empty(), released, "{what}: {p:?}");
+        let m = &p.members[0];
+        if released {
+            assert_eq!(m.state, MemberState::Ready, "{what}");
+            assert_eq!(m.unstopped, None, "{what}: no longer looked for");
+            assert!(
+                p.events
+                    .iter()
+                    .all(|e| e.reason != MemberReason::ReleaseWaitsForProcessGone),
+                "{what}"
+            );
+        } else {
+            assert_eq!(m.state, MemberState::Held, "{what}");
+            assert!(m.unstopped.is_some(), "{what}");
+            assert!(
+                p.events
+                    .iter()
+                    .any(|e| e.reason == MemberReason::ReleaseWaitsForProcessGone),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_admins_assertion_lists_run_ids() {
+    let got = crate::plan::asserted_gone(Some(" a1, b2\nc3 ,,"));
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        vec!["a1".to_owned(), "b2".to_owned(), "c3".to_owned()]
+    );
+    assert!(crate::plan::asserted_gone(None).is_empty());
+}
+
+/// A record from an operator that released a slot relying on the old process being dead
+/// (before releases waited for evidence): the process is still looked for, and fenced with
+/// its slot if it answers; positive evidence ends the search.
 #[test]
 fn a_process_released_past_is_still_looked_for_and_fenced_with_its_slot_when_it_answers() {
-    // Released relying on A being dead (nothing answered at its address): the record
-    // keeps looking for it.
-    let members = [with_unstopped(held(0, "B", "c2", at(NOW - 1)), false)];
-    let unreachable = SlotObservation {
-        unstopped: Some(Err("connect timed out".into())),
-        ..running("B", false, "c2")
-    };
-    let p = plan(&input(1, &members, at(NOW)), &observed([(0, unreachable)]));
-    assert_eq!(p.releases, vec![(Slot::new(0), "B".to_owned())]);
-    let released = &p.members[0];
-    assert_eq!(released.state, MemberState::Ready);
-    assert!(!released.unstopped.as_ref().unwrap().fenced, "{released:?}");
-    assert!(
-        released
-            .message
-            .as_deref()
-            .unwrap()
-            .contains("still looked for at 10.1.0.7"),
-        "{released:?}"
-    );
-
+    let members = [with_unstopped(ready(0, "B", "c2"), false)];
     // Still nothing there: B serves on, A is looked for again.
     let quiet = SlotObservation {
-        unstopped: Some(Err("connect timed out".into())),
+        unstopped: Some(UnstoppedSearch::unanswered("connect timed out", false)),
         ..running("B", true, "c2")
     };
-    let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, quiet)]));
+    let p2 = plan(&input(1, &members, at(NOW + 1)), &observed([(0, quiet)]));
     assert_eq!(p2.members[0].state, MemberState::Ready);
     assert!(p2.fences.is_empty() && p2.events.is_empty());
     assert!(p2.members[0].unstopped.is_some());
@@ -367,6 +508,20 @@ fn a_process_released_past_is_still_looked_for_and_fenced_with_its_slot_when_it_
     assert_eq!(p4.members[0].state, MemberState::Ready);
     assert_eq!(p4.members[0].unstopped, None);
     assert!(p4.fences.is_empty());
+
+    // Its address refuses connections: gone, no longer looked for, and told.
+    let refused = SlotObservation {
+        unstopped: Some(UnstoppedSearch::unanswered("Connection refused", true)),
+        ..running("B", true, "c2")
+    };
+    let p5 = plan(&input(1, &p2.members, at(NOW + 2)), &observed([(0, refused)]));
+    assert_eq!(p5.members[0].state, MemberState::Ready);
+    assert_eq!(p5.members[0].unstopped, None);
+    assert!(
+        p5.events
+            .iter()
+            .any(|e| e.reason == MemberReason::UnstoppedProcessGone && !e.warning)
+    );
 }
 
 /// The mode a process listens in is recorded with its address, and goes with it into the

@@ -44,11 +44,24 @@ pub const ASSUMED_DRIFT_PPM: f64 = 100.0;
 /// there); until then no reading is taken, and this leader's own probes watch meanwhile.
 pub const MAX_REFERENCE_WIDTH: Duration = Duration::from_millis(250);
 
+/// The longest round trip of a probe a reading is taken from. A reading spans the probe's
+/// whole round trip (`TIME` was read somewhere in it), so a slow probe is as wide a reading as
+/// a wide estimate of the server's clock: as a record it would hide a jump of that size from
+/// the next leader (a record is written again only when a reading is proven apart from it),
+/// and as the first comparison of a leader it would end the comparison without being able to
+/// tell. Such a probe *cannot judge* across leaders: no reading, the comparison waits for a
+/// probe that can, and this leader's own probes watch meanwhile.
+pub const MAX_READING_RTT: Duration = MAX_REFERENCE_WIDTH;
+
 /// A reading of process `run_id`'s clock against the API server's, from one probe's `TIME`
 /// and the server's time at the middle of that probe's round trip; `None` while that time is
-/// known less precisely than [`MAX_REFERENCE_WIDTH`].
+/// known less precisely than [`MAX_REFERENCE_WIDTH`], or when the probe's round trip was
+/// longer than [`MAX_READING_RTT`].
 pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> Option<ClockRecord> {
     if server.width() > k8s_openapi::jiff::SignedDuration::try_from(MAX_REFERENCE_WIDTH).ok()? {
+        return None;
+    }
+    if sample.received - sample.sent > MAX_READING_RTT {
         return None;
     }
     // `TIME` was read somewhere in the round trip: the server's time then is within half of
@@ -303,6 +316,78 @@ mod tests {
             ..server
         };
         assert_eq!(reading("R", &sample, wide), None);
+    }
+
+    #[test]
+    fn a_probe_slower_than_the_reference_width_gives_no_reading() {
+        let t0 = Instant::now();
+        let server = ServerTime {
+            low: Timestamp::from_millisecond(1_800_000_000_000).unwrap(),
+            high: Timestamp::from_millisecond(1_800_000_000_100).unwrap(),
+        };
+        let probe = |rtt_ms: u64| TimeSample {
+            member_micros: 1_800_000_000_050_000,
+            sent: t0,
+            received: t0 + Duration::from_millis(rtt_ms),
+        };
+        assert!(reading("R", &probe(250), server).is_some());
+        assert_eq!(reading("R", &probe(251), server), None);
+    }
+
+    /// A member's clock jumped 3 s while no leader probed it; the new leader's first probe of
+    /// it takes 8 s. Taken as a reading, that probe would span 8 s, overlap the record, and end
+    /// the comparison with nothing found; the leader's own later probes, judged against it,
+    /// would see a clock in step. So it is no reading, and the next fast probe compares.
+    #[test]
+    fn a_leader_whose_first_probe_is_slow_compares_at_the_next_fast_one() {
+        let t0 = Instant::now();
+        let later = |ms: u64| t0 + Duration::from_millis(ms);
+        let server_at = |ms: i64| ServerTime {
+            low: Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap(),
+            high: Timestamp::from_millisecond(1_800_000_000_100 + ms).unwrap(),
+        };
+        // In step with the server's clock when recorded, 20 s before; 3 s ahead now.
+        let recorded = rec("R", -100, 100, -20);
+        let slow = TimeSample {
+            member_micros: 1_800_000_003_050_000,
+            sent: t0,
+            received: later(8_000),
+        };
+        let (first, track) = judge_sample(None, Some(&recorded), "R", slow, Some(server_at(0)), 0.01, TTL);
+        let fast = TimeSample {
+            member_micros: 1_800_000_012_050_000,
+            sent: later(9_000),
+            received: later(9_001),
+        };
+        let (next, _) = judge_sample(
+            Some(&track),
+            Some(&recorded),
+            "R",
+            fast,
+            Some(server_at(9_000)),
+            0.01,
+            TTL,
+        );
+        assert!(
+            matches!(
+                next.verdict,
+                Verdict::JumpedForward {
+                    unwatched_since: Some(_),
+                    ..
+                }
+            ),
+            "{next:?}"
+        );
+        assert!(next.compared);
+        // The slow probe judged nothing and left the record as it was.
+        assert_eq!(
+            first,
+            Across {
+                verdict: Verdict::Steady,
+                record: Some(recorded.clone()),
+                compared: false
+            }
+        );
     }
 
     #[test]

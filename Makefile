@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: check version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -19,11 +19,18 @@ PREFIX ?= $(HOME)/.local
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
-test: fmt-check clippy controlplane nodes chart redis-libc promtool
+test: check controlplane nodes chart redis-libc promtool
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
 	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" tests/tools/run-test-binaries.sh
+
+## check: the fast loop before every commit, no control plane and no Go build: formatting,
+## clippy, every unit and table test (the operator's and the test crates'), the CRD drift
+## test and the CRD schema checks (tests/crd.rs). `make test` runs it first.
+check: fmt-check clippy
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --test crd
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.

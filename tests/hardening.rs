@@ -294,7 +294,43 @@ async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Logi
             assert!(is_noperm(&e), "{args:?}: {e}");
         }
     }
+    // Nor anything else that drops keys or changes the server (safety review 3, N1): the
+    // operator's user runs only what the operator sends.
+    for args in ADMIN_FORBIDDEN {
+        let e = query(&mut a, args)
+            .await
+            .expect_err(&format!("{args:?} must be refused to the operator's user"));
+        assert!(is_noperm(&e), "{args:?}: {e}");
+    }
+    let canary: Option<String> = redis::cmd("GET").arg("canary").query_async(&mut a).await.unwrap();
+    assert_eq!(
+        canary.as_deref(),
+        Some("1"),
+        "the admin's refused commands had no effect"
+    );
 }
+
+/// What the operator's own user is refused (`secrets::ADMIN_RULES`): every way to drop, move
+/// or persist keys or to change the server's settings.
+const ADMIN_FORBIDDEN: &[&[&str]] = &[
+    &["FLUSHALL"],
+    &["FLUSHDB"],
+    &["SWAPDB", "0", "1"],
+    &["DEL", "canary"],
+    &["UNLINK", "canary"],
+    &["PEXPIRE", "canary", "1"],
+    &["SET", "canary", "2"],
+    &["RESTORE", "k", "0", "x"],
+    &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    &["CONFIG", "SET", "appendonly", "yes"],
+    &["CONFIG", "REWRITE"],
+    &["REPLICAOF", "127.0.0.1", "1"],
+    &["SLAVEOF", "127.0.0.1", "1"],
+    &["SHUTDOWN", "NOSAVE"],
+    &["EVAL", "return 1", "0"],
+    &["ACL", "LOAD"],
+    &["ACL", "SAVE"],
+];
 
 #[tokio::test]
 async fn client_user_runs_redlock_clients_and_nothing_that_breaks_safety() {

@@ -174,7 +174,7 @@ async fn a_slot_whose_old_process_cannot_be_reached_stays_held_until_it_is_found
             m.state == MemberState::Ready && m.run_id == waiting.run_id
         })
         .await;
-    assert!(released.unstopped.is_none_or(|u| u.fenced), "{released:?}");
+    assert!(released.unstopped.as_ref().is_none_or(|u| u.fenced), "{released:?}");
     assert!(
         connect(old[1], &login).await.is_err(),
         "the old process stays fenced"

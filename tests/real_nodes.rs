@@ -283,6 +283,27 @@ async fn every_image_locks_holds_and_releases() {
             Some("4321"),
             "{image}: {limit:?}"
         );
+        // On every image: the operator's own user cannot drop keys or change the server
+        // (its ACL names only what the operator sends; every rule exists from 6.2 on, or the
+        // server would not have started from the file).
+        for args in [
+            &["FLUSHALL"][..],
+            &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+            &["REPLICAOF", "127.0.0.1", "1"],
+            &["SWAPDB", "0", "1"],
+        ] {
+            let refused: redis::RedisResult<redis::Value> = redis::cmd(args[0])
+                .arg(&args[1..])
+                .query_async(&mut as_admin)
+                .await;
+            let e = refused.expect_err(&format!(
+                "{image}: {args:?} must be refused to the operator's user"
+            ));
+            assert!(
+                e.to_string().to_lowercase().contains("permission"),
+                "{image}: {args:?}: {e}"
+            );
+        }
 
         let late = kill_9_then_held_and_released(&env, name, 0, &client).await;
         println!("{image} ({version}): locks, held after kill -9, released {late:?} after heldUntil");

@@ -331,11 +331,18 @@ pub fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
     }
 }
 
-/// What the operator's own user may run: everything but `DEBUG` and `MODULE`, which it never
-/// sends. Redis >= 7.0 and Valkey disable both server-wide by default; Redis 6.2 has no such
-/// switch, so without these denials anyone holding the admin password could load a module or
-/// `DEBUG RELOAD`/`DEBUG SET-ACTIVE-EXPIRE` a member out from under the hold.
-pub const ADMIN_RULES: &str = "~* &* +@all -debug -module";
+/// What the operator's own user may run: exactly the commands the operator sends (`AUTH`,
+/// `INFO`, `TIME`, `ACL GETUSER|SETUSER`, `CLIENT KILL`, `CONFIG GET`, `SCAN`, `PTTL`), plus
+/// read-only inspection an admin may need with its password (`PING`, `HELLO`, `ROLE`,
+/// `CLIENT LIST`, `GET`). Nothing that drops, moves or persists keys, or changes the server:
+/// no `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `RESTORE`, `CONFIG SET`, `REPLICAOF`, `SHUTDOWN`,
+/// `DEBUG` or `MODULE` — a key lost on a serving member without a restart is exactly the loss
+/// the hold exists for, and nothing would start one. `ACL SETUSER` is needed for every fence
+/// and release, so whoever holds the admin password can still widen this user on purpose;
+/// the rule stops the accident (an admin "cleaning up" a member), not a determined insider.
+/// Every command named exists in every Redis the spec allows (6.2 and newer; subcommand
+/// allow rules are 6.0).
+pub const ADMIN_RULES: &str = "~* &* -@all +auth +hello +ping +info +time +role +scan +pttl +get +acl|getuser +acl|setuser +client|kill +client|list +config|get";
 
 /// The ACL file. The client user is `off`: a process started from this file serves no lock
 /// client until the operator releases it.
@@ -724,6 +731,45 @@ pub fn recover_or_restore(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_admin_user_may_run_only_what_the_operator_sends_and_reads() {
+        let rules: Vec<&str> = ADMIN_RULES.split(' ').collect();
+        assert_eq!(rules[..3], ["~*", "&*", "-@all"], "everything denied first");
+        for rule in &rules[3..] {
+            assert!(
+                rule.starts_with('+') && !rule.starts_with("+@"),
+                "{rule}: one command at a time"
+            );
+        }
+        for dropping in [
+            "flushall",
+            "flushdb",
+            "swapdb",
+            "restore",
+            "config",
+            "config|set",
+            "replicaof",
+            "slaveof",
+            "shutdown",
+            "debug",
+            "module",
+            "del",
+            "unlink",
+            "expire",
+            "pexpire",
+            "set",
+            "eval",
+            "failover",
+            "migrate",
+            "move",
+        ] {
+            assert!(
+                !rules.contains(&format!("+{dropping}").as_str()),
+                "{dropping} allowed"
+            );
+        }
+    }
+
     use super::*;
 
     fn creds() -> Credentials {
@@ -751,7 +797,7 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("user redlock-admin on #"))
             .unwrap();
-        assert!(admin.ends_with(" ~* &* +@all -debug -module"), "{admin}");
+        assert!(admin.ends_with(&format!(" {ADMIN_RULES}")), "{admin}");
         assert!(!acl.contains("adminpw") && !acl.contains("clientpw"));
         assert!(acl.contains(&password_hash("clientpw")));
         // sha256("clientpw")

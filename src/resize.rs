@@ -41,13 +41,16 @@ pub struct Limits {
 /// waiting (a scale-up publishes at once; a confirmation or a scale-down lowers `confirmed`).
 /// A scale-down's `published` moves in [`after_plan`], once the removed members are fenced
 /// and held.
-pub fn before_plan(cluster: &RedlockCluster, told: Told) -> Limits {
+///
+/// `nonce` is this reconcile's random part of a new confirmation token
+/// ([`confirmation_token`]); a token already on record stays.
+pub fn before_plan(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits {
     let n = cluster.spec.instances;
     let status = cluster.status.as_ref();
     let prev_published = status.and_then(|s| s.published_instances);
     let prev_confirmed = status.and_then(|s| s.confirmed_instances);
     let (Some(published), Some(confirmed)) = (prev_published, prev_confirmed) else {
-        return without_record(cluster, told);
+        return without_record(cluster, told, nonce);
     };
     let confirmed = confirmed.min(n);
     if confirmed >= n {
@@ -57,11 +60,10 @@ pub fn before_plan(cluster: &RedlockCluster, told: Told) -> Limits {
             token: None,
         };
     }
-    let generation = cluster.metadata.generation.unwrap_or_default();
     let token = status
         .and_then(|s| s.confirmation_token.clone())
         .filter(|t| t.starts_with(&format!("{n}-")))
-        .unwrap_or_else(|| format!("{n}-{generation}"));
+        .unwrap_or_else(|| confirmation_token(cluster, nonce));
     let confirmed_by_user = cluster
         .metadata
         .annotations
@@ -73,6 +75,27 @@ pub fn before_plan(cluster: &RedlockCluster, told: Told) -> Limits {
         confirmed: if confirmed_by_user { n } else { confirmed },
         token: (!confirmed_by_user).then_some(token),
     }
+}
+
+/// A new confirmation token for a scale-up to N: `<N>-<generation>-<nonce>`. The count and
+/// generation tell a reader what it confirms; the nonce, drawn at random when the wait begins
+/// and kept in status, makes it unpredictable (safety review 3, N8): an annotation written
+/// together with the scale-up, or left over in a manifest from a deleted predecessor (whose
+/// generations started at 1 too), can never match it. Only a value read from this status
+/// (or the `Resizing` condition) confirms.
+pub fn confirmation_token(cluster: &RedlockCluster, nonce: &str) -> String {
+    format!(
+        "{}-{}-{nonce}",
+        cluster.spec.instances,
+        cluster.metadata.generation.unwrap_or_default()
+    )
+}
+
+/// A fresh nonce for [`confirmation_token`]: 64 random bits, hex.
+pub fn new_nonce() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What the published objects tell clients: the second record of a resize, read when the
@@ -111,10 +134,10 @@ impl Told {
 /// members are removed safely. And unknown means unsafe: a scale-up waiting for its
 /// confirmation (the longer list published, `confirmedInstances` below it) keeps waiting, for
 /// a new token; a shorter list clients were told bounds what may be released, too.
-fn without_record(cluster: &RedlockCluster, told: Told) -> Limits {
+fn without_record(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits {
     let n = cluster.spec.instances;
     let confirmed = told.confirmed().unwrap_or(n).clamp(0, n);
-    let token = (confirmed < n).then(|| format!("{n}-{}", cluster.metadata.generation.unwrap_or_default()));
+    let token = (confirmed < n).then(|| confirmation_token(cluster, nonce));
     Limits {
         published: told.longest().unwrap_or(n).max(n),
         confirmed,
@@ -209,6 +232,14 @@ pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(Condi
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nonces_are_random_hex() {
+        let (a, b) = (super::new_nonce(), super::new_nonce());
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
     use super::*;
     use crate::crd::{MemberState, RedlockClusterStatus};
     use crate::observe::{Probe, RedisInfo};
@@ -256,7 +287,7 @@ mod tests {
                 Some(3),
                 None,
                 Limits {
-                    token: token("5-4"),
+                    token: token("5-4-n0"),
                     ..limits(5, 3)
                 },
             ),
@@ -266,7 +297,7 @@ mod tests {
                 Some(3),
                 Some("3"),
                 Limits {
-                    token: token("5-4"),
+                    token: token("5-4-n0"),
                     ..limits(5, 3)
                 },
             ),
@@ -277,7 +308,7 @@ mod tests {
                 Some(3),
                 Some("5"),
                 Limits {
-                    token: token("5-4"),
+                    token: token("5-4-n0"),
                     ..limits(5, 3)
                 },
             ),
@@ -287,12 +318,24 @@ mod tests {
                 Some(3),
                 Some("5-3"),
                 Limits {
-                    token: token("5-4"),
+                    token: token("5-4-n0"),
                     ..limits(5, 3)
                 },
             ),
-            (5, Some(3), Some(3), Some("5-4"), limits(5, 5)),
-            (5, Some(5), Some(3), Some(" 5-4 "), limits(5, 5)),
+            // The predictable `<N>-<generation>` (written with the scale-up, or left over from
+            // a deleted predecessor) does not confirm: only the token with its nonce does.
+            (
+                5,
+                Some(3),
+                Some(3),
+                Some("5-4"),
+                Limits {
+                    token: token("5-4-n0"),
+                    ..limits(5, 3)
+                },
+            ),
+            (5, Some(3), Some(3), Some("5-4-n0"), limits(5, 5)),
+            (5, Some(5), Some(3), Some(" 5-4-n0 "), limits(5, 5)),
             // Scale-down: confirmed drops at once (removed members never serve again),
             // published waits.
             (3, Some(5), Some(5), None, limits(5, 3)),
@@ -303,7 +346,7 @@ mod tests {
                 Some(3),
                 None,
                 Limits {
-                    token: token("4-4"),
+                    token: token("4-4-n0"),
                     ..limits(5, 3)
                 },
             ),
@@ -311,7 +354,7 @@ mod tests {
             let mut c = cluster(n, published, confirmed, annotation);
             c.metadata.generation = Some(4);
             assert_eq!(
-                before_plan(&c, Told::default()),
+                before_plan(&c, Told::default(), "n0"),
                 want,
                 "{n} {published:?} {confirmed:?} {annotation:?}"
             );
@@ -320,7 +363,7 @@ mod tests {
         let mut c = cluster(5, Some(5), Some(3), Some("5-2"));
         c.metadata.generation = Some(9);
         c.status.as_mut().unwrap().confirmation_token = Some("5-2".into());
-        assert_eq!(before_plan(&c, Told::default()), limits(5, 5));
+        assert_eq!(before_plan(&c, Told::default(), "n0"), limits(5, 5));
     }
 
     /// Safety-review F6/F8: a status wiped or restored without the resize's record. The
@@ -336,7 +379,7 @@ mod tests {
         let mut c = cluster(5, None, None, None);
         c.metadata.generation = Some(7);
         let waiting = |published, confirmed| Limits {
-            token: Some("5-7".to_owned()),
+            token: Some("5-7-n0".to_owned()),
             ..limits(published, confirmed)
         };
         for (what, t, want) in [
@@ -362,7 +405,7 @@ mod tests {
             ("scale-down under way", told(Some(7), Some(7)), limits(7, 5)),
             ("nonsense", told(Some(5), Some(-2)), waiting(5, 0)),
         ] {
-            assert_eq!(before_plan(&c, t), want, "{what}");
+            assert_eq!(before_plan(&c, t, "n0"), want, "{what}");
         }
         // The ConfigMap's writes were refused through a scale-down 5 -> 3 (it still says 5 of
         // 5) while `<name>-client` told the list of 3; scaled up to 5 again and wiped: the
@@ -372,18 +415,18 @@ mod tests {
             confirmed: Some(5),
             client_servers: Some(3),
         };
-        assert_eq!(before_plan(&c, stale), waiting(5, 3));
+        assert_eq!(before_plan(&c, stale, "n0"), waiting(5, 3));
         // Only the client Secret is left (the ConfigMap gone): its list counts alone.
         let secret_only = Told {
             client_servers: Some(3),
             ..Told::default()
         };
-        assert_eq!(before_plan(&c, secret_only), waiting(5, 3));
+        assert_eq!(before_plan(&c, secret_only, "n0"), waiting(5, 3));
         let longer = Told {
             client_servers: Some(7),
             ..Told::default()
         };
-        assert_eq!(before_plan(&c, longer), limits(7, 5));
+        assert_eq!(before_plan(&c, longer, "n0"), limits(7, 5));
     }
 
     /// A rejected spec changes no limit: the record in status stands, and without one the

@@ -57,6 +57,9 @@ pub struct Facts<'a> {
     pub password_rotation: Vec<crate::conditions::Desired>,
     /// The cluster's spec hash (`resources::hash::spec_hash`), which pods of the spec carry.
     pub spec_hash: &'a str,
+    /// Random, drawn for this reconcile: the unpredictable part of a new confirmation token
+    /// (`resize::confirmation_token`).
+    pub nonce: &'a str,
 }
 
 /// The decision's steps in their order, each feeding the next: the hold in force, the
@@ -71,7 +74,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let hold = hold_policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
-        resize::before_plan(cluster, obs.told)
+        resize::before_plan(cluster, obs.told, facts.nonce)
     } else {
         resize::while_rejected(cluster, obs.told)
     };
@@ -385,6 +388,7 @@ mod tests {
                 release_blocked: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
+                nonce: "n0",
             },
             Reading::at(now),
         )
@@ -571,6 +575,7 @@ mod tests {
                 release_blocked: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
+                nonce: "n0",
             },
             Reading::at(at(100)),
         );

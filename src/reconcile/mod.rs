@@ -131,6 +131,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let timers = ctx.memory.timers.get(&uid);
     let release_blocked = ctx.clock.release_blocked();
     let spec_hash = ctx.memory.spec_hashes.of(cluster);
+    let nonce = crate::resize::new_nonce();
     let decision = decide::decide(
         cluster,
         &decide::Facts {
@@ -142,6 +143,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             release_blocked: release_blocked.as_deref(),
             password_rotation,
             spec_hash: &spec_hash,
+            nonce: &nonce,
         },
         clock,
     );

@@ -443,15 +443,16 @@ impl<'a> ClusterTarget<'a> {
         // Both lists in use on the shorter list's members alone.
         tokio::time::sleep(BOTH_LISTS).await;
         let grown = self.env.patch_spec(&self.name, json!({"instances": full})).await;
-        let token = format!("{full}-{}", grown.metadata.generation.unwrap_or_default());
+        // `<N>-<generation>-<nonce>`: the nonce is drawn by the operator, read from status.
+        let prefix = format!("{full}-{}-", grown.metadata.generation.unwrap_or_default());
         let env = &*self.env;
-        wait_for("confirmation asked for", Duration::from_secs(120), async || {
+        let token = wait_for("confirmation asked for", Duration::from_secs(120), async || {
             let asked = env
                 .cluster(&self.name)
                 .await
                 .status
                 .and_then(|s| s.confirmation_token);
-            Ok((asked.as_deref() == Some(token.as_str())).then_some(()))
+            Ok(asked.filter(|t| t.starts_with(&prefix)))
         })
         .await;
         // Both lists in use while the new members are fenced, waiting for the confirmation.

@@ -174,7 +174,10 @@ async fn a_slot_whose_old_process_cannot_be_reached_stays_held_until_it_is_found
             m.state == MemberState::Ready && m.run_id == waiting.run_id
         })
         .await;
-    assert!(released.unstopped.as_ref().is_none_or(|u| u.fenced), "{released:?}");
+    assert!(
+        released.unstopped.as_ref().is_none_or(|u| u.fenced),
+        "{released:?}"
+    );
     assert!(
         connect(old[1], &login).await.is_err(),
         "the old process stays fenced"
@@ -281,4 +284,60 @@ async fn publishing_the_shorter_list_over_a_removed_process_never_found_says_so(
     for pid in paused {
         kill(pid, Signal::SIGCONT).unwrap();
     }
+}
+
+/// Safety review 3, N3, and the kubelet's evidence: a member force-deleted on a healthy node
+/// while its process does not answer (paused, so it neither answers nor refuses; its kubelet
+/// kills it, and its address then leads nowhere). Only the node's kubelet can show that no
+/// container of the pod runs any more: the replacement is released on that evidence, the
+/// search ends (`UnstoppedProcessGone`, naming the kubelet), and the record keeps nothing the
+/// cluster would wait for again.
+#[tokio::test]
+async fn a_force_deleted_member_is_proven_gone_by_its_kubelet_and_its_search_ends() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let before = env.member(NAME, 1).await.unwrap();
+    assert!(
+        before.pod_uid.is_some() && before.node.is_some(),
+        "the record names its process's pod and node: {before:?}"
+    );
+    let pid = Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let m = env
+        .wait_member(
+            NAME,
+            1,
+            "replacement released, search ended",
+            Duration::from_secs(120),
+            |m| m.state == MemberState::Ready && m.run_id != before.run_id && m.unstopped.is_none(),
+        )
+        .await;
+    assert!(m.message.is_none(), "{m:?}");
+    let events: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cp.client(), &env.ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+    let gone: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("UnstoppedProcessGone"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    assert!(
+        gone.iter()
+            .any(|n| n.contains("the kubelet of node") && n.contains("runs no container of its pod")),
+        "the kubelet's answer ended the search: {gone:?}"
+    );
 }

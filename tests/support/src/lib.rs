@@ -20,7 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use redlock_operator::crd::{MemberStatus, RedlockCluster};
 use redlock_testenv::controlplane::OPERATOR_USER;
-use redlock_testenv::operator::OperatorProcess;
+use redlock_testenv::operator::{OperatorProcess, deployment_restarts};
 use redlock_testenv::{ControlPlane, ControlPlaneConfig};
 use serde_json::json;
 
@@ -318,6 +318,13 @@ pub async fn start_replica(
 }
 
 /// An operator with extra environment variables (libfaketime's: `redlock_testenv::operator::faketime_env`).
+///
+/// Every test's operator (this, `start_operator*`, `start_replica`, `Env`'s) runs as a
+/// Deployment's pod would: when it exits on its own (its lease lost on a loaded machine, a
+/// crash) it is started again with the kubelet's back-off, same flags, port and log
+/// (`redlock_testenv::operator::deployment_restarts`). A test that kills it (`kill`,
+/// `terminate`) or waits for its exit (`wait_exit`) ends that first, so the exit it causes or
+/// exercises is final; `OperatorProcess::stop_restarting` says so without either.
 pub async fn start_operator_env(
     cp: &ControlPlane,
     log: &str,
@@ -329,9 +336,15 @@ pub async fn start_operator_env(
     let kubeconfig = cp
         .kubeconfig_for_user(OPERATOR_USER, Some("system:masters"))
         .unwrap();
-    let mut op =
-        OperatorProcess::start_with_env(&operator_bin(), &kubeconfig, &cp.dir().join(log), args, env)
-            .unwrap();
+    let mut op = OperatorProcess::start_with_restarts(
+        &operator_bin(),
+        &kubeconfig,
+        &cp.dir().join(log),
+        args,
+        env,
+        deployment_restarts(),
+    )
+    .unwrap();
     op.wait_ready(Duration::from_secs(60)).await.unwrap();
     op
 }

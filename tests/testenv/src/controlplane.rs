@@ -142,6 +142,9 @@ pub struct ControlPlane {
     pki: Pki,
     node_clocks: bool,
     _tempdir: Option<tempfile::TempDir>,
+    /// Its slot of the machine's budget (`budget`): declared last, freed once everything
+    /// above is gone.
+    slot: crate::budget::Slot,
 }
 
 /// The repository root (two levels above this crate).
@@ -179,6 +182,19 @@ impl ControlPlane {
                  (tests/nodes/images.sh): set real_nodes: false"
             );
         }
+        // The machine's budget of control planes first: nothing of this one starts (etcd,
+        // nodes) before it has a slot, so the control planes of every test binary running
+        // side by side fit the machine; the rest wait here.
+        let slot = crate::budget::acquire(&format!(
+            "control plane with {} {} nodes",
+            config.nodes,
+            if config.real_nodes {
+                "real"
+            } else {
+                "process-kubelet"
+            }
+        ))
+        .await?;
         if config.real_nodes {
             // Loopback and private mounts first: etcd binds before any node.
             crate::nodes::namespace::prepare()?;
@@ -223,6 +239,10 @@ impl ControlPlane {
         let pki = Pki::write(&dir.join("pki"), service_ip, &[api_ip])?;
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
+        std::fs::write(
+            logs.join("control-plane-slot.log"),
+            format!("{}\n", slot.describe()),
+        )?;
 
         let mut processes = Vec::new();
         let etcd_port = free_port()?;
@@ -361,6 +381,7 @@ impl ControlPlane {
             pki: pki.clone(),
             node_clocks: config.node_clocks.is_some(),
             _tempdir: tempdir,
+            slot,
         };
         // The service-account controller creating `default` proves the controller manager
         // runs; pods cannot be created in a namespace before its `default` account exists.
@@ -479,6 +500,12 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// How long this control plane waited for its slot of the machine's budget
+    /// ([`crate::budget`]) before anything of it started.
+    pub fn slot_wait(&self) -> Duration {
+        self.slot.waited()
     }
 
     /// A kubeconfig that logs in as `user` in `group` (a client certificate), so it may do

@@ -6,6 +6,7 @@
 //! Everything started here is torn down on drop, also when a test panics; every child
 //! process additionally gets `PR_SET_PDEATHSIG` so even a killed test binary leaks nothing.
 
+pub mod budget;
 pub mod certs;
 pub mod controlplane;
 pub mod faults;

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use redlock_testenv::NodeImages;
 use redlock_testenv::controlplane::{ControlPlane, ControlPlaneConfig, repo_root};
 use redlock_testenv::nodes::{namespace, port_forward};
-use redlock_testenv::operator::OperatorProcess;
+use redlock_testenv::operator::{OperatorProcess, deployment_restarts};
 
 struct Args {
     nodes: usize,
@@ -183,11 +183,14 @@ async fn environment(args: Args) -> Result<()> {
     ]))?;
     // Built by the same `cargo build` into the same target directory as this binary.
     let operator_bin = std::env::current_exe()?.with_file_name("redlock-operator");
-    let mut operator = OperatorProcess::start(
+    // As a Deployment runs it: started again (kubelet's back-off) should it exit on its own.
+    let mut operator = OperatorProcess::start_with_restarts(
         &operator_bin,
         cp.kubeconfig(),
         &state.join("logs/operator.log"),
         &[],
+        &[],
+        deployment_restarts(),
     )?;
     operator.wait_ready(Duration::from_secs(60)).await?;
     eprintln!(

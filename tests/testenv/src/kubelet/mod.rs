@@ -8,7 +8,7 @@
 //! namespace), `image` (image → program table), `env`, `volumes`, `probes`, `status`
 //! (pure pod status), `backoff`, `ipam`, `proc_table` (owner of every process).
 
-mod backoff;
+pub(crate) mod backoff;
 mod dispatch;
 mod env;
 mod image;

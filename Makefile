@@ -11,8 +11,10 @@ PREFIX ?= $(HOME)/.local
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
 ## default: each control plane's nodes get a network namespace of their own, so the tests of a
-## binary run TEST_THREADS (2) at a time, each with its own control plane and nodes, whatever
-## the machine's cores. Tests that need the process kubelet say so (README "Real nodes").
+## binary run TEST_THREADS (2) at a time, each with its own control plane and nodes; how many
+## control planes run at once on the machine is one budget for every binary (one per core,
+## REDLOCK_TEST_CONTROL_PLANES; the rest queue). Tests that need the process kubelet say so
+## (README "Real nodes").
 ## The test binaries themselves run TEST_BINARIES (2) at a time (tests/tools/run-test-binaries.sh),
 ## the longest (TEST_FIRST) first. Three at a time passed once from cold (e6b9383) but shortened
 ## the test phase only from about 1,470 to 1,400 s: each binary ran 15-25 % slower.

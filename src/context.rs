@@ -128,6 +128,8 @@ pub struct Memory {
     /// The clusters at rest, watched by probes instead of reconciled every period
     /// ([`crate::at_rest`]); after a restart every cluster is reconciled, and rests again.
     pub resting: crate::at_rest::Resting,
+    /// How long each member's process has gone without answering ([`crate::silences`]).
+    pub silences: crate::silences::Silences,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
     pub probe_connections: crate::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.

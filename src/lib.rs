@@ -54,6 +54,7 @@ pub mod rest_watch;
 pub mod rollout;
 pub mod server_clock;
 pub mod serving_gate;
+pub mod silences;
 pub mod spec_hashes;
 pub mod status;
 pub mod telemetry;

@@ -195,6 +195,9 @@ pub struct SlotObservation {
     pub tls_ca: Option<Vec<u8>>,
     /// The operator's readiness gate on the pod ([`SERVING_CONDITION`]), as the pod shows it.
     pub serving_gate: ServingGate,
+    /// How long the pod's process has gone without answering the operator's probes
+    /// ([`crate::silences`]); `None` while it answers (or was not probed).
+    pub silent_for: Option<std::time::Duration>,
     /// The pod is `Finished` but no kubelet reported its container terminated: the control
     /// plane marked it failed (the pod garbage collector does so for a pod whose node was
     /// deleted), which proves nothing about its process, as with a pod that vanished.
@@ -312,6 +315,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         tls_secret: tls_secret_of(pod),
         tls_ca: None,
         serving_gate: serving_gate_of(pod),
+        silent_for: None,
         stop_unconfirmed,
     }
 }

@@ -15,6 +15,7 @@ use crate::crd::{MemberState, MemberStatus};
 use crate::model::Slot;
 use crate::observe::{PodState, ServingGate, SlotObservation};
 use crate::release_ahead::Released;
+use crate::silences::HUNG_AFTER;
 
 pub use crate::resources::names::SERVING_CONDITION;
 
@@ -138,6 +139,16 @@ fn desired(
             format!("process {} runs, not the released {run_id}", info.run_id),
         ),
         Some(_) => not_serving("NotReleased", format!("process {run_id} is fenced")),
+        // A hung process (safety review 3, N7) leaves its Services after a bounded silence:
+        // routing only, no hold (its keys are presumed intact); its first answer reopens the
+        // gate (the arm above).
+        None if o.silent_for.is_some_and(|d| d >= HUNG_AFTER) => not_serving(
+            "NotAnswering",
+            format!(
+                "process {run_id} has not answered the operator for {} s: out of its Services until it answers (keys presumed intact, no hold)",
+                o.silent_for.unwrap_or_default().as_secs()
+            ),
+        ),
         None => None,
     }
 }
@@ -147,6 +158,7 @@ mod tests {
     use super::*;
     use crate::observe::{Probe, RedisInfo};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use std::time::Duration;
 
     fn record(state: MemberState, run_id: Option<&str>, container: Option<&str>) -> MemberStatus {
         MemberStatus {
@@ -398,6 +410,35 @@ mod tests {
                 assert_eq!(written(&ready, running(gate, "c1", probe), &[]), None);
             }
         }
+    }
+
+    /// Safety review 3, N7: a released process that hangs leaves its Services once it has
+    /// not answered for `HUNG_AFTER` (not before: one slow answer must not flap a Service),
+    /// and its first answer puts it back. No hold, no loss: the record stays `Ready`.
+    #[test]
+    fn a_hung_released_process_leaves_its_services_after_a_bounded_silence() {
+        let ready = [record(MemberState::Ready, Some("r1"), Some("c1"))];
+        let silent = |for_: Duration| SlotObservation {
+            silent_for: Some(for_),
+            ..running(ServingGate::Set(true), "c1", Probe::Failed("timeout".into()))
+        };
+        assert_eq!(
+            written(&ready, silent(HUNG_AFTER - Duration::from_millis(1)), &[]),
+            None
+        );
+        assert_eq!(written(&ready, silent(HUNG_AFTER), &[]), Some(false));
+        let closed = SlotObservation {
+            serving_gate: ServingGate::Set(false),
+            ..silent(HUNG_AFTER * 3)
+        };
+        assert_eq!(
+            written(&ready, closed, &[]),
+            None,
+            "already out: nothing to write"
+        );
+        // It answers again, still released: back in.
+        let back = running(ServingGate::Set(false), "c1", answered("r1", true));
+        assert_eq!(written(&ready, back, &[]), Some(true));
     }
 
     #[test]

@@ -756,3 +756,64 @@ async fn held_name_leads_nowhere(resolver: &Resolver, server: &str, until: Times
     }
     println!("{server} led nowhere through its hold ({checks} checks after the first)");
 }
+
+/// Safety review 3, N7: a released member whose process hangs (SIGSTOP) passes the kubelet's
+/// TCP readiness dial (the kernel completes the handshake), so only the operator can take it
+/// out of its Services: after `silences::HUNG_AFTER` without an answer its readiness gate
+/// closes and the pod is not Ready; the record stays `Ready` (no hold: its keys are intact).
+/// Its first answer puts it back.
+#[tokio::test]
+async fn a_hung_member_leaves_its_services_until_it_answers_again() {
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let before = env.member(NAME, 1).await.unwrap();
+    let pod = format!("{NAME}-1");
+    let ready = async |env: &Env| -> Option<bool> {
+        let p = env.pods().get(&pod).await.ok()?;
+        let conditions = p.status?.conditions?;
+        let c = conditions.iter().find(|c| c.type_ == "Ready")?;
+        Some(c.status == "True")
+    };
+    assert_eq!(ready(&env).await, Some(true));
+    env.cp
+        .nodes()
+        .signal_pod(&env.ns, &pod, Signal::SIGSTOP)
+        .await
+        .unwrap();
+    let stopped = std::time::Instant::now();
+    wait_for("the hung member not Ready", Duration::from_secs(40), async || {
+        Ok((ready(&env).await == Some(false)).then_some(()))
+    })
+    .await;
+    println!("hung member out of its Services after {:?}", stopped.elapsed());
+    assert!(
+        stopped.elapsed() >= redlock_operator::silences::HUNG_AFTER,
+        "not before a bounded silence"
+    );
+    let m = env.member(NAME, 1).await.unwrap();
+    assert_eq!(
+        m.state,
+        redlock_operator::crd::MemberState::Ready,
+        "no hold: {m:?}"
+    );
+    assert_eq!(m.run_id, before.run_id);
+    env.cp
+        .nodes()
+        .signal_pod(&env.ns, &pod, Signal::SIGCONT)
+        .await
+        .unwrap();
+    wait_for("the member Ready again", Duration::from_secs(30), async || {
+        Ok((ready(&env).await == Some(true)).then_some(()))
+    })
+    .await;
+    let m = env.member(NAME, 1).await.unwrap();
+    assert_eq!(
+        (m.state, m.run_id),
+        (redlock_operator::crd::MemberState::Ready, before.run_id)
+    );
+}

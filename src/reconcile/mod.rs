@@ -263,6 +263,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.children.forget(uid);
         ctx.memory.credentials.forget(uid);
         ctx.memory.spec_hashes.forget(uid);
+        ctx.memory.silences.forget(uid);
         ctx.memory.endpoints.forget(uid);
         ctx.memory.probe_connections.forget(uid);
         ctx.memory

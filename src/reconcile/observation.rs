@@ -21,6 +21,7 @@ use crate::observe::{self, PodState, Probe, SlotObservation};
 use crate::redis_admin::{AdminAccess, ProbeFailure};
 use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
 use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
+use crate::silences::Heard;
 use crate::{failure_domains, ttl_audit, ttl_sampling};
 
 pub struct Observation {
@@ -292,6 +293,19 @@ async fn probe_all(
             Err(e) if e.refused => o.probe = Probe::Refused(e.why),
             Err(e) => o.probe = Probe::Failed(e.why),
         }
+    }
+    let now = std::time::Instant::now();
+    for (slot, o) in observed.iter_mut() {
+        let heard = match o.probe {
+            Probe::Answered(_) => Heard::Answered,
+            Probe::Failed(_) => Heard::Silent,
+            _ => Heard::Other,
+        };
+        let container = match &o.pod {
+            PodState::Running { container_id, .. } => container_id.clone().unwrap_or_default(),
+            _ => String::new(),
+        };
+        o.silent_for = ctx.memory.silences.heard(&uid, *slot, &container, heard, now);
     }
     tracks
 }

@@ -1,7 +1,9 @@
 //! `make safety`: the full safety suite, ≥ 200 faults by default (`SAFETY_FAULTS`, and
 //! `SAFETY_SEED` to replay a run; a fresh seed from the clock otherwise). Exits non-zero
 //! unless the operator run has no violation and its clients kept getting locks (never 10 min
-//! without one), and the control run has at least one violation.
+//! without one), and the control run has at least one violation. Every run keeps its evidence
+//! (the operator's logs, the Kubernetes events and the RedlockCluster's status history of the
+//! operator run, the control's member history) under its output directory and names the files.
 //! `SAFETY_NODES=real` (`make safety-real-nodes`) runs it on real nodes, in the run's own
 //! namespaces, with every kind: a run that steps members' clocks runs them in the test image
 //! that follows its node's clock (`redis:7.0-faketime`).
@@ -50,7 +52,13 @@ fn main() {
         report.seed,
         settings.out_dir.join("report.json").display()
     );
+    // Where the operator's logs, the events and the status history of the run are, pass or
+    // fail; a failed run also spells out each violation with its members' replies.
+    print!("{}", report.evidence_text());
     if !report.passed() {
+        if report.violations_beyond_limits > 0 {
+            eprint!("{}", report.violations_text());
+        }
         std::process::exit(1);
     }
 }

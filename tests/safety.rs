@@ -5,7 +5,11 @@
 //! against a RedlockCluster, then the same faults against unfenced servers. On the run's
 //! default nodes: real nodes in `make test` (faults hit the containers' processes and the
 //! kubelets, clients reach the members through kube-proxy), else the process kubelet.
-//! `make safety` runs the long version (benches/safety_full.rs). Writes target/safety-short/.
+//! `make safety` runs the long version (benches/safety_full.rs). Writes target/safety-short/
+//! (and target/safety-short-clock/ on real nodes): the report, the history with each member's
+//! replies, and, pass or fail, each phase's evidence (`operator/evidence/`: the operator's
+//! logs, the Kubernetes events, the RedlockCluster's status history; `control/evidence/`: the
+//! members' history). A failure's message names the violations' members and those files.
 
 use redlock_safety::schedule::FaultKind;
 use redlock_test_support::safety_harness::{Settings, assert_safe, run};
@@ -54,7 +58,11 @@ async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_no
         vec![settings]
     };
     for settings in runs {
-        let report = run(&settings).await.expect("safety run");
+        // An error's message names the evidence kept of the phase that broke off.
+        let report = match run(&settings).await {
+            Ok(r) => r,
+            Err(e) => panic!("safety run in {} failed: {e:?}", settings.out_dir.display()),
+        };
         assert_safe(&report, &settings);
     }
 }

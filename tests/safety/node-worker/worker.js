@@ -5,6 +5,9 @@
 // servers reached by their published Service names. Driven by the harness over the line
 // protocol of tests/safety/src/protocol.rs; timestamps are CLOCK_MONOTONIC nanoseconds
 // (`process.hrtime` reads that clock on Linux), shared with the harness and the other workers.
+// For each lock it got, it also reports every member's reply to the acquisition and the
+// release (`reply` lines), noted around node-redlock's per-server script call
+// (`_executeScript`, redlock 4.2.0): node-redlock itself only says whether a quorum agreed.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -46,10 +49,48 @@ const clients = urls.map(
 for (const c of clients) c.on("error", () => {}); // reconnects on its own; failures count as no vote
 const redlock = new Redlock(clients, { driftFactor: 0.01, retryCount: 0 });
 redlock.on("clientError", () => {});
+
+// The `host:port` each client dials (no credentials), by its index in redlock.servers.
+const members = urls.map((u) => {
+  const url = new URL(u);
+  return `${url.hostname}:${url.port || 6379}`;
+});
+// Each member's reply to the lock script (acquire) and the unlock script (release) of the
+// operation in flight, in the order they arrived. node-redlock calls back once per server
+// and settles only when every server has answered (or timed out), so after `lock` and
+// `unlock` return the list is complete.
+let replies = [];
+const executeScript = redlock._executeScript;
+if (typeof executeScript !== "function") fatal("redlock has no _executeScript: not redlock 4.2.0");
+redlock._executeScript = function (server, name, args, callback) {
+  const member = members[this.servers.indexOf(server)];
+  const step = name === "lockScript" ? "acquire" : name === "unlockScript" ? "release" : name;
+  return executeScript.call(this, server, name, args, (err, response) => {
+    let outcome, detail = "";
+    if (err) {
+      outcome = "error";
+      detail = oneLine(err);
+    } else if (response === 1 || response === "1") {
+      outcome = "ok";
+    } else {
+      outcome = "no";
+      detail = step === "acquire" ? "key held" : "not ours or gone";
+    }
+    replies.push({ t: mono(), step, member, outcome, detail });
+    return callback(err, response);
+  });
+};
+// Writes the replies of `step` as `reply` lines of operation seq.
+const emitReplies = (seq, step) => {
+  for (const r of replies.filter((r) => r.step === step)) {
+    emit(`reply ${seq} ${r.t} ${r.step} ${r.member} ${r.outcome}${r.detail ? " " + r.detail : ""}`);
+  }
+};
 const counter = new Redis(process.env.COUNTER_ADDR);
 
 async function run(seq, key, ttl, hold) {
   if (ttl > maxTTL) fatal(`ttl ${ttl} above maxLockTTLMillis ${maxTTL}`);
+  replies = [];
   emit(`acquire_invoke ${seq} ${mono()}`);
   let lock;
   try {
@@ -59,6 +100,9 @@ async function run(seq, key, ttl, hold) {
     return;
   }
   emit(`acquire_ok ${seq} ${mono()} ${lock.expiration - Date.now()}`);
+  // With no retry, a granted lock's replies are those of its one attempt.
+  emitReplies(seq, "acquire");
+  replies = [];
   // The critical section: a read-modify-write that loses an update when two overlap.
   const v = Number((await counter.get("count:" + key)) || 0);
   await new Promise((r) => setTimeout(r, hold));
@@ -70,6 +114,7 @@ async function run(seq, key, ttl, hold) {
   } catch (err) {
     emit(`release_fail ${seq} ${mono()} ${oneLine(err)}`);
   }
+  emitReplies(seq, "release");
 }
 
 // Commands are handled one at a time, in order: the harness sends the next after `done`.

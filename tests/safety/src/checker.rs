@@ -127,6 +127,7 @@ pub(crate) mod tests {
             release_end: release.map(|r| (r + 1) * MS),
             release_failed: false,
             done: true,
+            replies: Vec::new(),
         }
     }
 

@@ -7,7 +7,22 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::protocol::Event;
+use crate::protocol::{Event, Outcome, Step};
+
+/// What one member answered the client library in one step of an operation, as its worker
+/// reported it (`reply` lines: only clients whose library shows it, only acquired operations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberReply {
+    pub step: Step,
+    /// The `host:port` the client dialed.
+    pub member: String,
+    /// When the reply reached the client (CLOCK_MONOTONIC ns).
+    pub t: u64,
+    pub outcome: Outcome,
+    /// The reply's text where it says more than the outcome (a Redis error, `key gone`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
 
 /// One lock operation: acquire, critical section, release. Times are CLOCK_MONOTONIC ns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -30,11 +45,26 @@ pub struct Op {
     pub release_end: Option<u64>,
     pub release_failed: bool,
     pub done: bool,
+    /// Each member's reply to the acquisition and the release, in the order they arrived;
+    /// empty where the worker's library does not show them (rslock) and for operations that
+    /// did not acquire (their workers send none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replies: Vec<MemberReply>,
 }
 
 impl Op {
     pub fn acquired(&self) -> bool {
         self.acquire_ok.is_some()
+    }
+
+    /// The members that granted this operation its lock (their acquire reply was `ok`), in
+    /// the order they answered.
+    pub fn locked_on(&self) -> Vec<&str> {
+        self.replies
+            .iter()
+            .filter(|r| r.step == Step::Acquire && r.outcome == Outcome::Ok)
+            .map(|r| r.member.as_str())
+            .collect()
     }
 }
 
@@ -66,6 +96,7 @@ impl History {
                 release_end: None,
                 release_failed: false,
                 done: false,
+                replies: Vec::new(),
             },
         );
         seq
@@ -80,6 +111,7 @@ impl History {
             | Event::ReleaseInvoke { seq, .. }
             | Event::ReleaseOk { seq, .. }
             | Event::ReleaseFail { seq, .. }
+            | Event::Reply { seq, .. }
             | Event::Done { seq } => *seq,
             Event::Ready { .. } => return Ok(None),
             Event::Error { message } => return Err(format!("worker {worker}: {message}")),
@@ -121,6 +153,19 @@ impl History {
                 op.release_end = Some(t);
                 op.release_failed = matches!(event, Event::ReleaseFail { .. });
             }
+            // A member's reply to the acquisition: after the attempt began, before the release.
+            Event::Reply {
+                t,
+                step: Step::Acquire,
+                ..
+            } if op.acquire_invoke.is_some_and(|i| i <= t) && op.release_invoke.is_none() => {
+                op.replies.push(reply(event))
+            }
+            Event::Reply {
+                t,
+                step: Step::Release,
+                ..
+            } if op.release_invoke.is_some_and(|r| r <= t) => op.replies.push(reply(event)),
             Event::Done { .. }
                 if op.acquire_fail.is_some() || (op.acquire_ok.is_some() && op.release_end.is_some()) =>
             {
@@ -143,6 +188,28 @@ impl History {
             .filter(|o| o.acquire_invoke.is_some())
             .cloned()
             .collect()
+    }
+}
+
+/// The `MemberReply` a `reply` event says.
+fn reply(event: &Event) -> MemberReply {
+    let Event::Reply {
+        t,
+        step,
+        member,
+        outcome,
+        detail,
+        ..
+    } = event
+    else {
+        unreachable!("only reply events")
+    };
+    MemberReply {
+        step: *step,
+        member: member.clone(),
+        t: *t,
+        outcome: *outcome,
+        detail: detail.clone(),
     }
 }
 
@@ -209,6 +276,73 @@ mod tests {
     }
 
     #[test]
+    fn keeps_each_members_reply_to_the_acquisition_and_the_release() {
+        let mut h = History::default();
+        let a = h.issue("go-redsync", "go-0", "k");
+        feed(
+            &mut h,
+            "go-0",
+            &[
+                "acquire_invoke 1 10",
+                "acquire_ok 1 20 2900",
+                "reply 1 12 acquire locks-0.t.svc:6379 ok",
+                "reply 1 13 acquire locks-1.t.svc:6379 no",
+                "reply 1 19 acquire locks-2.t.svc:6379 error i/o timeout",
+                "reply 1 14 acquire locks-3.t.svc:6379 ok",
+                "reply 1 15 acquire locks-4.t.svc:6379 ok",
+                "release_invoke 1 30",
+                "release_fail 1 40 not held on a quorum",
+                "reply 1 35 release locks-0.t.svc:6379 ok",
+                "reply 1 36 release locks-3.t.svc:6379 no key gone",
+                "done 1",
+            ],
+        )
+        .unwrap();
+        let op = h.get(a).unwrap();
+        assert_eq!(op.replies.len(), 7);
+        assert_eq!(
+            op.locked_on(),
+            ["locks-0.t.svc:6379", "locks-3.t.svc:6379", "locks-4.t.svc:6379"]
+        );
+        assert_eq!(
+            op.replies[2],
+            MemberReply {
+                step: Step::Acquire,
+                member: "locks-2.t.svc:6379".into(),
+                t: 19,
+                outcome: Outcome::Error,
+                detail: "i/o timeout".into()
+            }
+        );
+        assert_eq!(
+            (
+                op.replies[6].step,
+                op.replies[6].outcome,
+                op.replies[6].detail.as_str()
+            ),
+            (Step::Release, Outcome::No, "key gone")
+        );
+        // In history.json with the operation; an operation without replies has no field.
+        let json = serde_json::to_value(op).unwrap();
+        assert_eq!(json["replies"][0]["outcome"], "ok");
+        assert_eq!(json["replies"][0]["step"], "acquire");
+        assert!(json["replies"][0].get("detail").is_none());
+        h.issue("rslock", "rs-0", "k");
+        feed(
+            &mut h,
+            "rs-0",
+            &["acquire_invoke 2 50", "acquire_fail 2 60 x", "done 2"],
+        )
+        .unwrap();
+        assert!(
+            serde_json::to_value(h.get(2).unwrap())
+                .unwrap()
+                .get("replies")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn rejects_broken_workers() {
         let cases: &[&[&str]] = &[
             &["acquire_ok 1 20 100"],                                // no invoke
@@ -217,6 +351,29 @@ mod tests {
             &["acquire_invoke 1 10", "release_invoke 1 20"],         // release without lock
             &["acquire_invoke 1 10", "acquire_ok 1 20 1", "done 1"], // done before release
             &["acquire_invoke 1 10", "acquire_fail 1 20 x", "acquire_ok 1 30 1"],
+            // A reply before the attempt, to the acquisition after the release began, to a
+            // release never invoked, after done.
+            &["reply 1 5 acquire m:1 ok"],
+            &["acquire_invoke 1 10", "reply 1 5 acquire m:1 ok"],
+            &[
+                "acquire_invoke 1 10",
+                "acquire_ok 1 20 100",
+                "release_invoke 1 30",
+                "reply 1 31 acquire m:1 ok",
+            ],
+            &[
+                "acquire_invoke 1 10",
+                "acquire_ok 1 20 100",
+                "reply 1 25 release m:1 ok",
+            ],
+            &[
+                "acquire_invoke 1 10",
+                "acquire_ok 1 20 100",
+                "release_invoke 1 30",
+                "release_ok 1 40",
+                "done 1",
+                "reply 1 45 release m:1 ok",
+            ],
             &["acquire_invoke 9 10"], // unknown seq
             &["error cannot connect"],
         ];

@@ -5,15 +5,21 @@
 //! - `protocol`: the line protocol between the harness and the client workers;
 //! - `history`: the lock operations assembled from the workers' events;
 //! - `checker`: mutual exclusion per key and the shared counter;
+//! - `evidence`: the RedlockCluster's status history and the Kubernetes events a run keeps,
+//!   as lines and tables;
 //! - `rng` and `schedule`: the seeded, reproducible fault schedule;
 //! - `report`: per-fault-kind statistics, `report.json`, `summary.md`;
-//! - `timeline`: `timeline.svg`.
+//! - `timeline`: `timeline.svg`;
+//! - `violation`: a violation with its two operations, the members each locked and every
+//!   member's reply, as the report and a failing test's message show it.
 
 pub mod checker;
 pub mod clock;
+pub mod evidence;
 pub mod history;
 pub mod protocol;
 pub mod report;
 pub mod rng;
 pub mod schedule;
 pub mod timeline;
+pub mod violation;

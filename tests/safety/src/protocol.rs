@@ -13,21 +13,112 @@
 //!   `acquire_ok <seq> <t> <validity_ms>`  the library granted it, with its own validity
 //!   `acquire_fail <seq> <t> <reason…>`
 //!   `release_invoke <seq> <t>` / `release_ok <seq> <t>` / `release_fail <seq> <t> <reason…>`
+//!   `reply <seq> <t> <step> <member> <outcome> [<detail…>]`
+//!                                         what one member answered the client library in
+//!                                         `step` (`acquire`: its SET NX or lock script;
+//!                                         `release`: its unlock script), received at `t`:
+//!                                         `ok` (granted / released), `no` (answered, did not:
+//!                                         the key was there / not ours or gone), `error`
+//!                                         (a Redis error or a timeout, as the client saw it);
+//!                                         `member` is the `host:port` the client dialed. Sent
+//!                                         after the step's `acquire_ok` / `release_ok` /
+//!                                         `release_fail`, before `done`, and only by workers
+//!                                         whose library shows each member's reply (go-redsync
+//!                                         and node-redlock; rslock folds them into a count),
+//!                                         only for operations that acquired
 //!   `done <seq>`
 //!   `error <message…>`                    fatal; the worker exits
+
+use serde::Serialize;
 
 /// One line a worker wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    Ready { client: String },
-    AcquireInvoke { seq: u64, t: u64 },
-    AcquireOk { seq: u64, t: u64, validity_ms: i64 },
-    AcquireFail { seq: u64, t: u64, reason: String },
-    ReleaseInvoke { seq: u64, t: u64 },
-    ReleaseOk { seq: u64, t: u64 },
-    ReleaseFail { seq: u64, t: u64, reason: String },
-    Done { seq: u64 },
-    Error { message: String },
+    Ready {
+        client: String,
+    },
+    AcquireInvoke {
+        seq: u64,
+        t: u64,
+    },
+    AcquireOk {
+        seq: u64,
+        t: u64,
+        validity_ms: i64,
+    },
+    AcquireFail {
+        seq: u64,
+        t: u64,
+        reason: String,
+    },
+    ReleaseInvoke {
+        seq: u64,
+        t: u64,
+    },
+    ReleaseOk {
+        seq: u64,
+        t: u64,
+    },
+    ReleaseFail {
+        seq: u64,
+        t: u64,
+        reason: String,
+    },
+    Reply {
+        seq: u64,
+        t: u64,
+        step: Step,
+        member: String,
+        outcome: Outcome,
+        detail: String,
+    },
+    Done {
+        seq: u64,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// Which call of a lock operation a member's reply answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// The attempt that acquired: SET NX (go-redsync) or the lock script (node-redlock).
+    Acquire,
+    /// The release: the unlock script.
+    Release,
+}
+
+impl Step {
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Acquire => "acquire",
+            Step::Release => "release",
+        }
+    }
+}
+
+/// What a member answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Granted the lock (acquire) or removed our key (release).
+    Ok,
+    /// Answered without doing it: the key was held (acquire); not ours, or gone (release).
+    No,
+    /// No answer the client could use: a Redis error reply, a refused connection, a timeout.
+    Error,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::No => "no",
+            Outcome::Error => "error",
+        }
+    }
 }
 
 /// The command line for one lock operation.
@@ -83,6 +174,29 @@ pub fn parse(line: &str) -> Result<Event, String> {
                 seq,
                 t,
                 reason: rest(f),
+            }
+        }
+        "reply" => {
+            let (seq, t) = (num(f.next())?, num(f.next())?);
+            let step = match f.next() {
+                Some("acquire") => Step::Acquire,
+                Some("release") => Step::Release,
+                other => return Err(format!("bad step {other:?} in {line:?}")),
+            };
+            let member = f.next().ok_or(format!("missing member in {line:?}"))?.to_owned();
+            let outcome = match f.next() {
+                Some("ok") => Outcome::Ok,
+                Some("no") => Outcome::No,
+                Some("error") => Outcome::Error,
+                other => return Err(format!("bad outcome {other:?} in {line:?}")),
+            };
+            Event::Reply {
+                seq,
+                t,
+                step,
+                member,
+                outcome,
+                detail: rest(f),
             }
         }
         other => return Err(format!("unknown event {other:?} in {line:?}")),
@@ -149,6 +263,39 @@ mod tests {
         );
         assert_eq!(parse("done 7").unwrap(), Event::Done { seq: 7 });
         assert_eq!(
+            parse("reply 7 160 acquire locks-3.team.svc:6379 ok").unwrap(),
+            Event::Reply {
+                seq: 7,
+                t: 160,
+                step: Step::Acquire,
+                member: "locks-3.team.svc:6379".into(),
+                outcome: Outcome::Ok,
+                detail: String::new()
+            }
+        );
+        assert_eq!(
+            parse("reply 7 220 release 127.0.0.1:7001 error  Command   timed out").unwrap(),
+            Event::Reply {
+                seq: 7,
+                t: 220,
+                step: Step::Release,
+                member: "127.0.0.1:7001".into(),
+                outcome: Outcome::Error,
+                detail: "Command timed out".into()
+            }
+        );
+        assert_eq!(
+            parse("reply 7 220 release locks-0.team.svc:6379 no key gone").unwrap(),
+            Event::Reply {
+                seq: 7,
+                t: 220,
+                step: Step::Release,
+                member: "locks-0.team.svc:6379".into(),
+                outcome: Outcome::No,
+                detail: "key gone".into()
+            }
+        );
+        assert_eq!(
             parse("error boom now").unwrap(),
             Event::Error {
                 message: "boom now".into()
@@ -165,6 +312,10 @@ mod tests {
             "done x",
             "acquire_ok 1 2",
             "acquire_invoke 1",
+            "reply 1 2 acquire",
+            "reply 1 2 extend m:1 ok",
+            "reply 1 2 acquire m:1 maybe",
+            "reply 1 x acquire m:1 ok",
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::checker::{CounterMismatch, Violation};
 use crate::history::Op;
 use crate::schedule::FaultKind;
+use crate::violation::{ViolationDetail, WallClock, describe_all};
 
 /// A fault as it happened. Times are CLOCK_MONOTONIC ns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -189,6 +190,9 @@ pub struct PhaseReport {
     pub successful_operations: usize,
     pub faults: usize,
     pub violations: Vec<Violation>,
+    /// Each violation with its two operations, the members each was granted the lock on and
+    /// every member's reply (where the client shows them), and as text.
+    pub violation_details: Vec<ViolationDetail>,
     pub violations_after_fault_kind: BTreeMap<String, usize>,
     /// Violations that began inside a member clock jump's window ([`in_clock_jump_windows`]).
     pub violations_in_clock_jump_windows: usize,
@@ -282,6 +286,7 @@ impl PhaseReport {
             faults: faults.len(),
             violations_after_fault_kind: violations_after(&violations, faults),
             violations_in_clock_jump_windows: in_clock_jump_windows(&violations, faults),
+            violation_details: describe_all(&violations, ops, faults, None),
             violations,
             counter_mismatches,
             fault_kinds: kind_stats(ops, faults),
@@ -296,6 +301,25 @@ impl PhaseReport {
             duration_s,
         }
     }
+
+    /// The same, the violations' times also on the wall clock (UTC) `clock` gives: the times
+    /// the operator's log and the events show.
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        for d in &mut self.violation_details {
+            d.set_wall_clock(clock);
+        }
+        self
+    }
+}
+
+/// A file of a run's evidence in its output directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvidenceFile {
+    /// `operator` or `control`.
+    pub phase: String,
+    pub path: String,
+    /// What it holds.
+    pub what: String,
 }
 
 /// The run's first attempt and the longest stretch without an acquisition between it and the
@@ -347,6 +371,9 @@ fn shorten(reason: &str) -> String {
     }
 }
 
+/// How many violations a summary or a failure message spells out.
+pub const VIOLATIONS_SHOWN: usize = 20;
+
 /// `target/safety/report.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -369,6 +396,8 @@ pub struct Report {
     pub settings: serde_json::Value,
     pub operator: PhaseReport,
     pub control: PhaseReport,
+    /// What the run kept besides this report (operator logs, events, status history), where.
+    pub evidence: Vec<EvidenceFile>,
 }
 
 impl Report {
@@ -398,7 +427,46 @@ impl Report {
             settings,
             operator,
             control,
+            evidence: Vec::new(),
         }
+    }
+
+    pub fn with_evidence(mut self, evidence: Vec<EvidenceFile>) -> Self {
+        self.evidence = evidence;
+        self
+    }
+
+    /// The evidence files, one a line (`phase: path — what`); a line saying there is none.
+    pub fn evidence_text(&self) -> String {
+        if self.evidence.is_empty() {
+            return "evidence: none kept\n".into();
+        }
+        self.evidence
+            .iter()
+            .map(|e| format!("evidence ({}): {} — {}\n", e.phase, e.path, e.what))
+            .collect()
+    }
+
+    /// What a failing run's message says: each of the operator run's violations with its
+    /// members and replies (at most [`VIOLATIONS_SHOWN`]), and where the evidence is.
+    pub fn violations_text(&self) -> String {
+        let details = &self.operator.violation_details;
+        let mut s = format!(
+            "{} mutual-exclusion violation(s) in the operator run (seed {}):\n",
+            details.len(),
+            self.seed
+        );
+        for d in details.iter().take(VIOLATIONS_SHOWN) {
+            s.push_str(&d.text);
+        }
+        if details.len() > VIOLATIONS_SHOWN {
+            s.push_str(&format!(
+                "... and {} more in report.json (operator.violation_details)\n",
+                details.len() - VIOLATIONS_SHOWN
+            ));
+        }
+        s.push_str(&self.evidence_text());
+        s
     }
 
     /// The suite passes when the operator run is clean but for its stated limit (overlaps that
@@ -574,6 +642,25 @@ impl Report {
                 by_kind.join(", ")
             ));
         }
+        if !o.violation_details.is_empty() {
+            s.push_str(&format!(
+                "\n## Violations in the operator run\n\nEach with the members its holders were granted the lock on \
+                 and every member's reply their clients show (times after the fault injected last before it, and UTC, \
+                 as in the operator's log and the events){}:\n\n```\n",
+                if o.violation_details.len() > VIOLATIONS_SHOWN {
+                    format!(
+                        "; the first {VIOLATIONS_SHOWN} of {} (all in report.json)",
+                        o.violation_details.len()
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+            for d in o.violation_details.iter().take(VIOLATIONS_SHOWN) {
+                s.push_str(&d.text);
+            }
+            s.push_str("```\n");
+        }
         if let Some(v) = c.violations.first() {
             s.push_str(&format!(
                 "\nExample control violation: key `{}`, op {} ({}) acquired while op {} ({}) held it; both held for {:.0} ms.\n",
@@ -584,8 +671,22 @@ impl Report {
                 v.first_client,
                 v.overlap_ns as f64 / 1e6
             ));
+            if let Some(d) = c.violation_details.first() {
+                s.push_str(&format!("\n```\n{}```\n", d.text));
+            }
         }
         s.push_str("\nTimeline: `timeline.svg`.\n");
+        if !self.evidence.is_empty() {
+            s.push_str("\n## Evidence\n\n| phase | file | what |\n|---|---|---|\n");
+            for e in &self.evidence {
+                s.push_str(&format!(
+                    "| {} | `{}` | {} |\n",
+                    e.phase,
+                    e.path,
+                    shorten(&e.what)
+                ));
+            }
+        }
         s
     }
 }
@@ -874,6 +975,84 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("Member clock jumps"), "{md}");
+    }
+
+    #[test]
+    fn a_failing_runs_text_names_each_violations_members_and_the_evidence() {
+        use crate::history::MemberReply;
+        use crate::protocol::{Outcome, Step};
+        let r = |step, member: &str, t_ms: u64, outcome| MemberReply {
+            step,
+            member: format!("{member}.ns.svc:6379"),
+            t: t_ms * MS,
+            outcome,
+            detail: String::new(),
+        };
+        let mut a = held(1, "k", 100, 3000, Some(500));
+        a.client = "node-redlock".into();
+        a.replies = ["locks-0", "locks-1", "locks-3"]
+            .iter()
+            .map(|m| r(Step::Acquire, m, 100, Outcome::Ok))
+            .collect();
+        let mut b = held(2, "k", 300, 3000, Some(400));
+        b.client = "go-redsync".into();
+        b.replies = ["locks-2", "locks-3", "locks-4"]
+            .iter()
+            .map(|m| r(Step::Acquire, m, 300, Outcome::Ok))
+            .collect();
+        let ops = [a, b];
+        let faults = [fault(FaultKind::Partition, 50, 1000)];
+        let o = PhaseReport::new(&ops, &faults, crate::checker::overlaps(&ops), vec![], 1.0).with_wall_clock(
+            WallClock {
+                mono_ns: 0,
+                unix_ns: 0,
+            },
+        );
+        assert_eq!(o.violation_details.len(), 1);
+        let report =
+            Report::new(7, vec![], serde_json::json!({}), o.clone(), o).with_evidence(vec![EvidenceFile {
+                phase: "operator".into(),
+                path: "target/safety-short/operator/evidence/operator.log".into(),
+                what: "the operator's log".into(),
+            }]);
+        let text = report.violations_text();
+        for want in [
+            "1 mutual-exclusion violation(s) in the operator run (seed 7)",
+            "key k: op 2 (go-redsync) acquired +0.251 s (00:00:00.301Z) while op 1 (node-redlock)",
+            "locked on 3 of 3 that answered: locks-0, locks-1, locks-3",
+            "locked on 3 of 3 that answered: locks-2, locks-3, locks-4",
+            "granted to both by: locks-3",
+            "evidence (operator): target/safety-short/operator/evidence/operator.log — the operator's log",
+        ] {
+            assert!(text.contains(want), "{want:?} missing in:\n{text}");
+        }
+        let md = report.summary_markdown();
+        for want in [
+            "## Violations in the operator run",
+            "granted to both by: locks-3",
+            "## Evidence",
+            "| operator | `target/safety-short/operator/evidence/operator.log` | the operator's log |",
+        ] {
+            assert!(md.contains(want), "{want:?} missing in:\n{md}");
+        }
+        // The control's example shows its members too.
+        assert!(
+            md.contains("Example control violation") && md.matches("granted to both by").count() == 2,
+            "{md}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["evidence"][0]["phase"], "operator");
+        assert_eq!(json["operator"]["violation_details"][0]["second"]["seq"], 2);
+        // Nothing kept: said so.
+        let bare = Report::new(
+            7,
+            vec![],
+            serde_json::json!({}),
+            report.operator.clone(),
+            report.control.clone(),
+        );
+        assert_eq!(bare.evidence_text(), "evidence: none kept\n");
+        assert!(!bare.summary_markdown().contains("## Evidence"));
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! `REDLOCK_CONFIG_DIR`), servers reached by their published Service names. Driven by the
 //! harness over the line protocol of `tests/safety/src/protocol.rs`; timestamps are
 //! CLOCK_MONOTONIC nanoseconds, the clock the harness and the other workers read too.
+//!
+//! It sends no `reply` lines (each member's reply): rslock 0.10 folds every server's answer
+//! into a count inside `LockManager::lock` (its per-server calls and their `redis::Client`s
+//! are private), so which members granted a lock is not known to this worker. Reading the
+//! key back from each member afterwards would be another question at another time, not the
+//! reply the lock rested on, and is not done.
 
 use std::path::Path;
 use std::time::Duration;

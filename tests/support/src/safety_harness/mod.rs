@@ -8,6 +8,7 @@
 
 mod clock_jump;
 mod cluster_faults;
+mod evidence;
 mod forwarder;
 mod mounts;
 mod naive;
@@ -22,10 +23,11 @@ use anyhow::{Context, Result, bail};
 use redlock_safety::checker::{counter_mismatches, overlaps};
 use redlock_safety::clock::mono_ns;
 use redlock_safety::history::Op;
-use redlock_safety::report::{FaultRecord, PhaseReport, Report};
+use redlock_safety::report::{EvidenceFile, FaultRecord, PhaseReport, Report};
 use redlock_safety::rng::Rng;
 use redlock_safety::schedule::{Fault, FaultKind, ScheduleConfig, schedule};
 use redlock_safety::timeline::{self, Phase};
+use redlock_safety::violation::WallClock;
 use redlock_testenv::procs::{ManagedChild, free_port};
 use serde_json::json;
 
@@ -197,6 +199,11 @@ struct PhaseRun {
     counters: BTreeMap<String, i64>,
     start: u64,
     end: u64,
+    /// The phase's start on both clocks: its times in UTC, as its logs and events have them.
+    clock: WallClock,
+    /// What it kept besides the history (operator logs, events, status history; the
+    /// control's member history).
+    evidence: Vec<EvidenceFile>,
 }
 
 impl PhaseRun {
@@ -208,7 +215,16 @@ impl PhaseRun {
             counter_mismatches(&self.ops, &self.counters),
             (self.end - self.start) as f64 / 1e9,
         )
+        .with_wall_clock(self.clock)
     }
+}
+
+/// `files` one a line, for an error's context.
+fn evidence_lines(files: &[EvidenceFile]) -> String {
+    files
+        .iter()
+        .map(|e| format!("\n  {} — {}", e.path, e.what))
+        .collect()
 }
 
 /// Starts every client's workers against `mounts`; their names end in `suffix`.
@@ -274,6 +290,10 @@ fn progress(phase: &str, f: &FaultRecord, total: usize) {
     );
 }
 
+/// The operator run. Its evidence (`operator/evidence/`: the operator's logs, the events, the
+/// status history) is kept whatever the run's outcome, before the control plane goes: by
+/// `Recorder::finish` when the run returns (ok or an error, whose message then names the
+/// files), by the recorder's `Drop` when it panics.
 async fn operator_phase(
     settings: &Settings,
     plan: &[Fault],
@@ -293,6 +313,35 @@ async fn operator_phase(
         &[],
     )
     .await;
+    let dir = settings.out_dir.join("operator");
+    std::fs::create_dir_all(&dir)?;
+    // Declared after `env`, so dropped before it (a panic): the control plane's directory
+    // with the operator's logs is still there then.
+    let recorder = evidence::Recorder::start(&env, NAME, &dir.join("evidence"))?;
+    let result = operator_run(settings, plan, bins, rng, &mut env, &dir).await;
+    let files = recorder.finish(&env).await;
+    eprintln!("[operator] evidence kept in {}", dir.join("evidence").display());
+    match result {
+        Ok(mut run) => {
+            run.evidence = files;
+            Ok(run)
+        }
+        Err(e) => Err(e.context(format!(
+            "the operator run failed; its evidence:{}",
+            evidence_lines(&files)
+        ))),
+    }
+}
+
+/// The operator run on `env`, from creating the cluster to the last fault's recovery.
+async fn operator_run(
+    settings: &Settings,
+    plan: &[Fault],
+    bins: &workers::Bins,
+    rng: &mut Rng,
+    env: &mut Env,
+    dir: &Path,
+) -> Result<PhaseRun> {
     // On real nodes an image built here (`ControlPlane::redis_image`: under libfaketime when
     // members' clocks jump).
     let spec = json!({"instances": MEMBERS, "maxLockTTL": format!("{}ms", settings.max_lock_ttl_ms), "holdMargin": "500ms"});
@@ -302,15 +351,13 @@ async fn operator_phase(
     let services: Vec<String> = (0..MEMBERS).map(|i| format!("{NAME}-{i}")).collect();
     // Real nodes have kube-proxy; the process kubelet's ClusterIPs need the forwarder.
     let mut fwd = forwarder::start(env.cp.client(), &env.ns, &services, !settings.real_nodes).await?;
-    let dir = settings.out_dir.join("operator");
-    std::fs::create_dir_all(&dir)?;
     let counter = CounterServer::start(&dir.join("counter.log")).await?;
     let (secret, config) = mounts::read_published(env.cp.client(), &env.ns, NAME).await?;
     let ttl: u64 = config
         .get("maxLockTTLMillis")
         .context("maxLockTTLMillis")?
         .parse()?;
-    let m = mounts::write(&dir, &secret, &config, &fwd.hosts, &counter.addr)?;
+    let m = mounts::write(dir, &secret, &config, &fwd.hosts, &counter.addr)?;
     if settings.real_nodes {
         // The process kubelet's forwarders keep listening on the first ClusterIPs and forward
         // by Service name; kube-proxy serves each Service only at its current ClusterIP.
@@ -326,7 +373,7 @@ async fn operator_phase(
     let workload = Workload::start(Vec::new(), &shape, rng);
     let mut rejoin_rng = rng.fork();
     let mut main = workload.join(
-        start_workers(settings, bins, &m, &dir, "operator", "").await?,
+        start_workers(settings, bins, &m, dir, "operator", "").await?,
         &shape,
         &mut rejoin_rng,
     );
@@ -341,9 +388,9 @@ async fn operator_phase(
             base: &m,
             shape: shape.clone(),
             rng: rng.fork(),
-            dir: dir.clone(),
+            dir: dir.to_owned(),
         };
-        let mut target = ClusterTarget::new(&mut env, NAME, MEMBERS, clients);
+        let mut target = ClusterTarget::new(env, NAME, MEMBERS, clients);
         for f in plan {
             before_fault(&workload, f).await?;
             let rec = target.inject(f).await?;
@@ -364,7 +411,7 @@ async fn operator_phase(
                 let again = mounts::write_beside(&dir.join(format!("remount-{remounts}")), &secret, &config, &m)?;
                 let suffix = format!("-r{remounts}");
                 main = workload.join(
-                    start_workers(settings, bins, &again, &dir, "operator", &suffix).await?,
+                    start_workers(settings, bins, &again, dir, "operator", &suffix).await?,
                     &shape,
                     &mut rejoin_rng,
                 );
@@ -401,6 +448,10 @@ async fn operator_phase(
         counters,
         start,
         end,
+        // Any instant will do: neither clock is stepped on this machine during a run (the
+        // faults step the operator's and the members' clocks through libfaketime only).
+        clock: evidence::wall_clock(),
+        evidence: Vec::new(),
     })
 }
 
@@ -430,6 +481,7 @@ async fn control_phase(
         &shape,
         rng,
     );
+    let clock = evidence::wall_clock();
     let mut faults = Vec::new();
     let result = async {
         warm_up(&workload, 3).await?;
@@ -443,7 +495,14 @@ async fn control_phase(
     }
     .await;
     let ops = workload.finish().await?;
-    result?;
+    let files = evidence::control_files(&dir);
+    eprintln!("[control] evidence kept in {}", dir.display());
+    result.map_err(|e| {
+        e.context(format!(
+            "the control run failed; its evidence:{}",
+            evidence_lines(&files)
+        ))
+    })?;
     let end = mono_ns();
     let counters = counter.read(&shape.keys).await?;
     Ok(PhaseRun {
@@ -452,6 +511,8 @@ async fn control_phase(
         counters,
         start,
         end,
+        clock,
+        evidence: files,
     })
 }
 
@@ -461,28 +522,42 @@ async fn control_phase(
 /// proved nothing). The full run (benches/safety_full.rs) prints and exits on
 /// `Report::passed` instead.
 pub fn assert_safe(report: &Report, settings: &Settings) {
-    assert_eq!(report.faults, settings.faults);
-    assert!(report.successful_operations > 0);
-    // Overlaps that began inside a member clock jump's window are the limit README "Clock
-    // jumps" states (reported in the summary); every other one fails.
+    let evidence = report.evidence_text();
+    let out = settings.out_dir.display();
     assert_eq!(
-        report.violations_beyond_limits, 0,
-        "mutual exclusion violated: {:#?}",
-        report.operator.violations
+        report.faults, settings.faults,
+        "not every fault was injected; report in {out}\n{evidence}"
+    );
+    assert!(
+        report.successful_operations > 0,
+        "no lock was acquired; report in {out}\n{evidence}"
+    );
+    // Overlaps that began inside a member clock jump's window are the limit README "Clock
+    // jumps" states (reported in the summary); every other one fails. The message names each
+    // violation's members and replies, and where the operator's log, the events and the
+    // status history are.
+    assert_eq!(
+        report.violations_beyond_limits,
+        0,
+        "mutual exclusion violated ({} beyond the stated limits); report in {out}/summary.md\n{}",
+        report.violations_beyond_limits,
+        report.violations_text()
     );
     assert_eq!(
         report.lost_updates_beyond_limits, 0,
-        "lost updates: {:?}",
+        "lost updates: {:?}; report in {out}\n{evidence}",
         report.operator.counter_mismatches
     );
     assert!(
         report.control_violations >= 1,
-        "the control run showed no violation: the checker proved nothing"
+        "the control run showed no violation: the checker proved nothing; report in {out}\n{evidence}"
     );
 }
 
-/// Runs both phases and writes `report.json`, `summary.md` and `timeline.svg` to
-/// `settings.out_dir`.
+/// Runs both phases and writes `report.json`, `summary.md`, `timeline.svg` and `history.json`
+/// to `settings.out_dir`, and each phase's evidence under it (`operator/evidence/`: the
+/// operator's logs, the events, the status history; `control/evidence/`: the members'
+/// history), whatever the outcome.
 pub async fn run(settings: &Settings) -> Result<Report> {
     std::fs::create_dir_all(&settings.out_dir)?;
     eprintln!(
@@ -542,7 +617,8 @@ pub async fn run(settings: &Settings) -> Result<Report> {
         "control_ttl_ms": settings.control_ttl_ms,
         "control_hold_ms": [settings.control_hold_ms.0, settings.control_hold_ms.1],
     });
-    let report = Report::new(settings.seed, clients, settings_json, op_report, control_report);
+    let report = Report::new(settings.seed, clients, settings_json, op_report, control_report)
+        .with_evidence([operator.evidence.clone(), control.evidence.clone()].concat());
     std::fs::write(
         settings.out_dir.join("report.json"),
         serde_json::to_string_pretty(&report)?,
@@ -554,5 +630,10 @@ pub async fn run(settings: &Settings) -> Result<Report> {
         serde_json::to_string(&json!({"operator": operator.ops, "control": control.ops}))?,
     )?;
     eprintln!("{}", report.summary_markdown());
+    eprintln!(
+        "safety: report in {}\n{}",
+        settings.out_dir.join("summary.md").display(),
+        report.evidence_text()
+    );
     Ok(report)
 }

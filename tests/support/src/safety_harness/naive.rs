@@ -3,8 +3,12 @@
 //! at once, empty, and serves clients immediately: what a StatefulSet with `restartPolicy:
 //! Always` and no delayed-restart rule does. When members' clocks jump in the run, each runs
 //! under libfaketime with its own offset file, as the operator run's pods do on their nodes.
+//! Each member's history (started with its pid, killed, stopped, continued, clock set) goes
+//! to `<dir>/evidence/members.jsonl` as it happens: the control's counterpart of the
+//! operator run's status history (it has no operator, no events and no RedlockCluster).
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -31,7 +35,12 @@ pub struct NaiveSet {
     dir: PathBuf,
     /// A redis-server that runs under libfaketime, when members' clocks can be stepped.
     faketime_redis: Option<PathBuf>,
+    /// `evidence/members.jsonl`.
+    history: std::fs::File,
 }
+
+/// The control's member history file, under its directory.
+pub const MEMBER_HISTORY: &str = "evidence/members.jsonl";
 
 impl NaiveSet {
     /// `faketime_redis`: a redis-server that runs under libfaketime; each member then runs it
@@ -43,7 +52,7 @@ impl NaiveSet {
         dir: &Path,
         faketime_redis: Option<PathBuf>,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir.join("evidence"))?;
         let mut set = NaiveSet {
             ports: (0..n).map(|_| free_port()).collect::<Result<_>>()?,
             procs: (0..n).map(|_| None).collect(),
@@ -51,6 +60,7 @@ impl NaiveSet {
             password: password.to_owned(),
             dir: dir.to_owned(),
             faketime_redis,
+            history: std::fs::File::create(dir.join(MEMBER_HISTORY))?,
         };
         for i in 0..n {
             if set.faketime_redis.is_some() {
@@ -64,6 +74,24 @@ impl NaiveSet {
         Ok(set)
     }
 
+    /// Appends what happened to member `i` to the member history.
+    fn note(&self, i: usize, event: &str, extra: serde_json::Value) {
+        let clock = super::evidence::wall_clock();
+        let mut line = serde_json::json!({
+            "t": redlock_safety::violation::utc(clock.unix_ns),
+            "mono_ns": clock.mono_ns,
+            "member": i,
+            "port": self.ports[i],
+            "event": event,
+        });
+        if let (Some(l), Some(e)) = (line.as_object_mut(), extra.as_object()) {
+            l.extend(e.clone());
+        }
+        if let Err(e) = writeln!(&self.history, "{line}") {
+            eprintln!("control member history: {e}");
+        }
+    }
+
     fn clock_file(&self, i: usize) -> PathBuf {
         self.dir.join(format!("naive-{i}.clock"))
     }
@@ -74,7 +102,9 @@ impl NaiveSet {
         if self.faketime_redis.is_none() {
             bail!("the control's members do not run under libfaketime");
         }
-        set_clock_offset(&self.clock_file(i), offset)
+        set_clock_offset(&self.clock_file(i), offset)?;
+        self.note(i, "clock set", serde_json::json!({"offset": offset}));
+        Ok(())
     }
 
     fn launch(&mut self, i: usize) -> Result<()> {
@@ -107,7 +137,9 @@ impl NaiveSet {
                 "+@all",
             ]);
         let log = self.dir.join(format!("naive-{i}.log"));
-        self.procs[i] = Some(ManagedChild::spawn(&format!("naive-{i}"), cmd, &log)?);
+        let child = ManagedChild::spawn(&format!("naive-{i}"), cmd, &log)?;
+        self.note(i, "started", serde_json::json!({"pid": child.pid()}));
+        self.procs[i] = Some(child);
         Ok(())
     }
 
@@ -151,7 +183,15 @@ impl NaiveSet {
 
     fn signal(&self, i: usize, sig: Signal) -> Result<()> {
         match &self.procs[i] {
-            Some(p) => p.signal(sig),
+            Some(p) => {
+                p.signal(sig)?;
+                self.note(
+                    i,
+                    "signalled",
+                    serde_json::json!({"signal": sig.as_str(), "pid": p.pid()}),
+                );
+                Ok(())
+            }
             None => bail!("naive member {i} is not running"),
         }
     }

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: check version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -33,6 +33,17 @@ test: check controlplane nodes chart redis-libc promtool
 check: fmt-check clippy
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --test crd
+
+## soak: the integration suite RUNS (5) times with LOAD (1) busy processes per core, on real
+## nodes as `make test` runs it; prints per test how many runs it passed (tests/tools/soak.sh;
+## TESTS="lifecycle partitions" for some binaries; logs in target/soak/)
+RUNS ?= 5
+LOAD ?= 1
+soak: controlplane nodes redis-libc promtool
+	$(CARGO) test --workspace --lib --bins --tests --no-run
+	$(CARGO) build --workspace --bins
+	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
+	  BINARIES=$(TEST_BINARIES) FIRST="$(TEST_FIRST)" CARGO="$(CARGO)" RUNS=$(RUNS) LOAD=$(LOAD) tests/tools/soak.sh
 
 ## test-real-nodes: some integration test binaries on real nodes (kubelet, containerd, CNI,
 ## kube-proxy; Redis in containers), as `make test` runs them, inside the run's own namespaces.

@@ -383,6 +383,8 @@ mod tests {
             RestartPolicy::kubelet_with_base(Duration::from_secs(30)),
         );
         wait_until("a restart", || op.restarts() == 1).await;
+        // The restart is counted at spawn; the fake writes its line when it first gets a core.
+        wait_until("the second start's line", || starts(dir.path()).len() >= 2).await;
         let runs = starts(dir.path());
         assert_eq!(runs.len(), 2, "{runs:?}");
         let (first, second) = (&runs[0], &runs[1]);
@@ -425,6 +427,7 @@ mod tests {
         let bin = fake_operator(dir.path(), "[ \"$n\" -gt 1 ] || exit 3\nexec sleep 600");
         let mut op = start(dir.path(), &bin, RestartPolicy::kubelet());
         wait_until("a restart", || op.restarts() == 1).await;
+        wait_until("the second start's line", || starts(dir.path()).len() >= 2).await;
         let restarted: i32 = starts(dir.path())[1].split(' ').next().unwrap().parse().unwrap();
         let status = op.wait_exit(Duration::from_secs(10)).await.unwrap();
         assert_eq!(status.code(), Some(3), "{status}");

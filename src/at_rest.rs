@@ -310,6 +310,10 @@ pub fn look(
             "slot {slot}: process {} instead of {}",
             info.run_id, member.seen.run_id
         )),
+        Ok(info) if !info.deviations.is_empty() => Look::Changed(format!(
+            "slot {slot}: its settings changed: {}",
+            info.deviations.join("; ")
+        )),
         Ok(info) if info.client_enabled != member.seen.client_enabled => {
             Look::Changed(format!("slot {slot}: the client user's fence changed"))
         }

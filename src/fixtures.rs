@@ -38,6 +38,7 @@ pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
             pod_uid: None,
             client_password_hashes: None,
             admin_password_hashes: None,
+            deviations: Vec::new(),
         }),
         ..Default::default()
     }

@@ -58,6 +58,12 @@ pub struct RedisInfo {
     /// The passwords (`#<sha256 hex>`, sorted) the admin user accepts (an admin password
     /// rotation brings each process to those on record).
     pub admin_password_hashes: Option<Vec<String>>,
+    /// What the process's settings or counters show that the hold rule cannot stand, as
+    /// sentences (safety review 3, N1): eviction on or keys evicted, persistence on, a
+    /// replica's role. Empty when none. A process that can drop keys while it runs, or replace
+    /// its dataset, loses locks the way a crash does (`plan::ready`: fenced and held in full;
+    /// never released while any remains).
+    pub deviations: Vec<String>,
 }
 
 /// What this reconcile's admin probe of a slot's process found.
@@ -552,6 +558,7 @@ mod tests {
             pod_uid: uid.map(str::to_owned),
             client_password_hashes: None,
             admin_password_hashes: None,
+            deviations: Vec::new(),
         };
         let why = foreign_process(&slot, &answer(Some("uid-0"))).unwrap();
         assert!(

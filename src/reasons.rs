@@ -20,13 +20,14 @@ pub enum MemberReason {
     ReleaseAssumesProcessGone,
     UnstoppedProcessGone,
     ReleaseWaitsForProcessGone,
+    ProcessTampered,
     PodChangeFailed,
     FencedForMaintenance,
     Unfenced,
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 18] = [
+    pub const ALL: [MemberReason; 19] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
@@ -42,6 +43,7 @@ impl MemberReason {
         Self::ReleaseAssumesProcessGone,
         Self::UnstoppedProcessGone,
         Self::ReleaseWaitsForProcessGone,
+        Self::ProcessTampered,
         Self::PodChangeFailed,
         Self::FencedForMaintenance,
         Self::Unfenced,
@@ -64,6 +66,7 @@ impl MemberReason {
             Self::ReleaseAssumesProcessGone => "ReleaseAssumesProcessGone",
             Self::UnstoppedProcessGone => "UnstoppedProcessGone",
             Self::ReleaseWaitsForProcessGone => "ReleaseWaitsForProcessGone",
+            Self::ProcessTampered => "ProcessTampered",
             Self::PodChangeFailed => "PodChangeFailed",
             Self::FencedForMaintenance => "FencedForMaintenance",
             Self::Unfenced => "Unfenced",
@@ -73,7 +76,7 @@ impl MemberReason {
     /// Whether the member lost its keys (or, after a clock jump, may as well have): counted by
     /// `redlock_instance_losses_total`.
     pub fn is_loss(self) -> bool {
-        matches!(self, Self::InstanceLost | Self::ClockJump)
+        matches!(self, Self::InstanceLost | Self::ClockJump | Self::ProcessTampered)
     }
 }
 

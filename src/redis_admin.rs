@@ -234,12 +234,20 @@ impl AdminAccess {
         // the client user would. `INFO server` (the run id) only on a connection that has
         // not read it yet (`KnownProcess`): it is the longest reply, and on a kept connection
         // it could only say again what it said.
-        let checks: [&[&str]; 5] = [
+        // Then what the hold rule relies on staying as the process started (safety review 3,
+        // N1): no eviction, no persistence, a master of its own dataset, nothing evicted. One
+        // `CONFIG GET` each: Redis 6.2 takes one pattern per call.
+        let checks: [&[&str]; 10] = [
             &["ACL", "GETUSER", &self.client_user],
             &["ACL", "GETUSER", self.other_client_user()],
             &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
             &["TIME"],
             &["ACL", "GETUSER", &self.admin_user],
+            &["CONFIG", "GET", "maxmemory-policy"],
+            &["CONFIG", "GET", "save"],
+            &["CONFIG", "GET", "appendonly"],
+            &["ROLE"],
+            &["INFO", "stats"],
         ];
         let known = conn.process.clone();
         let request = match known {
@@ -294,9 +302,38 @@ impl AdminAccess {
                 (KnownProcess { run_id, version }, checks)
             }
         };
-        let [user, other_user, title, time, admin] = checks else {
-            return Err(ProbeError::Invalid("not five replies to the checks"));
+        let [
+            user,
+            other_user,
+            title,
+            time,
+            admin,
+            policy,
+            save,
+            appendonly,
+            role,
+            stats,
+        ] = checks
+        else {
+            return Err(ProbeError::Invalid("not ten replies to the checks"));
         };
+        let setting = |reply: &Reply<'_>| -> Result<Option<String>, ProbeError> {
+            Ok(match reply.checked()?.items()? {
+                [_, value] => Some(value.text()?.to_owned()),
+                _ => None,
+            })
+        };
+        let role = match role.checked()?.items()? {
+            [first, ..] => first.text()?.to_owned(),
+            [] => String::new(),
+        };
+        let deviations = deviations(
+            setting(policy)?.as_deref(),
+            setting(save)?.as_deref(),
+            setting(appendonly)?.as_deref(),
+            &role,
+            stats.checked()?.text()?,
+        );
         let (user, other_user) = (user.checked()?, other_user.checked()?);
         // `CONFIG GET` answers [name, value], or nothing for an unknown setting.
         let pod_uid = match title.checked()?.items()? {
@@ -316,6 +353,7 @@ impl AdminAccess {
             client_password_hashes: (self.client_user == CLIENT_USER && *user != Reply::Nil)
                 .then(|| user_password_hashes(user)),
             admin_password_hashes: Some(user_password_hashes(admin.checked()?)),
+            deviations,
         };
         Ok((info, secs.int()? * 1_000_000 + micros.int()?))
     }
@@ -639,8 +677,67 @@ pub fn pod_uid_of_title(template: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// What a probe's settings and counters show that the hold rule cannot stand (pure; see
+/// [`RedisInfo::deviations`]): the settings every process starts with
+/// (`resources::config`: `maxmemory-policy noeviction`, `save ""`, `appendonly no`, a master)
+/// changed while it runs, or keys evicted. A setting the server does not report is no
+/// deviation (every Redis the spec allows reports these).
+pub fn deviations(
+    policy: Option<&str>,
+    save: Option<&str>,
+    appendonly: Option<&str>,
+    role: &str,
+    info_stats: &str,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(p) = policy.filter(|p| *p != "noeviction") {
+        found.push(format!(
+            "maxmemory-policy is {p} (keys, locks among them, may be evicted)"
+        ));
+    }
+    if let Some(s) = save.filter(|s| !s.trim().is_empty()) {
+        found.push(format!("save is \"{s}\" (snapshots on)"));
+    }
+    if let Some(a) = appendonly.filter(|a| *a != "no") {
+        found.push(format!("appendonly is {a}"));
+    }
+    if !role.is_empty() && role != "master" {
+        found.push(format!(
+            "its replication role is {role} (its dataset follows another server)"
+        ));
+    }
+    let evicted = info_stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("evicted_keys:"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if evicted > 0 {
+        found.push(format!("it evicted {evicted} keys"));
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn deviations_from_what_the_hold_rule_relies_on_are_named() {
+        let stats = "# Stats\r\nexpired_keys:12\r\nevicted_keys:0\r\n";
+        assert!(deviations(Some("noeviction"), Some(""), Some("no"), "master", stats).is_empty());
+        let all = deviations(
+            Some("allkeys-lru"),
+            Some("3600 1"),
+            Some("yes"),
+            "slave",
+            "evicted_keys:3\r\n",
+        );
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert!(
+            all[0].contains("allkeys-lru") && all[4].contains("evicted 3 keys"),
+            "{all:?}"
+        );
+        // Settings a server does not report prove nothing either way.
+        assert!(deviations(None, None, None, "", "").is_empty());
+    }
 
     #[test]
     fn the_pod_uid_is_read_from_the_process_title_template() {
@@ -720,8 +817,21 @@ mod tests {
                 Reply::Bulk(b"passwords"),
                 Reply::Array(vec![Reply::Bulk(b"cc"), Reply::Bulk(b"bb")]),
             ]),
+            Reply::Array(vec![Reply::Bulk(b"maxmemory-policy"), Reply::Bulk(b"noeviction")]),
+            Reply::Array(vec![Reply::Bulk(b"save"), Reply::Bulk(b"")]),
+            Reply::Array(vec![Reply::Bulk(b"appendonly"), Reply::Bulk(b"no")]),
+            Reply::Array(vec![Reply::Bulk(b"master"), Reply::Int(0), Reply::Array(vec![])]),
+            Reply::Bulk(b"# Stats\r\nevicted_keys:0\r\n"),
         ];
         let (info, micros) = access.read_probe(&replies, None).unwrap();
+        assert!(info.deviations.is_empty(), "{:?}", info.deviations);
+        let mut evicting = replies.clone();
+        evicting[6] = Reply::Array(vec![
+            Reply::Bulk(b"maxmemory-policy"),
+            Reply::Bulk(b"volatile-ttl"),
+        ]);
+        let (tampered, _) = access.read_probe(&evicting, None).unwrap();
+        assert_eq!(tampered.deviations.len(), 1, "{:?}", tampered.deviations);
         assert_eq!(
             info.admin_password_hashes,
             Some(vec!["#bb".to_owned(), "#cc".to_owned()])

@@ -488,6 +488,7 @@ mod tests {
                 pod_uid: None,
                 client_password_hashes: None,
                 admin_password_hashes: None,
+                deviations: Vec::new(),
             }),
             ..Default::default()
         }

@@ -179,6 +179,7 @@ mod tests {
             pod_uid: Some("p1".into()),
             client_password_hashes: None,
             admin_password_hashes: None,
+            deviations: Vec::new(),
         })
     }
 

@@ -817,3 +817,70 @@ async fn a_hung_member_leaves_its_services_until_it_answers_again() {
         (redlock_operator::crd::MemberState::Ready, before.run_id)
     );
 }
+
+/// Safety review 3, N1: a member whose settings are changed while it runs (here eviction
+/// switched on, by an insider who first widened the operator's own ACL user, which may not run
+/// `CONFIG SET` itself) can drop lock keys without a restart. The probe sees it: the process is
+/// fenced at once and its pod replaced; the new process starts from the enforced settings and
+/// serves only after a full hold.
+#[tokio::test]
+async fn a_member_whose_settings_change_while_it_runs_is_fenced_and_replaced() {
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let before = env.member(NAME, 1).await.unwrap();
+    let ip = env.pod_ip(NAME, 1).await;
+    let admin = env.admin_login(NAME).await;
+    let client = env.client_login(NAME).await;
+    let mut a = connect(ip, &admin).await.unwrap();
+    let refused: redis::RedisResult<()> = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut a)
+        .await;
+    assert!(refused.is_err(), "the operator's user may not CONFIG SET");
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&admin.user)
+        .arg("+config|set")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let changed = std::time::Instant::now();
+    wait_for(
+        "the changed process fenced",
+        Duration::from_secs(10),
+        async || Ok(connect(ip, &client).await.is_err().then_some(())),
+    )
+    .await;
+    println!("fenced {:?} after the change", changed.elapsed());
+    env.wait_event("ProcessTampered").await;
+    let m = env
+        .wait_member(NAME, 1, "replaced and released", Duration::from_secs(90), |m| {
+            m.state == redlock_operator::crd::MemberState::Ready && m.run_id != before.run_id
+        })
+        .await;
+    let mut fresh = connect(env.pod_ip(NAME, 1).await, &admin).await.unwrap();
+    let policy: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut fresh)
+        .await
+        .unwrap();
+    assert_eq!(
+        policy[1], "noeviction",
+        "the new process {m:?} starts from the enforced settings"
+    );
+}

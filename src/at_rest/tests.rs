@@ -240,6 +240,7 @@ fn info(run: &str, enabled: bool) -> RedisInfo {
         pod_uid: Some("pod-1".into()),
         client_password_hashes: Some(vec!["#aa".into()]),
         admin_password_hashes: Some(vec!["#bb".into()]),
+        deviations: Vec::new(),
     }
 }
 

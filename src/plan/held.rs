@@ -8,6 +8,7 @@ use super::holds::{extend_hold, fence_if_serving, refence, timed_hold};
 use super::identity::{Process, fill_identity, fresh_record, is_other_process, record_of, running_process};
 use super::input::{PlanInput, Timing};
 use super::step::Step;
+use super::tampered;
 use super::unstopped::{Gone, PROCESSES_GONE, gone_evidence, refence_unstopped};
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::floor_micros;
@@ -142,6 +143,13 @@ fn hold_runs(
                 step,
             );
             fence_if_serving(held, Some(&p), step)
+        }
+        Some(p) if let Some(found) = tampered::deviations(obs) => {
+            // Never released: replaced, and the new process is held as every replacement.
+            tampered::replace_held(prev, obs, found, step);
+            let mut next = next;
+            fill_identity(&mut next, &p);
+            next
         }
         Some(p) => {
             let next = same_process_held(input, next, &p, until, step);

@@ -33,6 +33,7 @@ mod ready;
 mod removed;
 mod starting;
 mod step;
+mod tampered;
 mod unrecorded;
 mod unstopped;
 

@@ -6,6 +6,7 @@ use super::holds::{fence_if_serving, start_hold};
 use super::identity::{Process, fill_identity, is_other_process, running_process};
 use super::input::PlanInput;
 use super::step::Step;
+use super::tampered;
 use super::unstopped::{carry_earlier_unstopped, gone_evidence};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
@@ -33,6 +34,13 @@ pub(super) fn ready(
         && !is_other_process(prev, p)
     {
         return clock_jumped(input, prev, obs, run_id, by, unwatched_since, step);
+    }
+    if let Some(found) = tampered::deviations(obs)
+        && let Some(p) = &process
+        && let Some(run_id) = p.run_id
+        && !is_other_process(prev, p)
+    {
+        return tampered::tampered(input, prev, obs, run_id, found, step);
     }
     report_clock(prev, obs, step);
     let lost = lost_why(prev, obs, process.as_ref());

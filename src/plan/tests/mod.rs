@@ -10,6 +10,7 @@ mod ready;
 mod refused;
 mod removed;
 mod starting;
+mod tampered;
 mod unstopped;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;

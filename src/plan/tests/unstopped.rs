@@ -12,6 +12,7 @@ fn zombie_answers(run: &str, enabled: bool) -> Option<UnstoppedSearch> {
         pod_uid: None,
         client_password_hashes: None,
         admin_password_hashes: None,
+        deviations: Vec::new(),
     }))
 }
 
@@ -319,6 +320,7 @@ fn info(run: &str, enabled: bool, pod_uid: Option<&str>) -> RedisInfo {
         pod_uid: pod_uid.map(str::to_owned),
         client_password_hashes: None,
         admin_password_hashes: None,
+        deviations: Vec::new(),
     }
 }
 

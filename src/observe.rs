@@ -125,6 +125,9 @@ pub struct UnstoppedSearch {
     pub answer: Result<RedisInfo, crate::redis_admin::ProbeFailure>,
     /// What its node's kubelet says of its pod.
     pub kubelet: KubeletAnswer,
+    /// Its node carries the taint `node.kubernetes.io/out-of-service`: an admin asserts, as
+    /// Kubernetes' non-graceful node shutdown demands, that the node is shut down.
+    pub out_of_service: bool,
 }
 
 impl UnstoppedSearch {
@@ -133,6 +136,7 @@ impl UnstoppedSearch {
         Self {
             answer: Ok(info),
             kubelet: KubeletAnswer::NotAsked,
+            out_of_service: false,
         }
     }
 
@@ -144,6 +148,7 @@ impl UnstoppedSearch {
                 refused,
             }),
             kubelet: KubeletAnswer::NotAsked,
+            out_of_service: false,
         }
     }
 }

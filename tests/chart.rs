@@ -158,7 +158,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
             "networkpolicies",
             "get,list,watch,create,patch,delete",
         ),
-        ("", "nodes", "list,watch"),
+        ("", "nodes", "get,list,watch"),
         ("", "nodes/proxy", "get"),
         ("events.k8s.io", "events", "create,patch"),
         ("coordination.k8s.io", "leases", "create,get,update"),

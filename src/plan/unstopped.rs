@@ -135,6 +135,9 @@ pub(crate) enum Gone {
     KubeletRunsNone { node: String },
     /// An admin asserted it (annotation [`PROCESSES_GONE`] names its run id).
     Asserted,
+    /// Its node is tainted `node.kubernetes.io/out-of-service`: an admin asserts the node is
+    /// shut down (what Kubernetes' non-graceful node shutdown asks of whoever sets it).
+    OutOfService { node: String },
 }
 
 impl std::fmt::Display for Gone {
@@ -147,6 +150,10 @@ impl std::fmt::Display for Gone {
                 write!(f, "the kubelet of node {node} runs no container of its pod")
             }
             Gone::Asserted => write!(f, "an admin asserted it (annotation {PROCESSES_GONE})"),
+            Gone::OutOfService { node } => write!(
+                f,
+                "its node {node} is tainted node.kubernetes.io/out-of-service (an admin asserts it is shut down)"
+            ),
         }
     }
 }
@@ -184,6 +191,10 @@ pub(crate) fn gone_evidence(
     let Some(search) = search else {
         return Err(format!("{} was not looked at yet", u.pod_ip));
     };
+    let serving = matches!(&search.answer, Ok(info) if info.run_id == u.run_id && info.client_enabled);
+    if let (true, false, Some(node)) = (search.out_of_service, serving, &u.node) {
+        return Ok(Gone::OutOfService { node: node.clone() });
+    }
     let at_address = match &search.answer {
         Ok(info) if info.run_id == u.run_id && !info.client_enabled => return Ok(Gone::Fenced),
         // Letting clients in: the callers fence it; nothing here may release its slot.

@@ -34,6 +34,31 @@ pub async fn ask(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration)
     }
 }
 
+/// The taint of Kubernetes' non-graceful node shutdown: whoever sets it asserts the node is
+/// shut down (its processes dead), and the pods on it are deleted at once.
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// Whether `u`'s node carries [`OUT_OF_SERVICE`] (read with a GET; RBAC `nodes` `get`). Not
+/// found, unreadable or not in time: no.
+pub async fn out_of_service(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> bool {
+    let Some(node) = u.node.as_deref().filter(|n| is_node_name(n)) else {
+        return false;
+    };
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    match tokio::time::timeout(timeout, nodes.get_opt(node)).await {
+        Ok(Ok(Some(n))) => tainted(&n),
+        _ => false,
+    }
+}
+
+/// Whether `node` carries [`OUT_OF_SERVICE`] (any effect).
+fn tainted(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == OUT_OF_SERVICE))
+}
+
 /// Whether `pods` (a kubelet's running pods) hold one with `uid`.
 fn runs(pods: &[Pod], uid: &str) -> KubeletAnswer {
     if pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)) {
@@ -69,6 +94,29 @@ mod tests {
         assert_eq!(runs(&[pod("a"), pod("b")], "b"), KubeletAnswer::Runs);
         assert_eq!(runs(&[pod("a")], "b"), KubeletAnswer::RunsNone);
         assert_eq!(runs(&[], "b"), KubeletAnswer::RunsNone);
+    }
+
+    #[test]
+    fn the_out_of_service_taint_is_read_whatever_its_effect() {
+        use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
+        let node = |keys: &[&str]| Node {
+            spec: Some(NodeSpec {
+                taints: Some(
+                    keys.iter()
+                        .map(|k| Taint {
+                            key: (*k).into(),
+                            effect: "NoExecute".into(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(tainted(&node(&["a", OUT_OF_SERVICE])));
+        assert!(!tainted(&node(&["node.kubernetes.io/unreachable"])));
+        assert!(!tainted(&Node::default()));
     }
 
     #[test]

@@ -185,11 +185,20 @@ async fn look_for_unstopped(
         let u = m.unstopped.as_ref().filter(|u| !u.fenced)?;
         let slot = m.slot;
         Some(async move {
-            let (answer, kubelet) = tokio::join!(
+            let timeout = access.timeout.max(KUBELET_TIMEOUT);
+            let (answer, kubelet, out_of_service) = tokio::join!(
                 answer_at(ctx, cluster, ns, access, u),
-                super::kubelet_pods::ask(&ctx.client, u, access.timeout.max(KUBELET_TIMEOUT))
+                super::kubelet_pods::ask(&ctx.client, u, timeout),
+                super::kubelet_pods::out_of_service(&ctx.client, u, timeout)
             );
-            (slot, observe::UnstoppedSearch { answer, kubelet })
+            (
+                slot,
+                observe::UnstoppedSearch {
+                    answer,
+                    kubelet,
+                    out_of_service,
+                },
+            )
         })
     });
     futures::future::join_all(probes).await

@@ -415,7 +415,11 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
             u.pod_uid = Some("uid-1".into());
         }
         let obs = SlotObservation {
-            unstopped: Some(UnstoppedSearch { answer, kubelet }),
+            unstopped: Some(UnstoppedSearch {
+                answer,
+                kubelet,
+                out_of_service: false,
+            }),
             ..running("B", false, "c2")
         };
         let asserted = crate::plan::asserted_gone(Some(asserted));
@@ -447,6 +451,51 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
                     .any(|e| e.reason == MemberReason::ReleaseWaitsForProcessGone),
                 "{what}"
             );
+        }
+    }
+}
+
+/// `node.kubernetes.io/out-of-service` on the node the process ran on is an admin's assertion
+/// that the node is shut down (Kubernetes' non-graceful node shutdown): evidence, unless the
+/// process answers serving (then it is fenced there, as always), and only for the node on
+/// record.
+#[test]
+fn an_out_of_service_taint_on_its_node_is_an_admins_assertion() {
+    use crate::redis_admin::ProbeFailure;
+    let search = |answer| UnstoppedSearch {
+        answer,
+        kubelet: crate::observe::KubeletAnswer::Unknown("unreachable".into()),
+        out_of_service: true,
+    };
+    let timed_out = || {
+        Err(ProbeFailure {
+            why: "timed out".into(),
+            refused: false,
+        })
+    };
+    for (what, named, answer, released) in [
+        ("node on record, nothing answers", true, timed_out(), true),
+        ("no node on record", false, timed_out(), false),
+        ("it still serves", true, Ok(info("A", true, None)), false),
+    ] {
+        let mut m = with_unstopped(held(0, "B", "c2", at(NOW - 1)), false);
+        if named {
+            m.unstopped.as_mut().unwrap().node = Some("node-3".into());
+        }
+        let obs = SlotObservation {
+            unstopped: Some(search(answer)),
+            ..running("B", false, "c2")
+        };
+        let members = [m];
+        let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
+        assert_eq!(!p.releases.is_empty(), released, "{what}: {p:?}");
+        if released {
+            let e = p
+                .events
+                .iter()
+                .find(|e| e.reason == MemberReason::UnstoppedProcessGone)
+                .expect("told");
+            assert!(e.message.contains("out-of-service"), "{}", e.message);
         }
     }
 }

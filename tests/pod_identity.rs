@@ -376,11 +376,12 @@ async fn a_kept_probe_connection_reads_its_process_once_and_a_restart_is_a_new_p
         .await
         .unwrap();
     let (again, _) = access.probe_kept(ip, &kept, "uid").await.unwrap();
-    // The one INFO since is the one that counted `calls`.
+    // Since then: the INFO that counted `calls`, and the probe's own `INFO stats` (its
+    // `evicted_keys`, read every probe); no `INFO server` on the kept connection.
     assert_eq!(
         info_calls(port).await,
-        calls + 1,
-        "no INFO on the kept connection"
+        calls + 2,
+        "no INFO server on the kept connection"
     );
     assert_eq!(again.run_id, first.run_id);
     assert_eq!(again.version, first.version);

@@ -9,7 +9,7 @@ use super::identity::{Process, fill_identity, fresh_record, is_other_process, re
 use super::input::{PlanInput, Timing};
 use super::step::Step;
 use super::tampered;
-use super::unstopped::{Gone, PROCESSES_GONE, gone_evidence, refence_unstopped};
+use super::unstopped::{Gone, PROCESSES_GONE, gone_evidence, refence_unstopped, tell_gone};
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
 use crate::hold::floor_micros;
 use crate::model::Slot;
@@ -68,15 +68,7 @@ pub(super) fn holding(
             next
         }
         Ok(gone) => {
-            step.tell(
-                prev.slot,
-                MemberReason::UnstoppedProcessGone,
-                format!(
-                    "{}: process {} (its pod vanished while it ran) can grant no lock any more: {gone}; it is no longer looked for",
-                    prev.name, u.run_id
-                ),
-                false,
-            );
+            tell_gone(prev, u, &gone, step);
             let without = MemberStatus {
                 unstopped: None,
                 message: prev.message.as_deref().map(|m| without_search(m).to_owned()),

@@ -7,7 +7,7 @@ use super::identity::{Process, fill_identity, is_other_process, running_process}
 use super::input::PlanInput;
 use super::step::Step;
 use super::tampered;
-use super::unstopped::{carry_earlier_unstopped, gone_evidence};
+use super::unstopped::{carry_earlier_unstopped, gone_evidence, tell_gone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
@@ -246,15 +246,7 @@ fn unstopped_after_release(
         // Proven gone (or fenced): no longer looked for, and the record says so. Nothing
         // proven: looked for again next time.
         let gone = gone_evidence(u, Some(search), input.gone_asserted).ok()?;
-        step.tell(
-            prev.slot,
-            MemberReason::UnstoppedProcessGone,
-            format!(
-                "{}: process {} (its pod vanished while it ran) can grant no lock any more: {gone}; it is no longer looked for",
-                prev.name, u.run_id
-            ),
-            false,
-        );
+        tell_gone(prev, u, &gone, step);
         let mut seen_fenced = prev.clone();
         seen_fenced.unstopped = None;
         return Some(ready(input, &seen_fenced, obs, step));

@@ -158,6 +158,20 @@ impl std::fmt::Display for Gone {
     }
 }
 
+/// Tells that `u`, a process of `prev`'s slot that outlived its pod, is proven unable to grant
+/// a lock (`gone`), so it is no longer looked for (event `UnstoppedProcessGone`).
+pub(super) fn tell_gone(prev: &MemberStatus, u: &UnstoppedProcess, gone: &Gone, step: &mut Step) {
+    step.tell(
+        prev.slot,
+        MemberReason::UnstoppedProcessGone,
+        format!(
+            "{}: process {} (its pod vanished while it ran) can grant no lock any more: {gone}; it is no longer looked for",
+            prev.name, u.run_id
+        ),
+        false,
+    );
+}
+
 /// Annotation on a RedlockCluster: run ids (comma-separated) of processes that outlived their
 /// pods and that an admin asserts are dead (their machine is powered off for good, say). The
 /// operator cannot prove it for a node that never reports again; this is the admin's word.

@@ -121,17 +121,10 @@ async fn outlived_pod(assertion: Assertion) {
 #[tokio::test]
 async fn a_slot_whose_old_process_cannot_be_reached_stays_held_until_it_is_found_fenced() {
     use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
     let env = Env::start(4).await;
     let (old, old_run, _node) = serving_then_partitioned(&env, "3s").await;
     let login = env.client_login(NAME).await;
-    // The node's runtime still knows its processes while its kubelet is cut off.
-    let pid = Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
-    env.pods()
-        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
+    let pid = pause_and_force_delete_member_1(&env).await;
     let waiting = env
         .wait_member(
             NAME,
@@ -295,8 +288,6 @@ async fn publishing_the_shorter_list_over_a_removed_process_never_found_says_so(
 /// again.
 #[tokio::test]
 async fn a_force_deleted_member_is_proven_gone_by_its_kubelet_and_its_search_ends() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
     let env = Env::start(4).await;
     env.create_cluster(
         NAME,
@@ -309,12 +300,7 @@ async fn a_force_deleted_member_is_proven_gone_by_its_kubelet_and_its_search_end
         before.pod_uid.is_some() && before.node.is_some(),
         "the record names its process's pod and node: {before:?}"
     );
-    let pid = Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
-    env.pods()
-        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
+    pause_and_force_delete_member_1(&env).await;
     let m = env
         .wait_member(
             NAME,
@@ -363,4 +349,19 @@ async fn a_force_deleted_member_is_proven_gone_by_its_kubelet_and_its_search_end
             "its address refusing"
         }
     );
+}
+
+/// Slot 1's process paused (SIGSTOP: it neither answers nor refuses) and its pod
+/// force-deleted; returns the process, to resume it. The node's runtime knows its processes
+/// also while its kubelet is cut off.
+async fn pause_and_force_delete_member_1(env: &Env) -> nix::unistd::Pid {
+    use nix::sys::signal::{Signal, kill};
+    let pid =
+        nix::unistd::Pid::from_raw(env.cp.nodes().pid(&env.ns, &format!("{NAME}-1")).await.unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    env.pods()
+        .delete(&format!("{NAME}-1"), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    pid
 }

@@ -211,33 +211,23 @@ pub fn slot_path(dir: &Path, index: usize) -> PathBuf {
 /// is opened close-on-exec: the control plane's processes never inherit the lock, which ends
 /// with this process. Its content says who holds it, for those who wait.
 fn try_slot(dir: &Path, index: usize, what: &str) -> Result<Option<std::fs::File>> {
-    let path = slot_path(dir, index);
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => {
-            let exe = std::env::current_exe()
-                .ok()
-                .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_default();
-            let thread = std::thread::current();
-            let _ = file.set_len(0);
-            let _ = writeln!(
-                file,
-                "pid {} ({exe}), thread {}, {what}, since {}",
-                std::process::id(),
-                thread.name().unwrap_or("?"),
-                jiff::Timestamp::now()
-            );
-            Ok(Some(file))
-        }
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
-    }
+    let Some(mut file) = crate::procs::try_lock_file(&slot_path(dir, index))? else {
+        return Ok(None);
+    };
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let thread = std::thread::current();
+    let _ = file.set_len(0);
+    let _ = writeln!(
+        file,
+        "pid {} ({exe}), thread {}, {what}, since {}",
+        std::process::id(),
+        thread.name().unwrap_or("?"),
+        jiff::Timestamp::now()
+    );
+    Ok(Some(file))
 }
 
 /// Who holds each slot, as its file says.

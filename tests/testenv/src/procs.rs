@@ -201,12 +201,18 @@ fn reservation_dir() -> std::path::PathBuf {
 fn reserve(port: u16) -> Result<Option<std::fs::File>> {
     let dir = reservation_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(port.to_string());
+    try_lock_file(&dir.join(port.to_string()))
+}
+
+/// An exclusive lock on the file at `path` (created if missing), or `None` while another
+/// holder has it. Rust opens files close-on-exec, so started processes never inherit the
+/// lock; the kernel drops it when this process exits.
+pub(crate) fn try_lock_file(path: &std::path::Path) -> Result<Option<std::fs::File>> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),

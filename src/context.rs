@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -15,6 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::backoff::{Backoff, RetryGate};
 use crate::child_versions::ChildVersions;
 use crate::clock_check::ClockCheck;
+use crate::crd::RedlockCluster;
 use crate::hold_timers::HoldTimers;
 use crate::instance_index::InstanceIndex;
 use crate::leader::Leadership;
@@ -117,6 +118,9 @@ pub struct Memory {
     pub status_writes: StatusWrites,
     /// Per cluster UID, releases sent ahead of a status write that did not land.
     pub unrecorded_releases: crate::release_ahead::Unrecorded,
+    /// Per cluster UID, fences sent ahead of a status write that did not land: planned as the
+    /// records their decisions made, and their processes not released, until a write lands.
+    pub unrecorded_fences: crate::fence_ahead::UnrecordedFences,
     /// Per cluster UID, its spec hash as of the cluster object's last version.
     pub spec_hashes: crate::spec_hashes::SpecHashes,
     /// Per cluster UID, the credentials last recovered from its cached Secrets.
@@ -150,10 +154,30 @@ pub struct Memory {
 /// showing exactly it shows this process's own last write and nothing newer
 /// ([`StatusWrites::shows_own_last_write`]). With it, the sum of the operator's wall-clock
 /// forward steps at that write (`clock::Reading::skipped`).
+///
+/// Until the cache shows the last write, the object that write produced (the API server's
+/// reply) is kept too: a reconcile that finds the cache behind for longer than the watch
+/// normally takes still probes and fences, planned from it ([`StatusWrites::lag`]).
 #[derive(Default)]
 pub struct StatusWrites {
-    by_uid: Mutex<HashMap<String, (String, String)>>,
+    by_uid: Mutex<HashMap<String, OwnWrite>>,
     produced: Mutex<HashMap<String, (String, Duration)>>,
+}
+
+/// This process's last status write of one cluster, until the cache shows it.
+struct OwnWrite {
+    from: String,
+    to: String,
+    at: Instant,
+    reply: Option<Arc<RedlockCluster>>,
+}
+
+/// The cache behind this process's own last status write ([`StatusWrites::lag`]).
+pub struct Lag {
+    /// Since the write was answered.
+    pub age: Duration,
+    /// The object the write produced, as the API server answered it.
+    pub written: Option<Arc<RedlockCluster>>,
 }
 
 /// Forward steps of the operator's wall clock since its own last write beyond which that write
@@ -166,15 +190,30 @@ pub struct StatusWrites {
 pub const OWN_WRITE_STEP_LIMIT: Duration = Duration::from_secs(1);
 
 impl StatusWrites {
-    /// Records a write planned from `planned_from` that produced `written`, sent when the
-    /// clock's forward steps summed to `skipped` (read before sending: a suspension during the
-    /// request counts).
-    pub fn wrote(&self, uid: &str, planned_from: Option<&str>, written: Option<&str>, skipped: Duration) {
+    /// Records a write planned from `planned_from` that produced `written` (the object:
+    /// `reply`), sent when the clock's forward steps summed to `skipped` (read before sending:
+    /// a suspension during the request counts).
+    pub fn wrote(
+        &self,
+        uid: &str,
+        planned_from: Option<&str>,
+        written: Option<&str>,
+        skipped: Duration,
+        reply: Option<Arc<RedlockCluster>>,
+    ) {
         if let (Some(from), Some(to)) = (planned_from, written) {
             self.by_uid
                 .lock()
                 .expect("status write lock is never poisoned")
-                .insert(uid.to_owned(), (from.to_owned(), to.to_owned()));
+                .insert(
+                    uid.to_owned(),
+                    OwnWrite {
+                        from: from.to_owned(),
+                        to: to.to_owned(),
+                        at: Instant::now(),
+                        reply: reply.filter(|r| r.metadata.resource_version.as_deref() == Some(to)),
+                    },
+                );
         }
         let mut produced = self.produced.lock().expect("status write lock is never poisoned");
         match written {
@@ -201,14 +240,23 @@ impl StatusWrites {
 
     /// Whether the cache, showing `cached`, has yet to show this process's last write.
     pub fn cache_lags(&self, uid: &str, cached: Option<&str>) -> bool {
+        self.lag(uid, cached).is_some()
+    }
+
+    /// While the cache, showing `cached`, has yet to show this process's last write: for how
+    /// long, and the object that write produced.
+    pub fn lag(&self, uid: &str, cached: Option<&str>) -> Option<Lag> {
         let mut by_uid = self.by_uid.lock().expect("status write lock is never poisoned");
         match by_uid.get(uid) {
-            Some((from, to)) if Some(from.as_str()) == cached && from != to => true,
+            Some(w) if Some(w.from.as_str()) == cached && w.from != w.to => Some(Lag {
+                age: w.at.elapsed(),
+                written: w.reply.clone(),
+            }),
             Some(_) => {
                 by_uid.remove(uid);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -246,7 +294,7 @@ mod tests {
         let w = StatusWrites::default();
         let own = |cached: Option<&str>| w.shows_own_last_write("u", cached, NO_STEP);
         assert!(!own(Some("5")), "nothing written yet");
-        w.wrote("u", Some("5"), Some("7"), NO_STEP);
+        w.wrote("u", Some("5"), Some("7"), NO_STEP, None);
         assert!(w.cache_lags("u", Some("5")));
         assert!(!own(Some("5")), "the cache still shows the older version");
         assert!(own(Some("7")));
@@ -258,16 +306,40 @@ mod tests {
         assert!(!own(None));
         assert!(!w.shows_own_last_write("other", Some("7"), NO_STEP));
         // A reply without a version leaves nothing known as ours.
-        w.wrote("u", Some("9"), None, NO_STEP);
+        w.wrote("u", Some("9"), None, NO_STEP, None);
         assert!(!own(Some("7")));
         // A write that failed after it was sent may have landed: nothing known as ours.
-        w.wrote("u", Some("9"), Some("11"), NO_STEP);
+        w.wrote("u", Some("9"), Some("11"), NO_STEP, None);
         assert!(own(Some("11")));
         w.unknown("u");
         assert!(!own(Some("11")));
-        w.wrote("u", Some("11"), Some("13"), NO_STEP);
+        w.wrote("u", Some("11"), Some("13"), NO_STEP, None);
         w.forget("u");
         assert!(!own(Some("11")));
+    }
+
+    /// While the cache lags the own last write, that write's reply is at hand (what a reconcile
+    /// plans its fences from after a probe period); once the cache shows it, it is dropped.
+    #[test]
+    fn the_reply_of_the_last_write_is_kept_while_the_cache_lags_it() {
+        let w = StatusWrites::default();
+        let reply = |version: &str| {
+            let mut c = crate::fixtures::cluster(serde_json::json!({"instances": 3}));
+            c.metadata.resource_version = Some(version.into());
+            std::sync::Arc::new(c)
+        };
+        w.wrote("u", Some("5"), Some("7"), NO_STEP, Some(reply("7")));
+        let lag = w.lag("u", Some("5")).expect("lags");
+        assert!(lag.age < Duration::from_secs(5));
+        assert_eq!(
+            lag.written.unwrap().metadata.resource_version.as_deref(),
+            Some("7")
+        );
+        assert!(w.lag("u", Some("7")).is_none(), "caught up");
+        assert!(w.lag("u", Some("5")).is_none(), "forgotten once caught up");
+        // A reply of another version than the one recorded is not kept.
+        w.wrote("u", Some("7"), Some("9"), NO_STEP, Some(reply("8")));
+        assert!(w.lag("u", Some("7")).unwrap().written.is_none());
     }
 
     /// A process suspended with its monotonic clock stopped passes its lease check on resume;
@@ -277,7 +349,7 @@ mod tests {
     fn a_forward_step_since_the_own_write_makes_it_not_current() {
         let w = StatusWrites::default();
         let at = Duration::from_millis(300);
-        w.wrote("u", Some("1"), Some("2"), at);
+        w.wrote("u", Some("1"), Some("2"), at, None);
         assert!(w.shows_own_last_write("u", Some("2"), at));
         assert!(w.shows_own_last_write("u", Some("2"), at + OWN_WRITE_STEP_LIMIT));
         assert!(!w.shows_own_last_write(

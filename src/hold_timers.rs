@@ -87,6 +87,17 @@ impl ClusterTimers {
         }
     }
 
+    /// These timers and those of `earlier` they do not have: what a reconcile whose status
+    /// write did not land keeps (the holds it decided were first seen by this process then,
+    /// and those on record still run). An anchor only says when this process first saw a
+    /// deadline, so keeping more never shortens one.
+    pub fn merged(mut self, earlier: &ClusterTimers) -> ClusterTimers {
+        for (k, a) in &earlier.anchors {
+            self.anchors.entry(*k).or_insert(*a);
+        }
+        self
+    }
+
     /// These timers with `key` first seen at `seen` (replacing what was known of it).
     pub fn with_anchor(mut self, key: TimerKey, seen: Reading) -> ClusterTimers {
         self.anchors.insert(
@@ -184,6 +195,18 @@ mod tests {
         let timers = timers.next([key(2)], at(41, 0));
         assert!(!timers.knows(key(1)));
         assert_eq!(timers.len(), 1);
+    }
+
+    #[test]
+    fn merged_timers_keep_every_anchor_the_newer_first() {
+        let earlier = ClusterTimers::default().next([key(1), key(2)], at(10, 0));
+        let next = earlier.next([key(2), key(3)], at(20, 0));
+        let merged = next.clone().merged(&earlier);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(merged.earliest_end(key(1), HOLD, at(21, 0)), t(41));
+        assert_eq!(merged.earliest_end(key(2), HOLD, at(21, 0)), t(41));
+        assert_eq!(merged.earliest_end(key(3), HOLD, at(21, 0)), t(51));
+        assert_eq!(ClusterTimers::default().merged(&next), next);
     }
 
     #[test]

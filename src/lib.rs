@@ -22,6 +22,7 @@ pub mod credentials_memo;
 pub mod error;
 pub mod events;
 pub mod failure_domains;
+pub mod fence_ahead;
 #[cfg(test)]
 pub mod fixtures;
 pub mod heap_trim;

@@ -88,43 +88,59 @@ pub fn as_released(members: &[MemberStatus], unrecorded: &[UnrecordedRelease]) -
         .collect()
 }
 
-/// Per cluster UID, the releases sent ahead whose status write has not landed. Only ever this
-/// leadership's: an operator that loses its lease exits, and its successor times every hold
-/// again and re-fences what it finds serving inside one (§2).
-#[derive(Default)]
-pub struct Unrecorded {
-    by_uid: Mutex<HashMap<String, Vec<UnrecordedRelease>>>,
+/// Per cluster UID, what this leadership sent ahead of a status write that has not landed
+/// (releases here, fences in `crate::fence_ahead`). Only ever this leadership's: an operator
+/// that loses its lease exits, and its successor times every hold again and re-fences what it
+/// finds serving inside one (§2).
+pub struct KeptUntilWritten<T> {
+    by_uid: Mutex<HashMap<String, Vec<T>>>,
 }
 
-impl Unrecorded {
-    /// Adds releases whose write did not land.
-    pub fn keep(&self, uid: &str, released: Vec<UnrecordedRelease>) {
-        if released.is_empty() {
-            return;
+impl<T> Default for KeptUntilWritten<T> {
+    fn default() -> Self {
+        KeptUntilWritten {
+            by_uid: Mutex::new(HashMap::new()),
         }
-        self.by_uid
+    }
+}
+
+impl<T: Clone> KeptUntilWritten<T> {
+    /// Changes what is kept for `uid` (created empty if nothing is).
+    pub fn update(&self, uid: &str, change: impl FnOnce(&mut Vec<T>)) {
+        let mut by_uid = self
+            .by_uid
             .lock()
-            .expect("release lock is never poisoned")
-            .entry(uid.to_owned())
-            .or_default()
-            .extend(released);
+            .expect("kept-until-written lock is never poisoned");
+        change(by_uid.entry(uid.to_owned()).or_default());
     }
 
-    pub fn of(&self, uid: &str) -> Vec<UnrecordedRelease> {
+    pub fn of(&self, uid: &str) -> Vec<T> {
         self.by_uid
             .lock()
-            .expect("release lock is never poisoned")
+            .expect("kept-until-written lock is never poisoned")
             .get(uid)
             .cloned()
             .unwrap_or_default()
     }
 
-    /// A status write planned from [`as_released`] records landed: they are on record now.
+    /// A status write planned from what is kept landed: it is on record now.
     pub fn recorded(&self, uid: &str) {
         self.by_uid
             .lock()
-            .expect("release lock is never poisoned")
+            .expect("kept-until-written lock is never poisoned")
             .remove(uid);
+    }
+}
+
+/// The releases sent ahead whose status write has not landed.
+pub type Unrecorded = KeptUntilWritten<UnrecordedRelease>;
+
+impl Unrecorded {
+    /// Adds releases whose write did not land.
+    pub fn keep(&self, uid: &str, released: Vec<UnrecordedRelease>) {
+        if !released.is_empty() {
+            self.update(uid, |kept| kept.extend(released));
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::admission::{Refusal, Refused};
 use redlock_test_support::*;
 use serde_json::json;
 
@@ -403,10 +404,21 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
         Ok(connect(ip, &client).await.is_err().then_some(()))
     })
     .await;
-    let m = env.member(NAME, 0).await.unwrap();
-    assert_eq!(m.state, MemberState::Held);
-    let until = m.held_until.as_ref().unwrap().0;
-    assert!(until.duration_since(turned_on).as_secs_f64() >= 8.0, "{m:?}");
+    // The fence goes before its status write: the restarted hold is on record right after.
+    let m = env
+        .wait_member(
+            NAME,
+            0,
+            "the restarted hold on record",
+            Duration::from_secs(5),
+            |m| {
+                m.held_until
+                    .as_ref()
+                    .is_some_and(|u| u.0.duration_since(turned_on).as_secs_f64() >= 8.0)
+            },
+        )
+        .await;
+    assert_eq!(m.state, MemberState::Held, "{m:?}");
     wait_for("Refenced event", Duration::from_secs(5), async || {
         Ok(env.has_event("Refenced").await.then_some(()))
     })
@@ -1123,70 +1135,15 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
 /// A ValidatingAdmissionPolicy (with its binding) that refuses one `operation` on the object
 /// named `object` among `resources` (core group) in the test's namespace: in the field a
 /// webhook or a policy engine.
-struct Refusal {
-    client: kube::Client,
-    name: String,
-}
-
 async fn refuse(env: &Env, what: &str, operation: &str, resources: &str, object: &str) -> Refusal {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    let refused = Refused {
+        api_group: "",
+        operations: &[operation],
+        resources,
+        expression: format!("object.metadata.name != '{object}'"),
+        message: "refused by the test",
     };
-    let name = format!("{what}-{}", env.ns);
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"],
-                "operations": [operation], "resources": [resources],
-            }]},
-            "validations": [{
-                "expression": format!("object.metadata.name != '{object}'"),
-                "message": "refused by the test",
-            }],
-        },
-    }))
-    .unwrap();
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": env.ns.clone(),
-            }}},
-        },
-    }))
-    .unwrap();
-    Api::<ValidatingAdmissionPolicy>::all(env.cp.client())
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    Api::<ValidatingAdmissionPolicyBinding>::all(env.cp.client())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    Refusal {
-        client: env.cp.client(),
-        name,
-    }
-}
-
-impl Refusal {
-    async fn lift(self) {
-        use k8s_openapi::api::admissionregistration::v1::{
-            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-        };
-        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await
-            .unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(self.client)
-            .delete(&self.name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
+    admission::refuse(env.cp.client(), &env.ns, &format!("{what}-{}", env.ns), refused).await
 }
 
 /// Issue 14, liveness: a pod create refused for good (here an admission policy refuses

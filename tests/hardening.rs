@@ -1,7 +1,7 @@
 //! Hardening on the real control plane with real redis-server processes: what the client ACL
 //! user may and may not do (also from inside scripts), the restricted Pod Security Standard
-//! enforced by the API server, the per-cluster NetworkPolicy, and that generated passwords
-//! appear nowhere but in their Secrets.
+//! enforced by the API server, the per-cluster NetworkPolicy, that generated passwords
+//! appear nowhere but in their Secrets, and that a fence waits for no status write.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redlock_operator::crd::MemberState;
+use redlock_test_support::admission::{Refusal, Refused};
 use redlock_test_support::*;
 use serde_json::json;
 
@@ -1019,4 +1020,200 @@ async fn a_process_that_outlives_its_pod_is_fenced_in_its_own_mode_after_a_tls_t
         Some(redlock_operator::crd::Listener { tls_secret: None }),
         "recorded as listening in plain text"
     );
+}
+
+/// The status subresource of every RedlockCluster in the test's namespace refused, create and
+/// update alike (in the field a webhook, a policy engine, or a writer that makes each
+/// conditional write a 409); lifted by [`Refusal::lift`].
+async fn freeze_status(env: &Env) -> Refusal {
+    let refused = Refused {
+        api_group: "redlock.dev",
+        operations: &["CREATE", "UPDATE"],
+        resources: "redlockclusters/status",
+        expression: "false".into(),
+        message: "status frozen by the test",
+    };
+    admission::refuse(
+        env.cp.client(),
+        &env.ns,
+        &format!("freeze-rlc-status-{}", env.ns),
+        refused,
+    )
+    .await
+}
+
+/// Whether a write of the cluster's status is refused by the test's policy: a dry run (nothing
+/// is stored) of the kind of patch the operator sends, a change of the status subresource.
+async fn status_write_refused(env: &Env) -> bool {
+    use kube::api::{Patch, PatchParams};
+    let params = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let patch = Patch::Merge(json!({"status": {"observedGeneration": 999_999}}));
+    match env.clusters().patch_status(NAME, &params, &patch).await {
+        Err(e) => e.to_string().contains("status frozen by the test"),
+        Ok(_) => false,
+    }
+}
+
+/// Safety review 3, N4: a fence does not wait for a status write. The member in slot 0 is
+/// killed (its new process held, on record), then every status write is refused by an
+/// admission policy, and the held process's client user is switched on by hand as the admin
+/// user. Within a probe period or two it refuses clients again (its logged-in connections
+/// closed), while the status stays exactly as it was: the fence came without a write. It
+/// stays fenced past the end of the hold on record, for the hold its re-fence started counts
+/// from then; once writes are allowed again that hold goes on record, and the member is
+/// released no earlier than its end.
+///
+/// Before, the failed write returned before the fence: the process served inside its hold for
+/// as long as writes were refused, and the retries backed off up to 5 min.
+#[tokio::test]
+async fn a_held_process_let_in_while_status_writes_are_refused_is_fenced_again() {
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "15s").await;
+    let before = env.member(NAME, 0).await.unwrap();
+    env.cp
+        .nodes()
+        .signal_pod(&env.ns, &format!("{NAME}-0"), Signal::SIGKILL)
+        .await
+        .unwrap();
+    let killed = Timestamp::now();
+    let held = env
+        .wait_member(
+            NAME,
+            0,
+            "the new process held, on record",
+            Duration::from_secs(30),
+            |m| m.state == MemberState::Held && m.run_id.is_some() && m.run_id != before.run_id,
+        )
+        .await;
+    let ip = env.pod_ip(NAME, 0).await;
+    let client = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    let mut a = wait_for(
+        "the restarted process answers",
+        Duration::from_secs(20),
+        async || Ok(connect(ip, &admin).await.ok()),
+    )
+    .await;
+
+    let frozen = freeze_status(&env).await;
+    wait_for(
+        "the policy refuses status writes",
+        Duration::from_secs(20),
+        async || Ok(status_write_refused(&env).await.then_some(())),
+    )
+    .await;
+    let refused_from = Timestamp::now();
+    // Some seconds into the hold on record, so that the re-fence's hold ends well after it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stored = env.cluster(NAME).await;
+    let record = &stored.status.as_ref().unwrap().members[0];
+    assert_eq!(
+        (record.state, &record.run_id),
+        (MemberState::Held, &held.run_id),
+        "the record is the hold written before the policy"
+    );
+    let stored_until = record.held_until.as_ref().unwrap().0;
+    let hold = stored_until.duration_since(record.hold_started_at.as_ref().unwrap().0);
+    assert!(
+        Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(5) < stored_until,
+        "too little of the hold left to test in (the policy took long to apply): {stored_until}"
+    );
+
+    // The client user switched on behind the operator's back; a client logs in.
+    let mut logged_in = None;
+    let mut turned_on = Timestamp::now();
+    for _ in 0..5 {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&client.user)
+            .arg("on")
+            .query_async(&mut a)
+            .await
+            .unwrap();
+        turned_on = Timestamp::now();
+        if let Ok(c) = connect(ip, &client).await {
+            logged_in = Some(c);
+            break;
+        }
+    }
+    let mut logged_in = logged_in.expect("a client logged in while the user was on");
+    let fenced_at = wait_for("fenced again", Duration::from_secs(10), async || {
+        Ok(connect(ip, &client).await.is_err().then(Timestamp::now))
+    })
+    .await;
+    let took = fenced_at.duration_since(turned_on);
+    eprintln!("fenced again {took:#} after the client user was switched on, status writes refused");
+    assert!(
+        took <= k8s_openapi::jiff::SignedDuration::from_secs(3),
+        "fenced again only after {took:#}"
+    );
+    let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut logged_in).await;
+    assert!(
+        ping.is_err(),
+        "the connection logged in before the fence still works: {ping:?}"
+    );
+    // No write landed: the fence came without one; the Refenced event was told all the same.
+    assert!(status_write_refused(&env).await);
+    let now = env.cluster(NAME).await;
+    assert_eq!(
+        now.metadata.resource_version, stored.metadata.resource_version,
+        "the status changed while writes were refused"
+    );
+    env.wait_event("Refenced").await;
+    let writes: Vec<_> = operator_audit(&env.cp, refused_from, Timestamp::now())
+        .into_iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "redlockclusters" && e["objectRef"]["subresource"] == "status"
+        })
+        .map(|e| e["responseStatus"]["code"].as_i64().unwrap_or_default())
+        .collect();
+    assert!(
+        !writes.is_empty() && writes.iter().all(|code| *code >= 400),
+        "the operator's status writes meanwhile: {writes:?}"
+    );
+    eprintln!(
+        "{} status writes refused in {:#}",
+        writes.len(),
+        Timestamp::now().duration_since(refused_from)
+    );
+
+    // Still refused past the end of the hold on record: the re-fence's hold runs from it.
+    let past_stored_end = stored_until + k8s_openapi::jiff::SignedDuration::from_secs(1);
+    while Timestamp::now() < past_stored_end {
+        assert!(
+            connect(ip, &client).await.is_err(),
+            "served while its re-fence's hold ran (the hold on record ended at {stored_until})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(status_write_refused(&env).await, "writes still refused");
+
+    // Writes allowed again: the re-fence's hold goes on record, and ends in full.
+    frozen.lift().await;
+    let lifted = Timestamp::now();
+    let refenced_until = turned_on + hold;
+    let m = env
+        .wait_member(
+            NAME,
+            0,
+            "the re-fence's hold on record",
+            Duration::from_secs(30),
+            |m| m.held_until.as_ref().is_some_and(|u| u.0 >= refenced_until) || m.state == MemberState::Ready,
+        )
+        .await;
+    assert_eq!(m.state, MemberState::Held, "{m:?}");
+    let served = first_client_write(ip, &client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    eprintln!(
+        "killed at {killed}, held until {stored_until} on record; switched on at {turned_on}, fenced at {fenced_at}; writes allowed at {lifted}; served again at {served} (its re-fence's hold ended no earlier than {refenced_until})"
+    );
+    assert!(
+        served >= refenced_until,
+        "served at {served}, before the re-fence's hold ended ({refenced_until})"
+    );
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
 }

@@ -39,7 +39,8 @@ pub static NOTHING_ASSERTED: BTreeSet<String> = BTreeSet::new();
 /// No slot fenced on purpose.
 pub static NO_MAINTENANCE: BTreeMap<Slot, String> = BTreeMap::new();
 
-/// What this operator process adds to the recorded deadlines (docs/design.md §9.1).
+/// What this operator process adds to the recorded deadlines (docs/design.md §9.1), and what
+/// it knows that is not on record yet.
 #[derive(Clone, Copy)]
 pub struct Timing<'a> {
     /// Holds this process has timed itself: no hold ends before it has seen the hold run in
@@ -49,6 +50,9 @@ pub struct Timing<'a> {
     pub skipped: Duration,
     /// Why no process may be released now (the operator's clock cannot be trusted), if so.
     pub release_blocked: Option<&'a str>,
+    /// Processes (slot, run id) this process fenced ahead of a status write that did not land
+    /// (`crate::fence_ahead`): none is released until a write that holds it is on record.
+    pub fenced_unrecorded: &'a [(Slot, String)],
 }
 
 static NO_TIMERS: ClusterTimers = ClusterTimers::new();
@@ -59,6 +63,16 @@ impl Default for Timing<'_> {
             timers: &NO_TIMERS,
             skipped: Duration::ZERO,
             release_blocked: None,
+            fenced_unrecorded: &[],
         }
+    }
+}
+
+impl Timing<'_> {
+    /// Whether this process fenced `run_id` of `slot` ahead of a status write that did not land.
+    pub fn fenced_unrecorded(&self, slot: Slot, run_id: &str) -> bool {
+        self.fenced_unrecorded
+            .iter()
+            .any(|(s, r)| *s == slot && r == run_id)
     }
 }

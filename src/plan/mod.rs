@@ -75,6 +75,21 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
     for slot in slots {
         let obs = observed.get(&slot).unwrap_or(&missing);
         let prev = previous.get(&slot).copied();
+        // A process this operator fenced ahead of a status write that did not land is released
+        // by no rule until a write that holds it is on record (`crate::fence_ahead`).
+        let fenced_unrecorded;
+        let input = if fenced_unrecorded_here(input, slot, obs) {
+            fenced_unrecorded = PlanInput {
+                timing: Timing {
+                    release_blocked: Some(FENCE_NOT_ON_RECORD),
+                    ..input.timing
+                },
+                ..*input
+            };
+            &fenced_unrecorded
+        } else {
+            input
+        };
         let step = if slot.within(input.instances) {
             maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
         } else {
@@ -130,6 +145,17 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         plan.events.extend(step.events);
     }
     plan
+}
+
+/// Why a process fenced ahead of a status write that did not land waits for its release.
+pub const FENCE_NOT_ON_RECORD: &str = "this operator fenced this process ahead of a status write that did not land; released once a write that holds it is on record";
+
+/// Whether the process running on `slot` is one this operator fenced ahead of a status write
+/// that did not land.
+fn fenced_unrecorded_here(input: &PlanInput<'_>, slot: Slot, obs: &SlotObservation) -> bool {
+    identity::running_process(obs)
+        .and_then(|p| p.run_id)
+        .is_some_and(|run_id| input.timing.fenced_unrecorded(slot, run_id))
 }
 
 /// Whether the next step for `m` waits on its process answering the operator: a first

@@ -54,6 +54,19 @@ pub(super) fn ready(
     // Same process. Fill in what was unknown; release again if a crash between the status
     // write and the release left it fenced.
     fill_identity(&mut next, p);
+    if let Some(run_id) = p.run_id
+        && input.timing.fenced_unrecorded(prev.slot, run_id)
+    {
+        // Fenced by this operator ahead of a status write that did not land, and this record
+        // is not the one that fence was planned from (someone else wrote it): never released
+        // again from it, which would undo the fence with no hold run. Held in full from now,
+        // fenced again if it serves (`crate::fence_ahead`).
+        let why = format!(
+            "process {run_id} was fenced by this operator ahead of a status write that did not land, and its record says Ready"
+        );
+        let held = start_hold(input, prev.slot, obs, why, step);
+        return fence_if_serving(held, Some(p), step);
+    }
     if p.client_enabled == Some(false)
         && let Some(run_id) = p.run_id
         && input.timing.release_blocked.is_none()

@@ -1,5 +1,7 @@
-//! Acting on a decision that is on record: events, the endpoints clients read, pods, fences
-//! and releases, in that order.
+//! Acting on a decision: its fences as soon as it is made ([`fence_ahead`]: a fence only shuts
+//! clients out), then, once it is on record, events, the endpoints clients read, releases,
+//! readiness gates and pods, in that order. A decision whose write did not land tells what its
+//! fences did ([`fenced_unrecorded`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
+use super::decide::Decision;
 use super::inputs::Inputs;
 use super::persist::{AheadOfWrite, OnRecord};
 use crate::apply;
@@ -21,6 +24,7 @@ use crate::events;
 use crate::metrics::EndedHold;
 use crate::model::Slot;
 use crate::observe::SlotObservation;
+use crate::plan::MemberEvent;
 use crate::reasons::{ClusterReason, MemberReason};
 use crate::redis_admin::AdminAccess;
 use crate::release_ahead::Released;
@@ -67,9 +71,7 @@ pub async fn act(
     released_ahead: &[Released],
     now: Timestamp,
 ) -> Result<Acted> {
-    // Fences first: a process that lets clients in while it must not should be shut out as
-    // soon as the hold is on record, before anything slower (events, ConfigMaps).
-    fence(ctx, cluster, ns, &inputs.access, observed, &on_record).await?;
+    // The decision's fences were sent before its write (`fence_ahead`).
     report(ctx, cluster, ns, &on_record, now).await;
     publish_released(ctx, cluster, released_ahead).await;
     let endpoints_retry = if inputs.accepted() {
@@ -82,7 +84,8 @@ pub async fn act(
     let released = !all_released.is_empty();
     // Readiness gates after the fences and releases they report on: a gate opens only on a
     // process that lets clients in.
-    set_serving_gates(ctx, cluster, ns, observed, &on_record, &all_released).await?;
+    let gates = serving_gate::writes(&on_record.decision().status.members, observed, &all_released);
+    set_serving_gates(ctx, cluster, ns, gates).await?;
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
@@ -91,16 +94,19 @@ pub async fn act(
 }
 
 /// Shuts out of each process the plan fences both client users, where it runs (a process
-/// that outlived its pod: where it was last seen).
-async fn fence(
+/// that outlived its pod: where it was last seen): as soon as the decision is made, before
+/// its status write and whether or not that lands. A fence only ever shuts clients out;
+/// what must not happen to one whose write does not land is a release that undoes it before
+/// its hold is on record, which `crate::fence_ahead` rules out. Only the run id probed is
+/// fenced, on a connection that reads it first, so a fence never reaches a newer process.
+pub async fn fence_ahead(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     access: &AdminAccess,
     observed: &BTreeMap<Slot, SlotObservation>,
-    on_record: &OnRecord,
+    d: &Decision,
 ) -> Result<()> {
-    let d = on_record.decision();
     for (slot, run_id) in &d.plan.fences {
         let unstopped = d
             .status
@@ -152,7 +158,38 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
         tracing::info!(reason = change.reason().as_str(), "{message}");
         events::publish_for_cluster(&ctx.recorder, cluster, change.reason(), message.clone(), false).await;
     }
-    for e in &d.plan.events {
+    publish_member_events(ctx, cluster, ns, &d.plan.events).await;
+}
+
+/// What the fences of a decision whose status write did not land (or was not made: the cache
+/// lags) did: their slots' events (`Refenced`, `ClockJump`, …) now, since the next decisions
+/// are planned from the records these made (`crate::fence_ahead::as_fenced`) and do not tell
+/// them again; and the readiness gates of the fenced pods closed (a gate only ever closes
+/// here: one opens only after a write).
+pub async fn fenced_unrecorded(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    observed: &BTreeMap<Slot, SlotObservation>,
+    d: &Decision,
+) -> Result<()> {
+    if d.plan.fences.is_empty() {
+        return Ok(());
+    }
+    let fenced = |slot: Slot| d.plan.fences.iter().any(|(s, _)| *s == slot);
+    let told: Vec<MemberEvent> = d.plan.events.iter().filter(|e| fenced(e.slot)).cloned().collect();
+    publish_member_events(ctx, cluster, ns, &told).await;
+    let shut: Vec<_> = serving_gate::writes(&d.status.members, observed, &[])
+        .into_iter()
+        .filter(|w| !w.serving && fenced(w.slot))
+        .collect();
+    set_serving_gates(ctx, cluster, ns, shut).await
+}
+
+/// Member events: logged, counted and published.
+async fn publish_member_events(ctx: &Context, cluster: &RedlockCluster, ns: &str, told: &[MemberEvent]) {
+    let name = cluster.name_any();
+    for e in told {
         if e.reason.is_loss() {
             ctx.metrics.instance_lost(ns, &name);
         }
@@ -241,19 +278,16 @@ async fn publish_endpoints(
     Some(ENDPOINTS_RETRY)
 }
 
-/// Brings each pod's readiness gate to its member's record (`serving_gate`). A refused write
-/// is logged and made again by the next reconcile: a cluster does not rest while a pod is not
-/// Ready or a member is not `Ready` (`at_rest`), which a gate that differs from its record
+/// Brings each pod's readiness gate to its member's record (`serving_gate::writes`). A refused
+/// write is logged and made again by the next reconcile: a cluster does not rest while a pod is
+/// not Ready or a member is not `Ready` (`at_rest`), which a gate that differs from its record
 /// implies. The fences and releases it follows are already done.
 async fn set_serving_gates(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    observed: &BTreeMap<Slot, SlotObservation>,
-    on_record: &OnRecord,
-    released: &[Released],
+    writes: Vec<serving_gate::GateWrite>,
 ) -> Result<()> {
-    let writes = serving_gate::writes(&on_record.decision().status.members, observed, released);
     if writes.is_empty() {
         return Ok(());
     }

@@ -52,6 +52,9 @@ pub struct Facts<'a> {
     pub timers: &'a ClusterTimers,
     /// Why no process may be released now (the operator's clock), if so.
     pub release_blocked: Option<&'a str>,
+    /// Processes this process fenced ahead of a status write that did not land
+    /// (`crate::fence_ahead::processes`): released by no rule until a write holds them.
+    pub fenced_unrecorded: &'a [(crate::model::Slot, String)],
     /// The client password rotation's condition, if there is anything to say.
     /// The conditions of the password rotations (client, admin), those that have anything to say.
     pub password_rotation: Vec<crate::conditions::Desired>,
@@ -104,6 +107,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
                 timers: facts.timers,
                 skipped: clock.skipped,
                 release_blocked: facts.release_blocked,
+                fenced_unrecorded: facts.fenced_unrecorded,
             },
             maintenance: &fence_request.slots,
             gone_asserted: &gone_asserted,
@@ -386,6 +390,7 @@ mod tests {
                 probe_period: Duration::from_secs(1),
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
+                fenced_unrecorded: &[],
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
                 nonce: "n0",
@@ -573,6 +578,7 @@ mod tests {
                 probe_period: Duration::from_secs(600),
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
+                fenced_unrecorded: &[],
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
                 nonce: "n0",

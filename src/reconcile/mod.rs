@@ -1,7 +1,8 @@
 //! One reconcile of one RedlockCluster, as a pipeline in the order the safety argument needs:
 //!
-//! 1. guards: caches synced, the watch cache not behind this process's own last status write,
-//!    not being deleted;
+//! 1. guards: caches synced, not being deleted, the watch cache not behind this process's own
+//!    last status write (behind it for longer than a probe period: planned from that write's
+//!    reply, for fences only, below);
 //! 2. [`inputs`]: spec validity, credentials, the TLS CA;
 //! 3. [`children`]: Secrets, redis.conf, Services, PDB, NetworkPolicy (failures reported,
 //!    never fatal);
@@ -9,10 +10,39 @@
 //!    then [`passwords`]: a client password rotation's next step (Secrets first, then the
 //!    processes' passwords; never `on`/`off`);
 //! 5. [`decide`]: pure: status, pod changes, fences, releases, events, when to look again;
-//! 6. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`; only a
+//! 6. fences, at once (`act::fence_ahead`): nothing waits for a status write or the watch;
+//! 7. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`; only a
 //!    release whose hold is on record in this process's own last write, with nothing newer,
-//!    goes before it (`persist::AheadOfWrite`);
-//! 7. [`act`]: needs that `OnRecord`: events, endpoints, pods, fences, releases.
+//!    goes before it (`persist::AheadOfWrite`). A write that fails does not back off the
+//!    reconcile: probes and fences go on every probe period;
+//! 8. [`act`]: needs that `OnRecord`: events, endpoints, releases, readiness gates, pods.
+//!
+//! **Fences ahead of the write** (docs/design.md §6). A fence only shuts clients out, so no
+//! refused status write (an admission policy, a 409 storm) and no stalled watch may delay it.
+//! What it needs instead is that nothing undoes it before the hold it starts is on record:
+//! `crate::fence_ahead` keeps each fence whose write did not land, plans its slot from the
+//! record the fence's decision made while the stored record is still the one it was planned
+//! from, and no rule releases its process until a write that holds it lands (a `Ready` record
+//! of it, written by someone else, is held in full instead of "released again"). The
+//! interleavings an attacker could use:
+//!
+//! - fence, write refused, next reconcile from the stored record (`Ready`, or `Held` with an
+//!   earlier end): planned as the fence's hold, its process not released, neither "again" nor
+//!   at the stored end;
+//! - fence, then a user's unfence before the hold is on record: the probe finds it serving
+//!   inside the planned hold and fences again (`Refenced`);
+//! - fence, then a crash or a new leader before the write: the memory is gone and the
+//!   successor plans from the stored record, exactly as if the fence had never been sent, the
+//!   only outcome a crash before the write had when fences waited for it. It times a `Held`
+//!   record's hold again in full from when it first sees it (§9.1), after the fence; a `Ready`
+//!   one it releases again, which leaves the process as it was before the fence;
+//! - a write that fails after it was sent but landed: the stored record is the new hold, and
+//!   the guard holds until the next write lands;
+//! - a stale cache: never a version older than this process's own write (the guard in 1); one
+//!   behind it for longer than a probe period is replaced by that write's reply, which plans
+//!   fences only: nothing is written, released, created or deleted from it;
+//! - releases are untouched: ahead of the write only from a hold on record in this process's
+//!   own last write (`persist::ahead_of_write` never sees the fences' records), else after it.
 
 mod act;
 mod children;
@@ -37,9 +67,10 @@ pub use persist::status_patch;
 use crate::at_rest;
 use crate::conditions::{self, ConditionType};
 use crate::context::Context;
-use crate::crd::{RedlockCluster, RedlockClusterStatus};
+use crate::crd::{MemberStatus, RedlockCluster, RedlockClusterStatus};
 use crate::error::{Error, Result};
 use crate::events;
+use crate::fence_ahead;
 use crate::reasons::ClusterReason;
 use crate::release_ahead;
 use crate::rest_watch;
@@ -47,6 +78,10 @@ use crate::rest_watch;
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).
 const CACHE_LAG_RETRY: Duration = Duration::from_millis(50);
+
+/// Why a reconcile planned from this process's own last write (the cache lags it) releases
+/// nothing.
+const CACHE_LAGS: &str = "the watch cache does not show the operator's last status write yet";
 
 /// One reconcile: read → observe → decide (pure) → persist → act. Longer than the other
 /// functions on purpose: it is the one place where the whole pipeline and its order are seen.
@@ -72,27 +107,45 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     // nothing per cluster). Until the cache shows this process's last status write, planning
     // from the older version could mistake the operator's own new pods or holds for unknown
     // ones: wait for it. (Anyone else's newer write is caught by the conditional status write.)
-    if ctx
+    //
+    // But not for long with the fences: a cache behind for longer than a probe period (a
+    // stalled watch; normally the event is milliseconds away) is replaced by the object that
+    // write produced, as the API server answered it, and the reconcile only probes and fences
+    // (`fences_only`): nothing is written, released, created or deleted until the cache shows
+    // the write. That object, not a quorum GET: it costs no request, and it is exactly the
+    // version the cache is about to show (no other operator writes, docs/design.md §2), so
+    // what is planned from it is what the cache would give, only sooner. A GET could return a
+    // newer version the cache has not reached, and a write planned from it would break the
+    // rule the guard rests on (any version but the one planned from is newer). What neither
+    // shows, someone else's write since (a maintenance request), waits for the watch as it did.
+    let lag = ctx
         .memory
         .status_writes
-        .cache_lags(&uid, cached.metadata.resource_version.as_deref())
-    {
-        return Ok(Action::requeue(CACHE_LAG_RETRY));
-    }
+        .lag(&uid, cached.metadata.resource_version.as_deref());
+    let fences_only = lag.is_some();
+    let cached = match lag {
+        None => cached,
+        Some(lag) => match lag.written {
+            Some(written) if lag.age >= ctx.settings.probe_period => written,
+            _ => return Ok(Action::requeue(CACHE_LAG_RETRY)),
+        },
+    };
     // Releases sent ahead of a status write that did not land: planned as the `Ready` records
     // they made (a released process serves, whatever the stored `Held` says).
     let unrecorded = ctx.memory.unrecorded_releases.of(&uid);
-    let with_releases;
-    let cluster: &RedlockCluster = if unrecorded.is_empty() {
-        &cached
-    } else {
-        let mut c = (*cached).clone();
-        if let Some(s) = c.status.as_mut() {
-            s.members = release_ahead::as_released(&s.members, &unrecorded);
-        }
-        with_releases = c;
-        &with_releases
-    };
+    let with_releases = with_members(&cached, !unrecorded.is_empty(), |m| {
+        release_ahead::as_released(m, &unrecorded)
+    });
+    // Fences sent ahead of a status write that did not land: planned as the records their
+    // decisions made (the holds they started), their processes released by no rule until a
+    // write holds them (`crate::fence_ahead`). Releases ahead of the write are chosen from
+    // `with_releases` only: never from a record that is not on record.
+    let fences = ctx.memory.unrecorded_fences.of(&uid);
+    let fenced_processes = fence_ahead::processes(&fences);
+    let planned = with_members(&with_releases, !fences.is_empty(), |m| {
+        fence_ahead::as_fenced(m, &fences)
+    });
+    let cluster: &RedlockCluster = &planned;
     if cluster.metadata.deletion_timestamp.is_some() {
         // Children go with the owner (garbage collection by owner references).
         forget(&ctx, &ns, &cluster.name_any(), cluster.metadata.uid.as_deref());
@@ -111,14 +164,15 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         });
     let mut observation = observation::observe(&ctx, cluster, &ns, &inputs.access, in_force.into()).await?;
     observation::distrust_failed_cas(&ctx, &ns, &observation.slots);
-    let mut password_rotation: Vec<_> =
-        passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots)
-            .await?
-            .into_iter()
-            .collect();
-    password_rotation.extend(
-        passwords::rotate_admin(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?,
-    );
+    let mut password_rotation = Vec::new();
+    // A rotation's steps are recorded by the status write that follows them: none without one.
+    if !fences_only {
+        password_rotation
+            .extend(passwords::rotate(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?);
+        password_rotation.extend(
+            passwords::rotate_admin(&ctx, cluster, &ns, &mut inputs, &children, &observation.slots).await?,
+        );
+    }
     // A rotation under way (status True) has steps to take; one done (or refused because
     // auth is off) says so for good, and waits for nothing.
     let rotation_quiet = password_rotation.iter().all(|c| !c.status);
@@ -129,7 +183,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let decided_at = std::time::Instant::now();
     let now = clock.wall;
     let timers = ctx.memory.timers.get(&uid);
-    let release_blocked = ctx.clock.release_blocked();
+    let release_blocked = match fences_only {
+        true => Some(CACHE_LAGS.to_owned()),
+        false => ctx.clock.release_blocked(),
+    };
     let spec_hash = ctx.memory.spec_hashes.of(cluster);
     let nonce = crate::resize::new_nonce();
     let decision = decide::decide(
@@ -141,6 +198,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             probe_period: ctx.settings.probe_period,
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
+            fenced_unrecorded: &fenced_processes,
             password_rotation,
             spec_hash: &spec_hash,
             nonce: &nonce,
@@ -171,24 +229,59 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let mut after = decision.requeue;
     let deadline = decision.deadline;
     let next_timers = decision.timers.clone();
-    let ahead = persist::ahead_of_write(&ctx, cluster, &decision);
-    let released_ahead = act::release_ahead(&ctx, cluster, &ns, &inputs, &observation.slots, &ahead).await?;
-    let pending = release_ahead::unrecorded(
+    // Fences at once, before the status write and whether or not it lands (module doc).
+    act::fence_ahead(&ctx, cluster, &ns, &inputs.access, &observation.slots, &decision).await?;
+    let fenced = fence_ahead::unrecorded(
         cluster.recorded_members(),
+        &decision.status.members,
+        &decision.plan.fences,
+    );
+    if fences_only {
+        // Nothing else from a plan the cache does not show yet; the holds the fences started
+        // are planned from memory until a write puts them on record, and were first seen by
+        // this process now (their timers).
+        ctx.memory.unrecorded_fences.keep(&uid, fenced);
+        ctx.memory.timers.keep(&uid, next_timers.merged(&timers));
+        act::fenced_unrecorded(&ctx, cluster, &ns, &observation.slots, &decision).await?;
+        tracing::debug!(cluster = %cluster.name_any(), "the watch cache lags this operator's last status write: probed and fenced only");
+        return Ok(Action::requeue(ctx.settings.probe_period));
+    }
+    let ahead = persist::ahead_of_write(&ctx, &with_releases, &decision);
+    let released_ahead =
+        act::release_ahead(&ctx, &with_releases, &ns, &inputs, &observation.slots, &ahead).await?;
+    let pending = release_ahead::unrecorded(
+        with_releases.recorded_members(),
         &decision.status.members,
         &released_ahead,
     );
-    let on_record = match persist::persist(&ctx, &api, cluster, decision, !unrecorded.is_empty()).await {
+    let fence_report = (!decision.plan.fences.is_empty()).then(|| decision.clone());
+    let must_write = !unrecorded.is_empty() || !fences.is_empty();
+    let on_record = match persist::persist(&ctx, &api, cluster, decision, must_write).await {
         Ok(on_record) => {
             ctx.memory.unrecorded_releases.recorded(&uid);
+            ctx.memory.unrecorded_fences.recorded(&uid);
             on_record
         }
         Err(e) => {
-            // Planned as released from now on, until a write lands; the releases happened, so
-            // their events are told all the same.
+            // Planned as released, and as fenced, from now on, until a write lands; the
+            // releases and fences happened, so their events are told all the same.
             ctx.memory.unrecorded_releases.keep(&uid, pending);
+            ctx.memory.unrecorded_fences.keep(&uid, fenced);
+            ctx.memory.timers.keep(&uid, next_timers.merged(&timers));
             act::publish_released(&ctx, cluster, &released_ahead).await;
-            return Err(e);
+            if let Some(d) = &fence_report {
+                act::fenced_unrecorded(&ctx, cluster, &ns, &observation.slots, d).await?;
+            }
+            let Error::Kube(_) = &e else {
+                return Err(e);
+            };
+            // Refused (an admission policy, a conflict) or failed: no backoff of the
+            // reconcile, whose probes and fences go on every probe period; the write is
+            // tried again with them.
+            ctx.metrics.reconcile_failed(&e);
+            let retry = after.min(ctx.settings.probe_period);
+            tracing::warn!(cluster = %cluster.name_any(), %ns, error = %e, retry_in = ?retry, "status write failed: fences were sent, releases wait for a write");
+            return Ok(Action::requeue(retry));
         }
     };
     // The timers, and the clock samples the verdicts were judged from, belong to the status
@@ -238,6 +331,22 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     Ok(Action::requeue(after))
 }
 
+/// `c` with its members replaced by `f` of them, when `apply`.
+fn with_members(
+    c: &Arc<RedlockCluster>,
+    apply: bool,
+    f: impl FnOnce(&[MemberStatus]) -> Vec<MemberStatus>,
+) -> Arc<RedlockCluster> {
+    if !apply {
+        return c.clone();
+    }
+    let mut c = (**c).clone();
+    if let Some(s) = c.status.as_mut() {
+        s.members = f(&s.members);
+    }
+    Arc::new(c)
+}
+
 /// Drops what is kept in memory about a cluster that is gone (by UID where known; else the
 /// UID it rested under, if it did).
 pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
@@ -260,6 +369,7 @@ pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
         ctx.memory.timers.forget(uid);
         ctx.memory.status_writes.forget(uid);
         ctx.memory.unrecorded_releases.recorded(uid);
+        ctx.memory.unrecorded_fences.recorded(uid);
         ctx.memory.children.forget(uid);
         ctx.memory.credentials.forget(uid);
         ctx.memory.spec_hashes.forget(uid);

@@ -7,6 +7,10 @@
 //! write ([`AheadOfWrite`], docs/design.md §2 "Releasing ahead of the write"): the write would
 //! only confirm what that record already says, and waiting for it made releases late by the
 //! API server's write latency.
+//!
+//! Fences need no record first (`act::fence_ahead`, docs/design.md §6 "Fences ahead of the
+//! write"): a fence only shuts clients out. What a fence whose write does not land needs is
+//! that nothing undoes it before its hold is on record (`crate::fence_ahead`).
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -43,14 +47,14 @@ pub async fn persist(
     // is confirmed against the stored object all the same: the same status, applied on the
     // condition of the version it was planned from, is refused if the watch cache showed an
     // older version than the stored one (a lagging cache after a leader change), and costs
-    // no write otherwise. Fences, creates and deletes need no such check: none can let a
-    // client in.
+    // no write otherwise. Fences (sent before this write), creates and deletes need no such
+    // check: none can let a client in.
     let unchanged = cluster.status.as_ref() == Some(&decision.status);
     if must_write || !unchanged || !decision.plan.releases.is_empty() {
         ctx.leadership.check()?;
         let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
         let skipped = ctx.clock.now().skipped;
-        let written = api
+        let mut written = api
             .patch_status(
                 &cluster.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -58,11 +62,16 @@ pub async fn persist(
             )
             .await
             .inspect_err(|_| ctx.memory.status_writes.unknown(uid))?;
+        // Kept until the cache shows it (what a reconcile plans its fences from meanwhile);
+        // no plan reads managedFields.
+        written.metadata.managed_fields = None;
+        let version = written.metadata.resource_version.clone();
         ctx.memory.status_writes.wrote(
             uid,
             cluster.metadata.resource_version.as_deref(),
-            written.metadata.resource_version.as_deref(),
+            version.as_deref(),
             skipped,
+            Some(std::sync::Arc::new(written)),
         );
     }
     Ok(OnRecord { decision })

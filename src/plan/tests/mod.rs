@@ -3,6 +3,7 @@
 //! record and observation in and what must come out (checked stable on a re-plan).
 
 mod clock;
+mod fenced_unrecorded;
 mod held;
 mod maintenance;
 mod name_taken;

@@ -3,6 +3,7 @@
 //! rendered by Helm (`helm_chart`), PromQL against the exported metrics (`promql`), and the
 //! safety suite's harness (`safety_harness`).
 
+pub mod admission;
 pub mod helm_chart;
 pub mod promql;
 mod rounds;

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-real-nodes test-real-nodes
+.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-load safety-real-nodes test-real-nodes
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -171,8 +171,24 @@ bench: controlplane
 ## one), and the control run has at least 1 violation.
 ## (`make test` runs the short version, tests/safety.rs.) Debug profile: the harness, not the
 ## operator's speed, is what takes the time.
+## Load: LOAD=n (here and on safety-real-nodes; SAFETY_LOAD=n does the same) runs n busy
+## processes per core (`nproc` × n, at nice 0) in each phase from before its first fault to
+## its end, killed and reaped then (also on an error or a panic), so that the operator and the
+## control plane are starved as on a loaded CI machine; the report states how many and the
+## load average measured (/proc/loadavg at the start, every 10 s, at the end: max and mean).
+## `make safety-load` is `make safety LOAD=1` (LOAD=n there too).
+## Every run also counts the operator's ClockJump events no member-clock-jump fault explains
+## (its member, injection to heal + 10 s), sets those within 5 s of a step of this machine's
+## own clock (read every 100 ms; steps > 5 ms in host-clock-steps.jsonl) apart as true jumps,
+## and fails on any other (false positives), listing them.
+## (LOAD's default of 1 above is soak's: here only a LOAD given on the command line or in
+## the environment turns the load on.)
+SAFETY_LOAD_ENV = $(if $(filter command environment,$(firstword $(origin LOAD))),SAFETY_LOAD=$(LOAD))
 safety: controlplane redis-libc
-	$(CARGO) test --bench safety_full
+	$(SAFETY_LOAD_ENV) $(CARGO) test --bench safety_full
+
+safety-load: controlplane redis-libc
+	SAFETY_LOAD=$(LOAD) $(CARGO) test --bench safety_full
 
 ## version-matrix: the lifecycle, client-ACL hardening and short safety tests once per image
 ## of README "Tested versions", on real nodes (REDLOCK_TEST_IMAGE names each cluster's image;
@@ -196,4 +212,4 @@ version-matrix: dev-binaries nodes
 ## safety-real-nodes: the same on real nodes (kubelet, containerd, kube-proxy; Redis in
 ## containers of the redis:7.0-faketime image, so member clock jumps step a node's clock).
 safety-real-nodes: controlplane nodes redis-libc
-	SAFETY_NODES=real $(CARGO) test --bench safety_full
+	$(SAFETY_LOAD_ENV) SAFETY_NODES=real $(CARGO) test --bench safety_full

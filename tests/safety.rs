@@ -10,6 +10,9 @@
 //! replies, and, pass or fail, each phase's evidence (`operator/evidence/`: the operator's
 //! logs, the Kubernetes events, the RedlockCluster's status history; `control/evidence/`: the
 //! members' history). A failure's message names the violations' members and those files.
+//! `SAFETY_LOAD=n` adds n busy processes per core while each phase deals its faults; every
+//! run fails on a `ClockJump` event that neither a member-clock-jump fault nor a step of the
+//! host's clock explains (a false positive), and lists them.
 
 use redlock_safety::schedule::FaultKind;
 use redlock_test_support::safety_harness::{Settings, assert_safe, run};
@@ -38,7 +41,7 @@ fn only(mut settings: Settings, kinds: Vec<FaultKind>) -> Settings {
 /// meets a lock (its violations prove the checker sees what the operator prevents).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_keep_mutual_exclusion_under_faults_and_the_control_does_not() {
-    // SAFETY_FAULTS / SAFETY_SEED / SAFETY_KINDS override.
+    // SAFETY_FAULTS / SAFETY_SEED / SAFETY_KINDS / SAFETY_LOAD override.
     let real_nodes = real_nodes();
     let settings = Settings::one_round(1, "safety-short", real_nodes);
     // SAFETY_KINDS chooses the kinds: then one run, whatever the nodes.

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::checker::{CounterMismatch, Violation};
+use crate::clock_jumps::ClockJumpCounts;
 use crate::history::Op;
+use crate::host::{HostClockRecord, LoadRecord};
 use crate::schedule::FaultKind;
 use crate::violation::{ViolationDetail, WallClock, describe_all};
 
@@ -211,6 +213,14 @@ pub struct PhaseReport {
     /// password, ...), which the fault record alone cannot tell.
     pub failures_in_longest_stretch: Vec<FailureCount>,
     pub duration_s: f64,
+    /// The load the harness put on the machine while the faults were dealt (`SAFETY_LOAD`)
+    /// and the load average it measured; `None` where nothing was measured.
+    pub load: Option<LoadRecord>,
+    /// The host's wall clock against CLOCK_MONOTONIC over the phase: its steps.
+    pub host_clock: Option<HostClockRecord>,
+    /// The operator's `ClockJump` events, each explained by a clock jump fault, a host clock
+    /// step, or nothing (operator run only).
+    pub clock_jumps: Option<ClockJumpCounts>,
 }
 
 /// How often one client library failed an acquisition with one kind of reason.
@@ -299,7 +309,29 @@ impl PhaseReport {
                 .map(|(_, from, to)| failures_between(ops, from, to))
                 .unwrap_or_default(),
             duration_s,
+            load: None,
+            host_clock: None,
+            clock_jumps: None,
         }
+    }
+
+    /// The same with what the machine did meanwhile: the load and the host clock's steps.
+    pub fn with_host(mut self, load: Option<LoadRecord>, host_clock: Option<HostClockRecord>) -> Self {
+        self.load = load;
+        self.host_clock = host_clock;
+        self
+    }
+
+    /// The same with the operator's `ClockJump` events classified
+    /// ([`crate::clock_jumps::classify`]).
+    pub fn with_clock_jumps(mut self, counts: ClockJumpCounts) -> Self {
+        self.clock_jumps = Some(counts);
+        self
+    }
+
+    /// `ClockJump` events of this phase that neither a fault nor a host clock step explains.
+    pub fn false_clock_jumps(&self) -> usize {
+        self.clock_jumps.as_ref().map_or(0, |c| c.false_positives)
     }
 
     /// The same, the violations' times also on the wall clock (UTC) `clock` gives: the times
@@ -392,6 +424,11 @@ pub struct Report {
     pub lost_updates_beyond_limits: i64,
     pub control_violations: usize,
     pub control_counter_mismatches: usize,
+    /// The operator run's `ClockJump` events that no clock jump fault and no host clock step
+    /// explains (false positives: the run fails with any).
+    pub false_clock_jumps: usize,
+    /// Busy processes the harness ran on the machine during the operator run (`SAFETY_LOAD`).
+    pub busy_processes: usize,
     pub fault_kinds: BTreeMap<FaultKind, KindStats>,
     pub settings: serde_json::Value,
     pub operator: PhaseReport,
@@ -423,6 +460,8 @@ impl Report {
             ),
             control_violations: control.violations.len(),
             control_counter_mismatches: control.counter_mismatches.len(),
+            false_clock_jumps: operator.false_clock_jumps(),
+            busy_processes: operator.load.as_ref().map_or(0, |l| l.busy_processes),
             fault_kinds: operator.fault_kinds.clone(),
             settings,
             operator,
@@ -472,13 +511,54 @@ impl Report {
     /// The suite passes when the operator run is clean but for its stated limit (overlaps that
     /// began inside a member clock jump's window, and the updates they lost), its clients kept
     /// getting locks (none at all, or none for longer than [`MAX_WITHOUT_ACQUISITION_MS`], and
-    /// the faults after that tested nothing), and the control run is not clean: the checker
+    /// the faults after that tested nothing), the operator reported no clock jump that no clock
+    /// made ([`Report::false_clock_jumps`]), and the control run is not clean: the checker
     /// demonstrably sees what the operator prevents.
     pub fn passed(&self) -> bool {
         self.violations_beyond_limits == 0
             && self.lost_updates_beyond_limits == 0
+            && self.false_clock_jumps == 0
             && self.lock_service_kept_serving()
             && self.control_violations >= 1
+    }
+
+    /// The machine's conditions in the run, one line each: the load and load average of both
+    /// phases, the host clock's steps, the operator's `ClockJump` events by what explains them
+    /// (and each not explained by a fault).
+    pub fn conditions_text(&self) -> String {
+        let mut s = String::new();
+        for (phase, p) in [("operator run", &self.operator), ("control", &self.control)] {
+            if let Some(l) = &p.load {
+                s.push_str(&format!("load ({phase}): {}\n", l.text()));
+            }
+        }
+        for (phase, p) in [("operator run", &self.operator), ("control", &self.control)] {
+            if let Some(h) = &p.host_clock {
+                s.push_str(&format!("host clock ({phase}): {}\n", h.text()));
+            }
+        }
+        if let Some(c) = &self.operator.clock_jumps {
+            s.push_str(&format!("clock jumps (operator run): {}\n", c.text()));
+            s.push_str(&c.unexplained_text());
+        }
+        s
+    }
+
+    /// What a run with false clock jumps fails with: the counts and each such event.
+    pub fn false_clock_jumps_text(&self) -> String {
+        match &self.operator.clock_jumps {
+            Some(c) if c.false_positives > 0 => format!(
+                "{} ClockJump event(s) of the operator run that no member-clock-jump fault (its member, from its injection to {} s after its heal) and no host clock step (within {} s) explains (seed {}): {}\n{}{}",
+                c.false_positives,
+                c.fault_margin_ms / 1000,
+                c.host_step_near_ms / 1000,
+                self.seed,
+                c.text(),
+                c.unexplained_text(),
+                self.evidence_text()
+            ),
+            _ => String::new(),
+        }
     }
 
     pub fn lock_service_kept_serving(&self) -> bool {
@@ -529,6 +609,53 @@ impl Report {
             format!("{:.0} s", o.duration_s),
             format!("{:.0} s", c.duration_s),
         ));
+        if o.load.is_some() || o.host_clock.is_some() || o.clock_jumps.is_some() {
+            s.push_str(&row(
+                "busy processes (load)",
+                o.load
+                    .as_ref()
+                    .map_or("-".into(), |l| l.busy_processes.to_string()),
+                c.load
+                    .as_ref()
+                    .map_or("-".into(), |l| l.busy_processes.to_string()),
+            ));
+            let avg = |p: &PhaseReport| {
+                p.load.as_ref().map_or("-".into(), |l| {
+                    format!("max {:.2}, mean {:.2}", l.max_load1, l.mean_load1)
+                })
+            };
+            s.push_str(&row("load average (1 min) during the faults", avg(o), avg(c)));
+            let steps = |p: &PhaseReport| {
+                p.host_clock
+                    .as_ref()
+                    .map_or("-".into(), |h| h.steps.len().to_string())
+            };
+            s.push_str(&row("host clock steps (> 5 ms)", steps(o), steps(c)));
+            if let Some(j) = &o.clock_jumps {
+                s.push_str(&row(
+                    "clock jump faults dealt",
+                    j.faults_dealt.to_string(),
+                    "-".into(),
+                ));
+                s.push_str(&row("ClockJump events", j.events.to_string(), "-".into()));
+                s.push_str(&row(
+                    "… explained by a clock jump fault",
+                    j.explained.to_string(),
+                    "-".into(),
+                ));
+                s.push_str(&row(
+                    "… host clock stepped",
+                    j.host_clock_stepped.to_string(),
+                    "-".into(),
+                ));
+                s.push_str(&row(
+                    "**… false positives**",
+                    j.false_positives.to_string(),
+                    "-".into(),
+                ));
+            }
+            s.push_str(&format!("\n```\n{}```\n", self.conditions_text()));
+        }
         if !o.failures_in_longest_stretch.is_empty() {
             s.push_str(&format!(
                 "\nThe operator run's longest stretch without an acquisition began {:.0} s after its first attempt. \
@@ -1133,6 +1260,88 @@ mod tests {
         let report = Report::new(1, vec![], serde_json::json!({}), o.clone(), o);
         assert_eq!(report.violations_beyond_limits, 1);
         assert!(!report.passed());
+    }
+
+    #[test]
+    fn a_false_clock_jump_fails_the_run_and_the_report_states_load_and_clocks() {
+        use crate::clock_jumps::{ClockJumpSighting, classify, occurrences};
+        use crate::host::{HostClockRecord, LoadRecord, StepFinder, parse_loadavg};
+        let clock = WallClock {
+            mono_ns: 0,
+            unix_ns: 1_767_225_600_000_000_000,
+        };
+        let sighting = |uid: &str, at_ms: u64, pod: &str| ClockJumpSighting {
+            uid: uid.into(),
+            resource_version: "1".into(),
+            count: 1,
+            observed_mono_ns: at_ms * MS,
+            stated_unix_ns: None,
+            pod: Some(pod.into()),
+            message: format!("{pod}: its clock jumped 0.812 s forward since the last probe"),
+        };
+        let faults = vec![FaultRecord {
+            kind: FaultKind::MemberClockJump,
+            members: vec![1],
+            healed: 5000 * MS,
+            ..fault(FaultKind::MemberClockJump, 1000, 8000)
+        }];
+        let events = occurrences(
+            &[sighting("a", 2000, "locks-1"), sighting("b", 40_000, "locks-3")],
+            "locks",
+            clock,
+        );
+        let served = [held(1, "k", 0, 3000, Some(10))];
+        let load = |n: usize| {
+            let sample = parse_loadavg("2.00 1.00 1.00 3/100 1", 0).unwrap();
+            LoadRecord::new(1, n, vec![Some(0); n], 0, vec![sample], (0, 60_000 * MS))
+        };
+        let host = HostClockRecord::new(&StepFinder::default(), vec![]);
+        let op = PhaseReport::new(&served, &faults, vec![], vec![], 1.0)
+            .with_host(Some(load(2)), Some(host.clone()))
+            .with_clock_jumps(classify(&events, &faults, &host.steps));
+        let violation = Violation {
+            key: "k".into(),
+            first: 1,
+            second: 2,
+            first_client: "a".into(),
+            second_client: "b".into(),
+            at: 5,
+            overlap_ns: 5,
+        };
+        let control =
+            PhaseReport::new(&served, &faults, vec![violation], vec![], 1.0).with_host(Some(load(2)), None);
+        let report = Report::new(3, vec![], serde_json::json!({}), op.clone(), control.clone());
+        assert_eq!((report.false_clock_jumps, report.busy_processes), (1, 2));
+        assert!(!report.passed(), "a false clock jump fails the run");
+        let text = report.false_clock_jumps_text();
+        assert!(
+            text.starts_with("1 ClockJump event(s) of the operator run that no member-clock-jump fault"),
+            "{text}"
+        );
+        assert!(text.contains("locks-3 (event b): FALSE POSITIVE"), "{text}");
+        assert!(!text.contains("(event a)"), "{text}");
+        let md = report.summary_markdown();
+        for want in [
+            "| busy processes (load) | 2 | 2 |",
+            "| load average (1 min) during the faults | max 2.00, mean 2.00 | max 2.00, mean 2.00 |",
+            "| host clock steps (> 5 ms) | 0 | - |",
+            "| clock jump faults dealt | 1 | - |",
+            "| ClockJump events | 2 | - |",
+            "| … explained by a clock jump fault | 1 | - |",
+            "| **… false positives** | 1 | - |",
+            "load (operator run): 2 busy processes (1 per core × 2 cores, nice 0)",
+            "clock jumps (operator run): clock jump faults dealt 1, ClockJump events 2, explained 1, host clock stepped 0, false positives 1",
+        ] {
+            assert!(md.contains(want), "{want:?} missing in:\n{md}");
+        }
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["false_clock_jumps"], 1);
+        assert_eq!(json["operator"]["load"]["busy_processes"], 2);
+        assert_eq!(json["operator"]["clock_jumps"]["false_positives"], 1);
+        // Explained by the fault only: passes.
+        let op = op.with_clock_jumps(classify(&events[..1], &faults, &[]));
+        let report = Report::new(3, vec![], serde_json::json!({}), op, control);
+        assert!(report.passed() && report.false_clock_jumps_text().is_empty());
     }
 
     #[test]

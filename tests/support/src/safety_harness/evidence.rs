@@ -24,6 +24,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use redlock_operator::crd::RedlockCluster;
 use redlock_safety::clock::mono_ns;
+use redlock_safety::clock_jumps::ClockJumpSighting;
 use redlock_safety::evidence::{EventRow, events_table, status_brief, status_significant};
 use redlock_safety::report::EvidenceFile;
 use redlock_safety::violation::{WallClock, utc};
@@ -37,6 +38,8 @@ pub const EVENTS: &str = "events.jsonl";
 pub const EVENTS_TABLE: &str = "events.txt";
 pub const DESCRIBE: &str = "describe.txt";
 pub const CLOCK: &str = "clock.json";
+/// The host clock's steps against CLOCK_MONOTONIC (`super::host::HostClock`), both phases.
+pub const HOST_CLOCK_STEPS: &str = "host-clock-steps.jsonl";
 /// Written instead of `describe.txt` when the run panicked.
 pub const UNFINISHED: &str = "UNFINISHED.txt";
 
@@ -64,11 +67,24 @@ fn append(file: &mut File, line: &serde_json::Value, what: &str) {
     }
 }
 
-/// The events seen so far: every version once in `events.jsonl`, the latest of each by uid.
+/// The events seen so far: every version once in `events.jsonl`, the latest of each by uid,
+/// and every version of the operator's `ClockJump` events in the order seen.
 struct EventLog {
     file: File,
     seen: HashSet<(String, String)>,
     latest: BTreeMap<String, EventRow>,
+    clock_jumps: Vec<ClockJumpSighting>,
+}
+
+impl EventLog {
+    fn new(file: File) -> Self {
+        Self {
+            file,
+            seen: HashSet::new(),
+            latest: BTreeMap::new(),
+            clock_jumps: Vec::new(),
+        }
+    }
 }
 
 impl EventLog {
@@ -82,8 +98,30 @@ impl EventLog {
             &serde_json::to_value(&row).unwrap_or_default(),
             EVENTS,
         );
+        if row.reason == "ClockJump" {
+            self.clock_jumps.push(ClockJumpSighting {
+                uid: row.uid.clone(),
+                resource_version: row.resource_version.clone(),
+                count: row.count,
+                observed_mono_ns: row.observed_mono_ns,
+                stated_unix_ns: stated_unix_ns(e),
+                pod: e.related.as_ref().and_then(|r| r.name.clone()),
+                message: row.message.clone(),
+            });
+        }
         self.latest.insert(row.uid.clone(), row);
     }
+}
+
+/// When the event's latest occurrence happened by its reporter's clock (ns since the Unix
+/// epoch): the series' last time, else the event's time, else its first timestamp.
+fn stated_unix_ns(e: &Event) -> Option<i128> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0.as_nanosecond())
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_nanosecond()))
+        .or_else(|| e.deprecated_last_timestamp.as_ref().map(|t| t.0.as_nanosecond()))
+        .or_else(|| e.deprecated_first_timestamp.as_ref().map(|t| t.0.as_nanosecond()))
 }
 
 fn time_utc(t: &k8s_openapi::jiff::Timestamp) -> String {
@@ -145,6 +183,13 @@ fn event_row(e: &Event) -> EventRow {
     }
 }
 
+/// What `Recorder::finish` kept.
+pub struct Kept {
+    pub files: Vec<EvidenceFile>,
+    /// Every version of the operator's `ClockJump` events, in the order seen.
+    pub clock_jumps: Vec<ClockJumpSighting>,
+}
+
 /// Watches a phase's control plane and keeps what it says (see the module's doc).
 pub struct Recorder {
     dir: PathBuf,
@@ -174,11 +219,7 @@ impl Recorder {
                 "utc": utc(clock.unix_ns),
             }))?,
         )?;
-        let events = Arc::new(Mutex::new(EventLog {
-            file: File::create(dir.join(EVENTS))?,
-            seen: HashSet::new(),
-            latest: BTreeMap::new(),
-        }));
+        let events = Arc::new(Mutex::new(EventLog::new(File::create(dir.join(EVENTS))?)));
         let client = env.cp.client();
         // The operator's, the kubelets' and the scheduler's events of the cluster's pods, and
         // the node lifecycle's of the nodes (in `default`).
@@ -227,8 +268,9 @@ impl Recorder {
 
     /// Lists the events once more (what the watches may not have delivered yet), stops the
     /// watches, writes `events.txt` and `describe.txt`, copies the operator's logs; returns the
-    /// files kept. Never fails: what cannot be kept is said on stderr and in the list.
-    pub async fn finish(mut self, env: &Env) -> Vec<EvidenceFile> {
+    /// files kept and every version of the `ClockJump` events seen. Never fails: what cannot be
+    /// kept is said on stderr and in the list.
+    pub async fn finish(mut self, env: &Env) -> Kept {
         for ns in &self.namespaces {
             let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
             match tokio::time::timeout(Duration::from_secs(15), api.list(&ListParams::default())).await {
@@ -254,7 +296,14 @@ impl Recorder {
         }
         copy_operator_logs(&self.cp_dir, &self.dir);
         self.finished = true;
-        operator_files(&self.dir)
+        let clock_jumps = self
+            .events
+            .lock()
+            .map_or_else(|p| p.into_inner().clock_jumps.clone(), |l| l.clock_jumps.clone());
+        Kept {
+            files: operator_files(&self.dir),
+            clock_jumps,
+        }
     }
 
     fn write_events_table(&self) {
@@ -429,6 +478,7 @@ pub fn operator_files(dir: &Path) -> Vec<EvidenceFile> {
             CLOCK,
             "one instant on CLOCK_MONOTONIC and UTC: history.json's times to the logs' and events' times",
         ),
+        (HOST_CLOCK_STEPS, HOST_CLOCK_STEPS_WHAT),
     ] {
         let path = dir.join(name);
         out.push(item(
@@ -443,8 +493,11 @@ pub fn operator_files(dir: &Path) -> Vec<EvidenceFile> {
     out
 }
 
-/// The control run's evidence in `dir` (its output directory): the members' history and
-/// their logs; it has no operator, no Kubernetes events and no RedlockCluster.
+const HOST_CLOCK_STEPS_WHAT: &str = "every step of this machine's wall clock against CLOCK_MONOTONIC larger than 5 ms (read every 100 ms over the phase), one a line: at_mono_ns, utc, step_ns, since_previous_ns; empty when it never stepped";
+
+/// The control run's evidence in `dir` (its output directory): the members' history, their
+/// logs and the host clock's steps; it has no operator, no Kubernetes events and no
+/// RedlockCluster.
 pub fn control_files(dir: &Path) -> Vec<EvidenceFile> {
     let item = |path: &Path, what: &str| EvidenceFile {
         phase: "control".into(),
@@ -463,6 +516,15 @@ pub fn control_files(dir: &Path) -> Vec<EvidenceFile> {
     out.push(item(
         &dir.join("naive-*.log"),
         "each member's redis-server log, every process of the member appended",
+    ));
+    let steps = dir.join(HOST_CLOCK_STEPS);
+    out.push(item(
+        &steps,
+        &if steps.exists() {
+            HOST_CLOCK_STEPS_WHAT.to_owned()
+        } else {
+            format!("MISSING: {HOST_CLOCK_STEPS_WHAT}")
+        },
     ));
     out
 }
@@ -501,11 +563,7 @@ mod tests {
         let _in_runtime = rt.enter();
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let events = Arc::new(Mutex::new(EventLog {
-            file: File::create(dir.join(EVENTS)).unwrap(),
-            seen: HashSet::new(),
-            latest: BTreeMap::new(),
-        }));
+        let events = Arc::new(Mutex::new(EventLog::new(File::create(dir.join(EVENTS)).unwrap())));
         let mut e = Event {
             reason: Some("UnstoppedProcessFenced".into()),
             type_: Some("Warning".into()),
@@ -518,6 +576,36 @@ mod tests {
         events.lock().unwrap().record(&e);
         // The same version again (a watch's relist): once.
         events.lock().unwrap().record(&e);
+        // A ClockJump event is kept as a sighting too, with its pod and its series' count and
+        // last time.
+        let mut jump = Event {
+            reason: Some("ClockJump".into()),
+            note: Some("locks-2: its clock jumped 0.8 s forward".into()),
+            related: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some("locks-2".into()),
+                ..Default::default()
+            }),
+            series: Some(k8s_openapi::api::events::v1::EventSeries {
+                count: 2,
+                last_observed_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    k8s_openapi::jiff::Timestamp::from_second(1_767_225_600).unwrap(),
+                ),
+            }),
+            ..Default::default()
+        };
+        jump.metadata.uid = Some("u2".into());
+        jump.metadata.resource_version = Some("9".into());
+        events.lock().unwrap().record(&jump);
+        {
+            let log = events.lock().unwrap();
+            assert_eq!(log.clock_jumps.len(), 1);
+            let s = &log.clock_jumps[0];
+            assert_eq!(
+                (s.uid.as_str(), s.count, s.pod.as_deref(), s.stated_unix_ns),
+                ("u2", 2, Some("locks-2"), Some(1_767_225_600_000_000_000))
+            );
+        }
         drop(Recorder {
             dir: dir.clone(),
             cp_dir: cp.clone(),
@@ -538,7 +626,7 @@ mod tests {
         assert!(dir.join(UNFINISHED).exists());
         assert_eq!(
             std::fs::read_to_string(dir.join(EVENTS)).unwrap().lines().count(),
-            1
+            2
         );
         let table = std::fs::read_to_string(dir.join(EVENTS_TABLE)).unwrap();
         assert!(

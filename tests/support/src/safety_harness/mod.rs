@@ -10,6 +10,7 @@ mod clock_jump;
 mod cluster_faults;
 mod evidence;
 mod forwarder;
+mod host;
 mod mounts;
 mod naive;
 mod workers;
@@ -22,7 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use redlock_safety::checker::{counter_mismatches, overlaps};
 use redlock_safety::clock::mono_ns;
+use redlock_safety::clock_jumps::{self, ClockJumpSighting};
 use redlock_safety::history::Op;
+use redlock_safety::host::{HostClockRecord, LoadRecord};
 use redlock_safety::report::{EvidenceFile, FaultRecord, PhaseReport, Report};
 use redlock_safety::rng::Rng;
 use redlock_safety::schedule::{Fault, FaultKind, ScheduleConfig, schedule};
@@ -40,7 +43,7 @@ const NAME: &str = "locks";
 const MEMBERS: usize = 5;
 
 /// What a run does; `from_env` reads `SAFETY_FAULTS`, `SAFETY_SEED`, `SAFETY_WORKERS`,
-/// `SAFETY_KINDS`, `SAFETY_OUT`.
+/// `SAFETY_KINDS`, `SAFETY_OUT`, `SAFETY_LOAD`.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub seed: u64,
@@ -64,6 +67,10 @@ pub struct Settings {
     /// Real nodes (kubelet, containerd, kube-proxy; the binary must run in the run's
     /// namespaces) instead of the process kubelet.
     pub real_nodes: bool,
+    /// `SAFETY_LOAD`: busy processes per core while each phase deals its faults (0: none).
+    /// They start before the first fault and are killed when the phase ends; the report
+    /// states them and the load average measured.
+    pub load_per_core: usize,
 }
 
 impl Settings {
@@ -89,6 +96,7 @@ impl Settings {
                 PathBuf::from,
             ),
             real_nodes: false,
+            load_per_core: host::per_core_from_env(),
         }
     }
 
@@ -204,11 +212,16 @@ struct PhaseRun {
     /// What it kept besides the history (operator logs, events, status history; the
     /// control's member history).
     evidence: Vec<EvidenceFile>,
+    /// The load while the faults were dealt, and the host clock's steps over the phase.
+    load: Option<LoadRecord>,
+    host_clock: Option<HostClockRecord>,
+    /// The operator's `ClockJump` events, every version seen (operator run only).
+    clock_jumps: Option<Vec<ClockJumpSighting>>,
 }
 
 impl PhaseRun {
     fn report(&self) -> PhaseReport {
-        PhaseReport::new(
+        let report = PhaseReport::new(
             &self.ops,
             &self.faults,
             overlaps(&self.ops),
@@ -216,6 +229,15 @@ impl PhaseRun {
             (self.end - self.start) as f64 / 1e9,
         )
         .with_wall_clock(self.clock)
+        .with_host(self.load.clone(), self.host_clock.clone());
+        match &self.clock_jumps {
+            Some(sightings) => {
+                let events = clock_jumps::occurrences(sightings, NAME, self.clock);
+                let steps = self.host_clock.as_ref().map_or(&[][..], |h| &h.steps[..]);
+                report.with_clock_jumps(clock_jumps::classify(&events, &self.faults, steps))
+            }
+            None => report,
+        }
     }
 }
 
@@ -318,12 +340,19 @@ async fn operator_phase(
     // Declared after `env`, so dropped before it (a panic): the control plane's directory
     // with the operator's logs is still there then.
     let recorder = evidence::Recorder::start(&env, NAME, &dir.join("evidence"))?;
+    // From here to the phase's end: the host's clock against CLOCK_MONOTONIC.
+    let host_clock =
+        host::HostClock::start(&dir.join("evidence").join(evidence::HOST_CLOCK_STEPS), "operator")?;
     let result = operator_run(settings, plan, bins, rng, &mut env, &dir).await;
-    let files = recorder.finish(&env).await;
+    let host_clock = host_clock.finish();
+    let kept = recorder.finish(&env).await;
+    let files = kept.files;
     eprintln!("[operator] evidence kept in {}", dir.join("evidence").display());
     match result {
         Ok(mut run) => {
             run.evidence = files;
+            run.host_clock = host_clock;
+            run.clock_jumps = Some(kept.clock_jumps);
             Ok(run)
         }
         Err(e) => Err(e.context(format!(
@@ -380,8 +409,12 @@ async fn operator_run(
     let mut faults = Vec::new();
     let mut mounted = secret;
     let mut remounts = 0;
+    // The busy processes (SAFETY_LOAD) from before the first fault to the last one's
+    // recovery; killed on the way out whatever happens (`host::Load`'s drop).
+    let mut load = None;
     let result = async {
         warm_up(&workload, 10).await?;
+        load = Some(host::Load::start(settings.load_per_core, &dir.join("load.log"), "operator")?);
         let clients = ListClients {
             bins,
             workload: &workload,
@@ -435,6 +468,10 @@ async fn operator_run(
         anyhow::Ok(())
     }
     .await;
+    let load = load.map(host::Load::finish);
+    if let Some(l) = &load {
+        eprintln!("[operator] load: {}", l.text());
+    }
     let main_finished = main.finish().await;
     let ops = workload.finish().await?;
     result?;
@@ -449,9 +486,13 @@ async fn operator_run(
         start,
         end,
         // Any instant will do: neither clock is stepped on this machine during a run (the
-        // faults step the operator's and the members' clocks through libfaketime only).
+        // faults step the operator's and the members' clocks through libfaketime only; the
+        // host clock's readings, `host::HostClock`, would show a step).
         clock: evidence::wall_clock(),
         evidence: Vec::new(),
+        load,
+        host_clock: None,
+        clock_jumps: None,
     })
 }
 
@@ -463,6 +504,7 @@ async fn control_phase(
 ) -> Result<PhaseRun> {
     let dir = settings.out_dir.join("control");
     std::fs::create_dir_all(&dir)?;
+    let host_clock = host::HostClock::start(&dir.join(evidence::HOST_CLOCK_STEPS), "control")?;
     // The same servers as the operator run's: under libfaketime when members' clocks jump.
     let clocks = settings.member_clocks().then(crate::redis_under_faketime);
     let mut set = NaiveSet::start(MEMBERS, "redlock-client", "control-password", &dir, clocks).await?;
@@ -483,8 +525,14 @@ async fn control_phase(
     );
     let clock = evidence::wall_clock();
     let mut faults = Vec::new();
+    let mut load = None;
     let result = async {
         warm_up(&workload, 3).await?;
+        load = Some(host::Load::start(
+            settings.load_per_core,
+            &dir.join("load.log"),
+            "control",
+        )?);
         for f in plan {
             before_fault(&workload, f).await?;
             let rec = set.inject(f, &shape.keys).await?;
@@ -494,7 +542,12 @@ async fn control_phase(
         anyhow::Ok(())
     }
     .await;
+    let load = load.map(host::Load::finish);
+    if let Some(l) = &load {
+        eprintln!("[control] load: {}", l.text());
+    }
     let ops = workload.finish().await?;
+    let host_clock = host_clock.finish();
     let files = evidence::control_files(&dir);
     eprintln!("[control] evidence kept in {}", dir.display());
     result.map_err(|e| {
@@ -513,13 +566,17 @@ async fn control_phase(
         end,
         clock,
         evidence: files,
+        load,
+        host_clock,
+        clock_jumps: None,
     })
 }
 
 /// What a passing run shows: every fault injected, locks taken, no two holders and no lost
 /// update under the operator (but inside a member clock jump's window before the probe that
-/// finds it, the stated limit), and at least one violation in the control (or the checker
-/// proved nothing). The full run (benches/safety_full.rs) prints and exits on
+/// finds it, the stated limit), no `ClockJump` event that neither a clock jump fault nor a
+/// step of the host's clock explains, and at least one violation in the control (or the
+/// checker proved nothing). The full run (benches/safety_full.rs) prints and exits on
 /// `Report::passed` instead.
 pub fn assert_safe(report: &Report, settings: &Settings) {
     let evidence = report.evidence_text();
@@ -548,6 +605,14 @@ pub fn assert_safe(report: &Report, settings: &Settings) {
         "lost updates: {:?}; report in {out}\n{evidence}",
         report.operator.counter_mismatches
     );
+    // A clock jump no clock made: the operator fenced and held a member for nothing (under
+    // load: a slow answer mistaken for a jump).
+    assert_eq!(
+        report.false_clock_jumps,
+        0,
+        "the operator reported clock jumps that no clock made; report in {out}/summary.md\n{}",
+        report.false_clock_jumps_text()
+    );
     assert!(
         report.control_violations >= 1,
         "the control run showed no violation: the checker proved nothing; report in {out}\n{evidence}"
@@ -561,8 +626,19 @@ pub fn assert_safe(report: &Report, settings: &Settings) {
 pub async fn run(settings: &Settings) -> Result<Report> {
     std::fs::create_dir_all(&settings.out_dir)?;
     eprintln!(
-        "safety: seed {} faults {} (replay with SAFETY_SEED={})",
-        settings.seed, settings.faults, settings.seed
+        "safety: seed {} faults {} (replay with SAFETY_SEED={}){}",
+        settings.seed,
+        settings.faults,
+        settings.seed,
+        if settings.load_per_core > 0 {
+            format!(
+                "; load: {} busy processes per core × {} cores while the faults run",
+                settings.load_per_core,
+                host::cores()
+            )
+        } else {
+            String::new()
+        }
     );
     let config = ScheduleConfig {
         members: MEMBERS,
@@ -616,6 +692,9 @@ pub async fn run(settings: &Settings) -> Result<Report> {
         "hold_ms": [settings.hold_ms.0, settings.hold_ms.1],
         "control_ttl_ms": settings.control_ttl_ms,
         "control_hold_ms": [settings.control_hold_ms.0, settings.control_hold_ms.1],
+        "load_per_core": settings.load_per_core,
+        "cores": host::cores(),
+        "busy_processes": settings.load_per_core * host::cores(),
     });
     let report = Report::new(settings.seed, clients, settings_json, op_report, control_report)
         .with_evidence([operator.evidence.clone(), control.evidence.clone()].concat());

@@ -93,6 +93,9 @@ pub struct Settings {
     pub ttl_audit_period: Duration,
     /// Keys read per member per audit period.
     pub ttl_audit_keys: u64,
+    /// The Lease this operator is elected with (`<namespace>/<name>`, `status.lease`), `None`
+    /// without election (`crate::lease_owner`).
+    pub lease: Option<String>,
 }
 
 /// In-memory state kept between reconciles.
@@ -121,6 +124,8 @@ pub struct Memory {
     /// Per cluster UID, fences sent ahead of a status write that did not land: planned as the
     /// records their decisions made, and their processes not released, until a write lands.
     pub unrecorded_fences: crate::fence_ahead::UnrecordedFences,
+    /// Other operators' Leases named by clusters' status, as first seen (`crate::lease_owner`).
+    pub foreign_leases: crate::lease_owner::ForeignLeases,
     /// Per cluster UID, its spec hash as of the cluster object's last version.
     pub spec_hashes: crate::spec_hashes::SpecHashes,
     /// Per cluster UID, the credentials last recovered from its cached Secrets.

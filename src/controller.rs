@@ -107,6 +107,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             password_rotation_grace: Duration::from_millis(args.password_rotation_grace_ms),
             ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
             ttl_audit_keys: args.ttl_audit_keys,
+            lease: elected
+                .as_ref()
+                .map(|(e, _)| crate::lease_owner::lease_key(&e.config().namespace, &e.config().name)),
         },
         leadership,
         clock,

@@ -119,17 +119,19 @@ pub fn decide(identity: &str, record: &LeaseRecord, unchanged_since: Instant, no
     match &record.holder {
         Some(holder) if holder == identity => Decision::Renew,
         None => Decision::TakeOver,
-        Some(holder) => {
-            let duration = Duration::from_secs(record.lease_duration_seconds.max(0) as u64);
-            if now >= unchanged_since + duration {
-                Decision::TakeOver
-            } else {
-                Decision::Wait {
-                    holder: holder.clone(),
-                }
-            }
-        }
+        Some(_) if expired(record, unchanged_since, now) => Decision::TakeOver,
+        Some(holder) => Decision::Wait {
+            holder: holder.clone(),
+        },
     }
+}
+
+/// Whether a held Lease, unchanged since `unchanged_since` on this process's clock, has gone
+/// unrenewed for its whole duration: its holder stopped acting by its renew deadline (the
+/// times written in it are another clock's and are never compared with ours).
+pub fn expired(record: &LeaseRecord, unchanged_since: Instant, now: Instant) -> bool {
+    let duration = Duration::from_secs(record.lease_duration_seconds.max(0) as u64);
+    now >= unchanged_since + duration
 }
 
 /// The spec this process writes when it creates (`previous: None`), takes or renews the

@@ -32,6 +32,7 @@ pub mod hold_timers;
 pub mod http;
 pub mod instance_index;
 pub mod leader;
+pub mod lease_owner;
 pub mod maintenance;
 pub mod member_clock;
 pub mod metrics;

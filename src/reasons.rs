@@ -121,10 +121,13 @@ pub enum ClusterReason {
     AdminPasswordRotationStarted,
     AdminPasswordSwitched,
     AdminPasswordRotated,
+    // One leader per cluster across Leases (`crate::lease_owner`).
+    LedByAnotherOperator,
+    LeaseTakenOver,
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 24] = [
+    pub const ALL: [ClusterReason; 26] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -149,6 +152,8 @@ impl ClusterReason {
         Self::AdminPasswordRotationStarted,
         Self::AdminPasswordSwitched,
         Self::AdminPasswordRotated,
+        Self::LedByAnotherOperator,
+        Self::LeaseTakenOver,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -177,6 +182,8 @@ impl ClusterReason {
             Self::AdminPasswordRotationStarted => "AdminPasswordRotationStarted",
             Self::AdminPasswordSwitched => "AdminPasswordSwitched",
             Self::AdminPasswordRotated => "AdminPasswordRotated",
+            Self::LedByAnotherOperator => "LedByAnotherOperator",
+            Self::LeaseTakenOver => "LeaseTakenOver",
         }
     }
 }
@@ -242,6 +249,8 @@ mod tests {
             "AdminPasswordRotationStarted",
             "AdminPasswordSwitched",
             "AdminPasswordRotated",
+            "LedByAnotherOperator",
+            "LeaseTakenOver",
         ];
         assert_eq!(ClusterReason::ALL.map(ClusterReason::as_str), pinned);
         // Member and cluster events share the object's event stream: no reason means both.

@@ -80,6 +80,8 @@ pub fn compute(
 
     RedlockClusterStatus {
         observed_generation: cluster.metadata.generation,
+        // Set by `decide` (the writer's Lease).
+        lease: None,
         instances: Some(instances),
         ready_instances: Some(ready),
         held_instances: Some(held),

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_test_support::*;
 use redlock_testenv::operator::{OperatorProcess, faketime_env, set_clock_offset};
@@ -27,13 +26,7 @@ fn clock_file(env: &Env, name: &str) -> PathBuf {
 /// the lock expires at the latest, and the held record's end.
 async fn lock_then_kill_one(env: &Env) -> (Instant, Timestamp) {
     let expiry = env.first_lock(NAME, &[1, 2], TTL).await;
-    let before = env.member(NAME, 1).await.unwrap();
-    env.cp
-        .nodes()
-        .signal_pod(&env.ns, &format!("{NAME}-1"), Signal::SIGKILL)
-        .await
-        .unwrap();
-    let (_, until) = wait_held(env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    let (_, _, until) = kill_until_held(env, NAME, 1).await;
     (expiry, until)
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ListParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redlock_operator::crd::MemberState;
+use redlock_operator::crd::{MemberState, MemberStatus};
 use redlock_test_support::*;
 use serde_json::json;
 
@@ -248,4 +248,121 @@ async fn pod_uids(env: &Env) -> Vec<(String, String)> {
         .collect();
     uids.sort();
     uids
+}
+
+/// Safety review 3, N6: two operators elected with different Leases (a `helm upgrade` that
+/// renames `leaderElection.leaseName`, two installs) never both act on one cluster. The status
+/// names its writer's Lease; the other operator leaves the cluster alone (Warning
+/// `LedByAnotherOperator`) and takes it over only once that Lease goes unrenewed for its
+/// duration (`LeaseTakenOver`). A killed member is held and released once, by the owner.
+#[tokio::test]
+async fn operators_with_different_leases_never_both_act_on_one_cluster() {
+    let mut env = Env::start_with(3, &["--leader-elect=false"]).await;
+    env.operator.terminate(Duration::from_secs(10)).await.unwrap();
+    let mut a = start_replica(&env, "operator-a", &[], &[]).await;
+    let b = start_replica(&env, "operator-b", &["--lease-name=renamed"], &[]).await;
+    assert_eq!(env.lease_holder().await.as_deref(), Some("operator-a"));
+
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let lease_of = async || {
+        env.cluster(NAME)
+            .await
+            .status
+            .and_then(|s| s.lease)
+            .unwrap_or_default()
+    };
+    let owner = lease_of().await;
+    assert!(
+        owner == "default/redlock-operator" || owner == "default/renamed",
+        "status.lease names one of the two Leases: {owner:?}"
+    );
+    // Whichever recorded the cluster first owns it; the other waits.
+    let a_owns = owner == "default/redlock-operator";
+    env.wait_event("LedByAnotherOperator").await;
+
+    let slot_pod = format!("{NAME}-2");
+    let holds_before = event_count(&env, "HoldStarted", &slot_pod, "").await;
+    // One operator's events of one slot fold into a series (count, first note).
+    let releases_before = event_count(&env, "InstanceReleased", &slot_pod, "").await;
+    let (before, ..) = kill_until_held(&env, NAME, 2).await;
+    env.wait_member(
+        NAME,
+        2,
+        "released again",
+        Duration::from_secs(30),
+        |m: &MemberStatus| m.state == MemberState::Ready && m.run_id != before.run_id,
+    )
+    .await;
+    wait_for("the release's event", Duration::from_secs(10), async || {
+        Ok((event_count(&env, "InstanceReleased", &slot_pod, "").await > releases_before).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        event_count(&env, "HoldStarted", &slot_pod, "").await,
+        holds_before + 1,
+        "one hold: {:#?}",
+        slot_events(&env, &slot_pod).await
+    );
+    assert_eq!(
+        event_count(&env, "InstanceReleased", &slot_pod, "").await,
+        releases_before + 1,
+        "one release, by the owner: {:#?}",
+        slot_events(&env, &slot_pod).await
+    );
+    let (owner_log, other_log) = if a_owns {
+        (a.log(), b.log())
+    } else {
+        (b.log(), a.log())
+    };
+    assert!(
+        owner_log.contains("released process"),
+        "the owner released it:\n{owner_log}"
+    );
+    assert!(
+        !other_log.contains("released process") && !other_log.contains("fenced"),
+        "the other operator acted on the cluster:\n{other_log}"
+    );
+    assert_eq!(lease_of().await, owner, "ownership did not move");
+
+    // The owner dies (kill -9: its Lease is never given up). The other takes over once that
+    // Lease has gone unrenewed for its duration, and acts from then on.
+    let mut b = b;
+    let killed = Instant::now();
+    if a_owns {
+        a.kill().unwrap();
+        a.wait_exit(Duration::from_secs(5)).await.unwrap();
+    } else {
+        b.kill().unwrap();
+        b.wait_exit(Duration::from_secs(5)).await.unwrap();
+    }
+    let successor = if a_owns {
+        "default/renamed"
+    } else {
+        "default/redlock-operator"
+    };
+    wait_for(
+        "the other operator takes the cluster over",
+        Duration::from_secs(20),
+        async || Ok((lease_of().await == successor).then_some(())),
+    )
+    .await;
+    let takeover = killed.elapsed();
+    println!(
+        "takeover of a cluster led by a killed operator's Lease: {takeover:?} (lease {REPLICA_LEASE_SECONDS}s)"
+    );
+    assert!(
+        takeover >= Duration::from_secs(REPLICA_LEASE_SECONDS),
+        "taken over after {takeover:?}, before the Lease could expire"
+    );
+    env.wait_event("LeaseTakenOver").await;
+    let (before, ..) = kill_until_held(&env, NAME, 1).await;
+    env.wait_member(
+        NAME,
+        1,
+        "released by the successor",
+        Duration::from_secs(30),
+        |m: &MemberStatus| m.state == MemberState::Ready && m.run_id != before.run_id,
+    )
+    .await;
 }

@@ -15,6 +15,14 @@ pub struct RedlockClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
+    /// The Lease (`<namespace>/<name>`) of the operator that writes this status: an operator
+    /// elected with another Lease leaves the cluster alone while this one is held, so no two
+    /// leaders act on one cluster (a renamed Lease during an upgrade, two installs). Remove it
+    /// (`kubectl patch --subresource=status`) to hand the cluster to a running operator whose
+    /// Lease cannot read this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+
     /// Instances asked for (N).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<i32>,

@@ -55,6 +55,8 @@ pub struct Facts<'a> {
     /// Processes this process fenced ahead of a status write that did not land
     /// (`crate::fence_ahead::processes`): released by no rule until a write holds them.
     pub fenced_unrecorded: &'a [(crate::model::Slot, String)],
+    /// The Lease (`<namespace>/<name>`) this operator is elected with, `None` without election.
+    pub lease: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
     /// The conditions of the password rotations (client, admin), those that have anything to say.
     pub password_rotation: Vec<crate::conditions::Desired>,
@@ -137,7 +139,10 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         maintenance: fence_request,
         password_rotation: facts.password_rotation.clone(),
     };
-    let status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
+    let mut status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
+    // Who writes it: an operator elected with another Lease leaves the cluster alone while
+    // this one is held (`crate::lease_owner`).
+    status.lease = facts.lease.map(str::to_owned);
     let deadline = deadline(&plan, &policy.policy, now);
     let requeue = requeue(&plan, deadline, facts.probe_period, obs.next_audit);
     let lowering = policy.policy.lowers_at.is_some().then_some(TimerKey::Lowering);
@@ -391,6 +396,7 @@ mod tests {
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
                 fenced_unrecorded: &[],
+                lease: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
                 nonce: "n0",
@@ -579,6 +585,7 @@ mod tests {
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
                 fenced_unrecorded: &[],
+                lease: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
                 nonce: "n0",

@@ -50,6 +50,7 @@ pub mod decide;
 mod inputs;
 mod kubelet_pods;
 mod observation;
+mod ownership;
 mod passwords;
 pub mod persist;
 
@@ -103,6 +104,11 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(cached.name_any()))?;
     let api: Api<RedlockCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    // Another operator, elected with another Lease, leads this cluster while that Lease may be
+    // held: nothing here may act next to it (`crate::lease_owner`).
+    if let Some(wait) = ownership::led_by_another(&ctx, &cached).await {
+        return Ok(wait);
+    }
     // Plan from the watch cache: no request per reconcile (steady state costs the API server
     // nothing per cluster). Until the cache shows this process's last status write, planning
     // from the older version could mistake the operator's own new pods or holds for unknown
@@ -199,6 +205,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
             fenced_unrecorded: &fenced_processes,
+            lease: ctx.settings.lease.as_deref(),
             password_rotation,
             spec_hash: &spec_hash,
             nonce: &nonce,

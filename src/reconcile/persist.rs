@@ -113,7 +113,9 @@ impl AheadOfWrite {
 ///
 /// What can still come between the record and the release is a write the cache does not show
 /// yet. No other operator process writes: this one has led since its record (an operator that
-/// loses its lease exits, and every write checks the lease). A user's write in that moment
+/// loses its lease exits, and every write checks the lease), and an operator elected with
+/// another Lease leaves a cluster whose status names this one alone until this Lease is free
+/// (`crate::lease_owner`). A user's write in that moment
 /// can only ask for more than the record: a raised maxLockTTL (clients use a raise only once
 /// `status.hold` shows it, §8.1), a scale-down (the shorter list is published only after the
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next

@@ -510,6 +510,23 @@ pub async fn wait_held(env: &Env, name: &str, slot: i32, old_run: &str) -> (Memb
     .await
 }
 
+/// Kills slot `slot`'s Redis process (SIGKILL, its container restarts) and waits until the
+/// member is held: the record before the kill, and the held record with its `heldUntil`.
+pub async fn kill_until_held(env: &Env, name: &str, slot: i32) -> (MemberStatus, MemberStatus, Timestamp) {
+    let before = env.member(name, slot).await.expect("member on record");
+    env.cp
+        .nodes()
+        .signal_pod(
+            &env.ns,
+            &format!("{name}-{slot}"),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .await
+        .expect("signal the pod's process");
+    let (held, until) = wait_held(env, name, slot, before.run_id.as_deref().expect("a run id")).await;
+    (before, held, until)
+}
+
 /// One Redlock acquisition as the reference clients make it: `SET key value NX PX ttl` on
 /// every address, a success when a majority took it within the TTL (minus 1 % drift); on
 /// failure, the partial locks are released again (compare-and-delete). Returns how many

@@ -1,7 +1,8 @@
 //! Docs that cannot rot: every relative link and `#anchor` of README.md, CHANGELOG.md and
 //! docs/*.md resolves (the file exists inside the repository, the anchor is a heading of it by
 //! GitHub's slug rules), every alert's runbook URL in the chart's defaults names a heading of
-//! docs/runbooks.md, and no page cites a commit of this repository or more than three dates.
+//! docs/runbooks.md, docs/spec.md names every field of the CRD, and no page cites a commit of
+//! this repository or more than three dates.
 //!
 //! Reads files only: no control plane, no Helm (tests/alerts.rs checks the rendered rules'
 //! URLs the same way), so `make check` runs it.
@@ -154,4 +155,56 @@ fn pages_cite_no_commits_and_few_dates() {
 fn the_readme_is_a_front_door() {
     let lines = read(Path::new("README.md")).lines().count();
     assert!(lines <= 250, "README.md has {lines} lines (at most 250)");
+}
+
+/// The field names of an object schema, `prefix.name`, down to `depth` levels (into array
+/// items too), leaving out Kubernetes' own types the CRD embeds.
+fn fields(schema: &serde_yaml::Value, prefix: &str, depth: usize, out: &mut Vec<String>) {
+    let Some(props) = schema["properties"].as_mapping() else {
+        return;
+    };
+    for (name, sub) in props {
+        let path = format!("{prefix}.{}", name.as_str().unwrap());
+        out.push(path.clone());
+        let embedded = ["resources", "affinity", "securityContext", "tolerations"]
+            .iter()
+            .any(|k| path.ends_with(k));
+        if depth > 1 && !embedded {
+            fields(sub, &path, depth - 1, out);
+            fields(&sub["items"], &format!("{path}[]"), depth - 1, out);
+        }
+    }
+}
+
+#[test]
+fn the_spec_reference_names_every_field() {
+    let crd: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("crds/redlockcluster.yaml")).unwrap(),
+    )
+    .unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let mut all = Vec::new();
+    fields(&schema["spec"], "spec", 2, &mut all);
+    fields(&schema["status"], "status", 2, &mut all);
+    assert!(all.len() > 50, "{all:?}");
+    let page = read(Path::new("docs/spec.md"));
+    let missing: Vec<&String> = all
+        .iter()
+        .filter(|path| {
+            let name = path.rsplit(['.', ']']).next().unwrap();
+            ![
+                format!("`{name}`"),
+                format!(" {name}:"),
+                format!("{{{name}:"),
+                format!(".{name}`"),
+                format!(".{name}[]"),
+            ]
+            .iter()
+            .any(|form| page.contains(form.as_str()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/spec.md does not name these fields (kubectl explain does): {missing:?}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Docs that cannot rot: every relative link and `#anchor` of README.md, CHANGELOG.md and
 //! docs/*.md resolves (the file exists inside the repository, the anchor is a heading of it by
 //! GitHub's slug rules), every alert's runbook URL in the chart's defaults names a heading of
-//! docs/runbooks.md, docs/spec.md names every field of the CRD, and no page cites a commit of
+//! docs/runbooks.md, docs/spec.md names every field of the CRD, every `make` target they name
+//! exists, and no page cites a commit of
 //! this repository or more than three dates.
 //!
 //! Reads files only: no control plane, no Helm (tests/alerts.rs checks the rendered rules'
@@ -206,5 +207,53 @@ fn the_spec_reference_names_every_field() {
     assert!(
         missing.is_empty(),
         "docs/spec.md does not name these fields (kubectl explain does): {missing:?}"
+    );
+}
+
+/// The code of `text`: the lines of its fenced blocks and the contents of its code spans.
+fn code(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if fenced {
+            out.push(line.to_owned());
+        } else {
+            out.extend(line.split('`').skip(1).step_by(2).map(str::to_owned));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_make_target_the_docs_name_exists() {
+    let makefile = read(Path::new("Makefile"));
+    let targets: Vec<&str> = makefile
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(t, _)| t))
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .collect();
+    let (mut unknown, mut checked) = (Vec::new(), 0);
+    for page in pages() {
+        for snippet in code(&read(&page)) {
+            let words: Vec<&str> = snippet.split_whitespace().collect();
+            for pair in words.windows(2) {
+                let target = pair[1].trim_end_matches([',', ';', ')']);
+                if pair[0] != "make" || !target.starts_with(|c: char| c.is_ascii_lowercase()) {
+                    continue;
+                }
+                checked += 1;
+                if !targets.contains(&target) {
+                    unknown.push(format!("{}: make {target}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} make commands found");
+    assert!(
+        unknown.is_empty(),
+        "no such Makefile target:\n{}",
+        unknown.join("\n")
     );
 }

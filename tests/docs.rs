@@ -2,8 +2,7 @@
 //! docs/*.md resolves (the file exists inside the repository, the anchor is a heading of it by
 //! GitHub's slug rules), every alert's runbook URL in the chart's defaults names a heading of
 //! docs/runbooks.md, docs/spec.md names every field of the CRD, every `make` target they name
-//! exists, and no page cites a commit of
-//! this repository or more than three dates.
+//! exists, and no page cites a commit of this repository or more than three dates.
 //!
 //! Reads files only: no control plane, no Helm (tests/alerts.rs checks the rendered rules'
 //! URLs the same way), so `make check` runs it.

@@ -14,10 +14,10 @@ PREFIX ?= $(HOME)/.local
 ## binary run TEST_THREADS (2) at a time, each with its own control plane and nodes; how many
 ## control planes run at once on the machine is one budget for every binary (one per core,
 ## REDLOCK_TEST_CONTROL_PLANES; the rest queue). Tests that need the process kubelet say so
-## (README "Real nodes").
+## (docs/development.md "Real nodes").
 ## The test binaries themselves run TEST_BINARIES (2) at a time (tests/tools/run-test-binaries.sh),
-## the longest (TEST_FIRST) first. Three at a time passed once from cold (e6b9383) but shortened
-## the test phase only from about 1,470 to 1,400 s: each binary ran 15-25 % slower.
+## the longest (TEST_FIRST) first. Three at a time shortened the test phase by only about 5 %:
+## each binary ran 15-25 % slower.
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
@@ -29,10 +29,11 @@ test: check controlplane nodes chart redis-libc promtool
 
 ## check: the fast loop before every commit, no control plane and no Go build: formatting,
 ## clippy, every unit and table test (the operator's and the test crates'), the CRD drift
-## test and the CRD schema checks (tests/crd.rs). `make test` runs it first.
+## test and the CRD schema checks (tests/crd.rs), and the docs' links and anchors
+## (tests/docs.rs). `make test` runs it first.
 check: fmt-check clippy
 	$(CARGO) test --workspace --lib --bins
-	$(CARGO) test --test crd
+	$(CARGO) test --test crd --test docs
 
 ## soak: the integration suite RUNS (5) times with LOAD (1) busy processes per core, on real
 ## nodes as `make test` runs it; prints per test how many runs it passed (tests/tools/soak.sh;
@@ -191,7 +192,7 @@ safety-load: controlplane redis-libc
 	SAFETY_LOAD=$(LOAD) $(CARGO) test --bench safety_full
 
 ## version-matrix: the lifecycle, client-ACL hardening and short safety tests once per image
-## of README "Tested versions", on real nodes (REDLOCK_TEST_IMAGE names each cluster's image;
+## of docs/development.md "Tested versions", on real nodes (REDLOCK_TEST_IMAGE names each cluster's image;
 ## the safety run deals every fault kind but a member's clock jump, which needs the faketime
 ## image). MATRIX_IMAGES chooses the images. Not part of `make test`: `make test` runs them on
 ## redis:7.0, and tests/real_nodes.rs runs kill -9 -> held -> released and the ACL basics on

@@ -17,7 +17,7 @@
 //! `key=value`): what a setting of the members' servers costs the machine they share.
 //! `BENCH_POD_NICE` (default 0) starts the pods' processes (redis-servers, exec probes) at
 //! that niceness: on a real cluster they run on other machines than the API server and the
-//! operator, here hundreds of them share 2 cores with both (README: at 10 it halved the p50
+//! operator, here hundreds of them share 2 cores with both (measured: at 10 it halved the p50
 //! of a kill's status write at K=200, not its p99). The steady-state window prints where the
 //! machine's CPU went, by process group.
 //!

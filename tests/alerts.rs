@@ -1,7 +1,7 @@
 //! The chart's alerting rules (issue 19): `templates/prometheusrule.yaml`, rendered with
 //! `alerts.enabled=true`, passes `promtool check rules` and the unit tests in
 //! `tests/alerts/*.yaml` (`promtool test rules`); every metric an alert reads is one the
-//! operator exports; every alert has a runbook section in the README, a test where it fires
+//! operator exports; every alert has a runbook section in docs/runbooks.md, a test where it fires
 //! and one where it must not; and nothing is rendered by default.
 //!
 //! Needs `target/dev/bin/helm` (`make controlplane`) and `target/dev/bin/promtool`
@@ -14,6 +14,7 @@ use std::process::Command;
 use serde_yaml::{Mapping, Value};
 
 use redlock_test_support::helm_chart::{self, helm, tool};
+use redlock_test_support::markdown;
 use redlock_test_support::promql::{exported_series, metric_names};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -21,7 +22,8 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// install): the operator's job is then "redlock-operator-metrics".
 const RELEASE: &str = "redlock-operator";
 const NAMESPACE: &str = "redlock-system";
-const README_URL: &str = "https://github.com/redlock-dev/redlock-operator/blob/main/README.md";
+/// Where each alert's `runbook_url` points by default: its heading in docs/runbooks.md.
+const RUNBOOKS_URL: &str = "https://github.com/redlock-dev/redlock-operator/blob/main/docs/runbooks.md";
 
 fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
     helm_chart::template(RELEASE, NAMESPACE, sets)
@@ -177,31 +179,10 @@ fn alerts_read_only_metrics_the_operator_exports() {
 
 /// GitHub's anchor of a Markdown heading: lower case, spaces to '-', punctuation other than
 /// '-' and '_' dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
-fn every_alert_links_its_readme_runbook() {
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
-    let anchors: BTreeSet<String> = readme
-        .lines()
-        .filter_map(|l| l.strip_prefix('#'))
-        .map(|l| anchor(l.trim_start_matches('#')))
-        .collect();
-    assert!(
-        anchors.contains("alerts-and-runbooks"),
-        "README section \"Alerts and runbooks\""
-    );
+fn every_alert_links_its_runbook() {
+    let runbooks = std::fs::read_to_string(Path::new(ROOT).join("docs/runbooks.md")).unwrap();
+    let anchors = markdown::anchors(&runbooks);
     let rule = rendered_rule(&[]);
     for alert in alerts(&rule) {
         let name = alert["alert"].as_str().unwrap();
@@ -212,12 +193,15 @@ fn every_alert_links_its_readme_runbook() {
         let url = a["runbook_url"]
             .as_str()
             .unwrap_or_else(|| panic!("{name}: runbook_url"));
-        let expected = format!("{README_URL}#{}", name.to_lowercase());
+        let expected = format!("{RUNBOOKS_URL}#{}", name.to_lowercase());
         assert_eq!(url, expected, "{name}: runbook_url");
         assert!(
             anchors.contains(&name.to_lowercase()),
-            "README has no section \"{name}\" (runbook of {name})"
+            "docs/runbooks.md has no section \"{name}\" (runbook of {name})"
         );
+        if let Err(e) = markdown::check_repo_url(Path::new(ROOT), url) {
+            panic!("{name}: {e}");
+        }
     }
 }
 

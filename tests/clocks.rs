@@ -180,7 +180,7 @@ async fn releases_wait_while_the_leaders_clock_is_off_the_api_servers() {
 /// clock, so a forward jump there expires the first client's lock on that member early. The
 /// operator finds the jump at its next probe, fences the member and holds it in full: from
 /// then on no second client gets a majority while the first lock is valid. (Between the jump
-/// and that probe, at most one probe period, the member is exposed: README "Clocks".)
+/// and that probe, at most one probe period, the member is exposed: docs/operations.md "Clocks".)
 #[tokio::test]
 async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     let env = Env::start_config(
@@ -199,7 +199,7 @@ async fn a_member_whose_clock_jumps_forward_is_fenced_and_held_in_full() {
     let node = env.node_of(NAME, 1).await;
     env.cp.nodes().set_node_clock(&node, "+60s").unwrap();
 
-    // The window the README owns up to: libfaketime shows the member the new offset within
+    // The window docs/operations.md owns up to: libfaketime shows the member the new offset within
     // 1 s, the next probe comes within 1 s, the fence right after the status write. From 3 s
     // on, no second client may get a majority while the first lock is valid.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -205,7 +205,7 @@ const FORBIDDEN: &[&[&str]] = &[
 /// are then switched off server-wide by default (`enable-debug-command no`,
 /// `enable-module-command no`), and the release denies `SCRIPT DEBUG` alone. Redis 6.2 has
 /// neither switch nor subcommand rules: its client ACL refuses `DEBUG` and `MODULE` outright,
-/// and `SCRIPT DEBUG` stays allowed (README "Client ACL").
+/// and `SCRIPT DEBUG` stays allowed (docs/security.md "Client ACL").
 fn seven_or_later(version: &str) -> bool {
     redlock_operator::resources::secrets::version_at_least(version, (7, 0))
 }

@@ -62,7 +62,7 @@ const TESTS: &[(&str, TestFn)] = &[
 ];
 
 /// The images of the version matrix (tests/nodes/images.sh builds each from Debian packages,
-/// redis:6.2 from source with Debian's libraries); README "Tested versions" lists them.
+/// redis:6.2 from source with Debian's libraries); docs/development.md "Tested versions" lists them.
 const IMAGES: &[(&str, &str)] = &[
     ("r62", "redis:6.2"),
     ("r70", "redis:7.0"),

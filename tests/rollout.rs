@@ -99,7 +99,7 @@ fn held_then_ready(states: &[(MemberState, Option<String>)]) -> bool {
 async fn image_change_replaces_one_member_at_a_time_each_held() {
     // The hold (6 s) outlasts a replacement's start on a real node (2-3 s, longer for a new
     // image), so the monitor sees each replacement held; with 2 s the hold could end before
-    // the pod existed (Lost, then Ready: CI at 03f7db8).
+    // the pod existed (Lost, then Ready: seen in CI).
     let env = Env::start_config(
         ControlPlaneConfig {
             nodes: 5,

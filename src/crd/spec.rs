@@ -143,7 +143,7 @@ pub struct RedlockClusterSpec {
     pub auth: AuthSpec,
 
     /// Extra redis.conf settings, limited to keys that cannot weaken lock safety (see the
-    /// README for the list). Persistence, eviction, replication and ACL settings are enforced
+    /// docs/spec.md for the list). Persistence, eviction, replication and ACL settings are enforced
     /// by the operator and cannot be set here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "redis_config_schema")]

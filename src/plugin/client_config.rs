@@ -1,4 +1,4 @@
-//! `kubectl redlock client-config`: a ready configuration for each client library the README
+//! `kubectl redlock client-config`: a ready configuration for each client library docs/clients.md
 //! documents, filled in from what the operator publishes (`<name>-endpoints`, `<name>-client`).
 //! Pure. The password never appears: the snippets read the client Secret's `urls` from an
 //! environment variable, so the output can be pasted into a repository.

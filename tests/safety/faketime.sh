@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Clock-jump scenario of the safety suite (not part of pass/fail; see README "Safety suite").
+# Clock-jump scenario of the safety suite (not part of pass/fail; see docs/safety.md "Clock jumps").
 #
 # Redis expires keys by its host's wall clock (gettimeofday). A *step* of that clock (an
 # operator's `date -s`, a VM resumed with a stale clock corrected at once, NTP stepping

@@ -156,7 +156,7 @@ pub fn violations_after(violations: &[Violation], faults: &[FaultRecord]) -> BTr
 /// How many `violations` began (the second holder acquired) inside a member clock jump's
 /// window: the member had a lock on a bare quorum when its clock showed the jump, and the
 /// operator had not yet held it for that (`detected`; without an operator, until the clock was
-/// stepped back). That is the limit README "Clocks" states (a jump is found at the next probe,
+/// stepped back). That is the limit docs/operations.md "Clocks" states (a jump is found at the next probe,
 /// not prevented): such a violation is reported, and does not fail the run; any other does.
 pub fn in_clock_jump_windows(violations: &[Violation], faults: &[FaultRecord]) -> usize {
     violations
@@ -751,7 +751,7 @@ impl Report {
             s.push_str(&format!(
                 "\n{} of the operator run's violations began inside a member clock jump's window (a lock on the \
                  member was on a bare quorum when its clock showed the jump, and the operator had not held it \
-                 yet): the limit README \"Clock jumps\" states, reported and not failing the run. Violations \
+                 yet): the limit docs/safety.md \"Clock jumps\" states, reported and not failing the run. Violations \
                  beyond it: {}; lost updates beyond it: {}.\n",
                 o.violations_in_clock_jump_windows,
                 self.violations_beyond_limits,

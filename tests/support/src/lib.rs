@@ -1,10 +1,12 @@
 //! Shared by the integration tests and benchmarks: a control plane with the operator running,
 //! RedlockCluster helpers, and Redis clients that log in the way lock clients do; the chart
-//! rendered by Helm (`helm_chart`), PromQL against the exported metrics (`promql`), and the
-//! safety suite's harness (`safety_harness`).
+//! rendered by Helm (`helm_chart`), PromQL against the exported metrics (`promql`), the
+//! repository's Markdown as GitHub renders it (`markdown`), and the safety suite's harness
+//! (`safety_harness`).
 
 pub mod admission;
 pub mod helm_chart;
+pub mod markdown;
 pub mod promql;
 mod rounds;
 pub mod safety_harness;

@@ -292,7 +292,7 @@ impl<'a> ClusterTarget<'a> {
 
     /// One member's host clock steps `clock_jump_s` forward while its process serves (every
     /// lock on it expires once the process sees the step). The operator must find the jump at a
-    /// probe and hold the same process (fenced, README "Clocks"). Healed once the member serves
+    /// probe and hold the same process (fenced, docs/operations.md "Clocks"). Healed once the member serves
     /// again after that hold, and at least `duration_ms` after the jump, by stepping the clock
     /// back to true time: a backward step only makes the locks taken meanwhile expire late, and
     /// the operator reports it (`ClockStepBack`) without fencing, so healing is no second

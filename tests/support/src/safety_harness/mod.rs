@@ -430,7 +430,7 @@ async fn operator_run(
             progress("operator", &rec, plan.len());
             faults.push(rec);
             // A re-created cluster whose predecessor's Secrets the garbage collector removed
-            // first has new passwords (README "Passwords"): its clients, like pods mounting
+            // first has new passwords (docs/security.md "Passwords"): its clients, like pods mounting
             // `<name>-client`, start again with the new ones.
             let (secret, config) = mounts::read_published(target.env.cp.client(), &target.env.ns, NAME).await?;
             if secret.get("password") != mounted.get("password") {
@@ -589,7 +589,7 @@ pub fn assert_safe(report: &Report, settings: &Settings) {
         report.successful_operations > 0,
         "no lock was acquired; report in {out}\n{evidence}"
     );
-    // Overlaps that began inside a member clock jump's window are the limit README "Clock
+    // Overlaps that began inside a member clock jump's window are the limit docs/safety.md "Clock
     // jumps" states (reported in the summary); every other one fails. The message names each
     // violation's members and replies, and where the operator's log, the events and the
     // status history are.

@@ -158,7 +158,7 @@ async fn environment(args: Args) -> Result<()> {
         nodes: args.nodes,
         dir: Some(state.clone()),
         real_nodes: args.real_nodes,
-        // People try any image here (README "Tested versions").
+        // People try any image here (docs/development.md "Tested versions").
         node_images: NodeImages::All,
         ..Default::default()
     })

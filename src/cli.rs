@@ -65,9 +65,10 @@ pub struct RunArgs {
     #[arg(long, env = "TTL_AUDIT_PERIOD_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub ttl_audit_period_ms: u64,
 
-    /// Releases wait while the operator's wall clock may be further than this from the API
-    /// server's (milliseconds). Holds do not depend on it (they are timed on the monotonic
-    /// clock); the status times users read (`heldUntil`) are true to within it.
+    /// Releases wait while the operator's wall clock is certainly further than this from the
+    /// API server's (milliseconds). Holds do not depend on it (they are timed on the monotonic
+    /// clock); the status times users read (`heldUntil`) are true to within it plus the
+    /// measurement's uncertainty. An offset that cannot be measured blocks nothing.
     #[arg(long, env = "MAX_CLOCK_OFFSET_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1100..=600_000))]
     pub max_clock_offset_ms: u64,
 

@@ -124,6 +124,8 @@ pub struct Memory {
     /// Per cluster UID, fences sent ahead of a status write that did not land: planned as the
     /// records their decisions made, and their processes not released, until a write lands.
     pub unrecorded_fences: crate::fence_ahead::UnrecordedFences,
+    /// Per cluster UID, releases this process decided and has not yet seen serving.
+    pub owed_releases: crate::release_ahead::OwedReleases,
     /// Other operators' Leases named by clusters' status, as first seen (`crate::lease_owner`).
     pub foreign_leases: crate::lease_owner::ForeignLeases,
     /// Per cluster UID, its spec hash as of the cluster object's last version.

@@ -135,6 +135,37 @@ impl<T: Clone> KeptUntilWritten<T> {
 /// The releases sent ahead whose status write has not landed.
 pub type Unrecorded = KeptUntilWritten<UnrecordedRelease>;
 
+/// Per cluster UID, the processes (slot, run id) whose release this leadership decided and has
+/// not yet seen serving (`plan::Timing::owed_releases`): a `Ready` record of one found fenced is
+/// a release still to send (it failed, or is on its way); any other `Ready` process found
+/// fenced was fenced outside this process and is held in full (safety review 3, N1). Lost on
+/// restart by design: a successor holds such a process in full, one hold for that member.
+pub type OwedReleases = KeptUntilWritten<(Slot, String)>;
+
+impl OwedReleases {
+    /// Adds the releases a decision made.
+    pub fn owe(&self, uid: &str, releases: &[(Slot, String)]) {
+        if !releases.is_empty() {
+            self.update(uid, |owed| {
+                for r in releases {
+                    if !owed.contains(r) {
+                        owed.push(r.clone());
+                    }
+                }
+            });
+        }
+    }
+
+    /// Keeps for `uid` only `still_owed` (what the last observation did not settle).
+    pub fn settle(&self, uid: &str, still_owed: Vec<(Slot, String)>) {
+        if still_owed.is_empty() {
+            self.recorded(uid);
+        } else {
+            self.update(uid, |owed| *owed = still_owed);
+        }
+    }
+}
+
 impl Unrecorded {
     /// Adds releases whose write did not land.
     pub fn keep(&self, uid: &str, released: Vec<UnrecordedRelease>) {

@@ -534,8 +534,9 @@ async fn steady_state_costs_zero_api_writes() {
 /// kept connection and audited every audit period, and what only a probe or the audit can see
 /// wakes a reconcile at once: a key that outlives maxLockTTL is reported (and, reported, wakes
 /// nothing more), a password added to a member's client user behind the operator's back is
-/// removed, and a member fenced behind its back released again, within seconds, not at the
-/// resync. So is a member's node moving to another zone (status.failureDomains).
+/// removed, and a member fenced behind its back is found within seconds, not at the resync,
+/// and held in full before it is released again (safety review 3, N1: an admin's hand fence
+/// is not undone with no hold behind it). So is a member's node moving to another zone (status.failureDomains).
 #[tokio::test]
 async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     // A TTL audit every 2 s: at rest its periods run in the rest watch, not in reconciles.
@@ -672,8 +673,9 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
     .await;
     assert!(connect(ip, &client).await.is_ok(), "the password on record works");
 
-    // Fenced behind the operator's back: the process refuses clients until the operator's
-    // next probe finds it and releases it again.
+    // Fenced behind the operator's back: the operator's next probe finds it, holds it in full
+    // from then (the admin may flush it behind the fence), and releases it after the hold.
+    let fenced_run = env.member(NAME, 1).await.unwrap().run_id;
     let () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg(&client.user)
@@ -681,13 +683,39 @@ async fn an_idle_cluster_rests_but_its_probes_still_wake_it() {
         .query_async(&mut a)
         .await
         .unwrap();
+    let fenced_at = k8s_openapi::jiff::Timestamp::now();
     assert!(connect(ip, &client).await.is_err(), "fenced by hand");
+    let held = env
+        .wait_member(
+            NAME,
+            1,
+            "the hand fence found and held (by the rest watch's probe)",
+            Duration::from_secs(15),
+            |m| m.state == redlock_operator::crd::MemberState::Held && m.run_id == fenced_run,
+        )
+        .await;
+    let until = held.held_until.expect("a held member has heldUntil").0;
+    assert!(
+        until
+            >= fenced_at
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(5))
+                .unwrap(),
+        "held in full from when it was found: until {until}, fenced at {fenced_at}"
+    );
+    assert!(
+        connect(ip, &client).await.is_err(),
+        "not released inside the hold"
+    );
     wait_for(
-        "the member released again (found by the rest watch's probe)",
-        Duration::from_secs(15),
+        "the member released after its hold",
+        Duration::from_secs(30),
         async || Ok(connect(ip, &client).await.ok().map(|_| ())),
     )
     .await;
+    assert!(
+        k8s_openapi::jiff::Timestamp::now() >= until,
+        "released at or after heldUntil {until}"
+    );
 }
 
 /// How many `TIME` commands a member has answered: every operator probe sends one, and

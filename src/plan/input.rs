@@ -53,6 +53,11 @@ pub struct Timing<'a> {
     /// Processes (slot, run id) this process fenced ahead of a status write that did not land
     /// (`crate::fence_ahead`): none is released until a write that holds it is on record.
     pub fenced_unrecorded: &'a [(Slot, String)],
+    /// Processes (slot, run id) whose release this process decided and has not yet seen
+    /// serving (`crate::release_ahead::OwedReleases`): a `Ready` record of one found fenced is
+    /// a release still to send. Any other `Ready` process found fenced was fenced outside this
+    /// operator process, and is held in full before it is released.
+    pub owed_releases: &'a [(Slot, String)],
 }
 
 static NO_TIMERS: ClusterTimers = ClusterTimers::new();
@@ -64,6 +69,7 @@ impl Default for Timing<'_> {
             skipped: Duration::ZERO,
             release_blocked: None,
             fenced_unrecorded: &[],
+            owed_releases: &[],
         }
     }
 }
@@ -74,5 +80,11 @@ impl Timing<'_> {
         self.fenced_unrecorded
             .iter()
             .any(|(s, r)| *s == slot && r == run_id)
+    }
+
+    /// Whether this process decided the release of `run_id` of `slot` and has not seen it
+    /// serving since.
+    pub fn owes_release(&self, slot: Slot, run_id: &str) -> bool {
+        self.owed_releases.iter().any(|(s, r)| *s == slot && r == run_id)
     }
 }

@@ -147,6 +147,29 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
     plan
 }
 
+/// Of the releases `owed` (decided by this process, `Timing::owed_releases`), those the
+/// observation does not settle: a release is settled once its process is seen serving, or
+/// another process (or none) runs at its slot; one whose process did not answer stays owed.
+pub fn still_owed(
+    owed: &[(Slot, String)],
+    observed: &BTreeMap<Slot, SlotObservation>,
+) -> Vec<(Slot, String)> {
+    owed.iter()
+        .filter(|(slot, run_id)| {
+            let Some(obs) = observed.get(slot) else {
+                return false;
+            };
+            match identity::running_process(obs) {
+                // Running, not answering: nothing is known of its client user yet.
+                Some(p) if p.run_id.is_none() => true,
+                Some(p) => p.run_id == Some(run_id.as_str()) && p.client_enabled != Some(true),
+                None => false,
+            }
+        })
+        .cloned()
+        .collect()
+}
+
 /// Why a process fenced ahead of a status write that did not land waits for its release.
 pub const FENCE_NOT_ON_RECORD: &str = "this operator fenced this process ahead of a status write that did not land; released once a write that holds it is on record";
 

@@ -51,8 +51,9 @@ pub(super) fn ready(
     let Some(p) = &process else {
         return next;
     };
-    // Same process. Fill in what was unknown; release again if a crash between the status
-    // write and the release left it fenced.
+    // Same process. Fill in what was unknown; release again what this process released and
+    // has not seen serving (a release that failed to send); hold in full what was fenced
+    // outside it.
     fill_identity(&mut next, p);
     if let Some(run_id) = p.run_id
         && input.timing.fenced_unrecorded(prev.slot, run_id)
@@ -69,9 +70,21 @@ pub(super) fn ready(
     }
     if p.client_enabled == Some(false)
         && let Some(run_id) = p.run_id
-        && input.timing.release_blocked.is_none()
     {
-        step.release = Some(run_id.to_owned());
+        if !input.timing.owes_release(prev.slot, run_id) {
+            // Safety review 3, N1: fenced by hand (`ACL SETUSER <client> off`, before a flush
+            // or a config change the admin thinks safe behind the fence), or released by an
+            // operator process that crashed before it sent the release. Releasing it again at
+            // once would undo a fence no hold has run behind: held in full first. An earlier
+            // process's unsent release costs that member one hold.
+            let why = format!(
+                "process {run_id} was found fenced although its record says Ready (fenced outside the operator, or a release an earlier operator process did not send)"
+            );
+            return start_hold(input, prev.slot, obs, why, step);
+        }
+        if input.timing.release_blocked.is_none() {
+            step.release = Some(run_id.to_owned());
+        }
     }
     if let Some(why) = refused_while_running(prev, obs) {
         return presumed_crashed(input, next, why);

@@ -55,6 +55,8 @@ pub struct Facts<'a> {
     /// Processes this process fenced ahead of a status write that did not land
     /// (`crate::fence_ahead::processes`): released by no rule until a write holds them.
     pub fenced_unrecorded: &'a [(crate::model::Slot, String)],
+    /// Releases this process decided and has not yet seen serving (`release_ahead::OwedReleases`).
+    pub owed_releases: &'a [(crate::model::Slot, String)],
     /// The Lease (`<namespace>/<name>`) this operator is elected with, `None` without election.
     pub lease: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
@@ -110,6 +112,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
                 skipped: clock.skipped,
                 release_blocked: facts.release_blocked,
                 fenced_unrecorded: facts.fenced_unrecorded,
+                owed_releases: facts.owed_releases,
             },
             maintenance: &fence_request.slots,
             gone_asserted: &gone_asserted,
@@ -396,6 +399,7 @@ mod tests {
                 timers: &TIMERS.with(|t| t.borrow().clone()),
                 release_blocked: None,
                 fenced_unrecorded: &[],
+                owed_releases: &[],
                 lease: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),
@@ -585,6 +589,7 @@ mod tests {
                 timers: &ClusterTimers::default(),
                 release_blocked: None,
                 fenced_unrecorded: &[],
+                owed_releases: &[],
                 lease: None,
                 password_rotation: Vec::new(),
                 spec_hash: &crate::resources::hash::spec_hash(&c.spec),

@@ -194,6 +194,10 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         false => ctx.clock.release_blocked(),
     };
     let spec_hash = ctx.memory.spec_hashes.of(cluster);
+    // Releases decided earlier that the probes have not seen serving yet: a `Ready` process
+    // of one found fenced is released again; any other is held in full (N1).
+    let owed = crate::plan::still_owed(&ctx.memory.owed_releases.of(&uid), &observation.slots);
+    ctx.memory.owed_releases.settle(&uid, owed.clone());
     let nonce = crate::resize::new_nonce();
     let decision = decide::decide(
         cluster,
@@ -205,6 +209,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             timers: &timers,
             release_blocked: release_blocked.as_deref(),
             fenced_unrecorded: &fenced_processes,
+            owed_releases: &owed,
             lease: ctx.settings.lease.as_deref(),
             password_rotation,
             spec_hash: &spec_hash,
@@ -212,6 +217,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         },
         clock,
     );
+    ctx.memory.owed_releases.owe(&uid, &decision.plan.releases);
     let rest = at_rest::rest_of(
         cluster,
         &inputs.access,

@@ -86,13 +86,15 @@ fn a_forward_step_of_the_wall_clock_lengthens_running_holds() {
 fn releases_wait_while_the_clock_is_not_trusted() {
     let members = [held(0, "A", "c1", at(NOW - 1)), ready(1, "B", "c2")];
     let obs = observed([(0, running("A", false, "c1")), (1, running("B", false, "c2"))]);
-    let base = input(2, &members, at(NOW));
+    // B's release was decided by this process and has not landed (a release owed).
+    let owed = [(Slot::new(1), "B".to_owned())];
+    let base = with_owed(input(2, &members, at(NOW)), &owed);
     let blocked = PlanInput {
         timing: Timing {
             release_blocked: Some("clock off by 20 s"),
             ..base.timing
         },
-        ..input(2, &members, at(NOW))
+        ..base
     };
     let p = plan(&blocked, &obs);
     assert!(p.releases.is_empty(), "{:?}", p.releases);

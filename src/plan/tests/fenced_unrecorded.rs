@@ -27,13 +27,17 @@ fn fenced(slot: i32, run: &str) -> Vec<(Slot, String)> {
 fn a_ready_process_fenced_ahead_of_its_write_is_held_not_released_again() {
     let members = [ready(0, "R", "c1")];
     let still_fenced = observed([(0, running("R", false, "c1"))]);
-    // Without the guard's memory: released again, as after a crash.
-    let p = plan(&input(1, &members, at(NOW)), &still_fenced);
+    // Without the guard's memory, its release owed: released again (it failed to send).
+    let owed = fenced(0, "R");
+    let p = plan(&with_owed(input(1, &members, at(NOW)), &owed), &still_fenced);
     assert_eq!(p.releases, fenced(0, "R"));
     assert_eq!(p.members[0].state, MemberState::Ready);
 
     let mine = fenced(0, "R");
-    let p = plan(&with_fenced(input(1, &members, at(NOW)), &mine), &still_fenced);
+    let p = plan(
+        &with_fenced(with_owed(input(1, &members, at(NOW)), &owed), &mine),
+        &still_fenced,
+    );
     assert!(p.releases.is_empty(), "{:?}", p.releases);
     assert!(p.fences.is_empty(), "already fenced: {:?}", p.fences);
     let m = &p.members[0];
@@ -60,9 +64,13 @@ fn a_ready_process_fenced_ahead_of_its_write_is_held_not_released_again() {
         vec![(0, MemberReason::HoldStarted), (0, MemberReason::Refenced)]
     );
 
-    // Another process of the slot, or the same run id on another slot, is not held back.
+    // Another process of the slot, or the same run id on another slot, is not held back (its
+    // release owed).
     for other in [fenced(0, "OLD"), fenced(1, "R")] {
-        let p = plan(&with_fenced(input(1, &members, at(NOW)), &other), &still_fenced);
+        let p = plan(
+            &with_fenced(with_owed(input(1, &members, at(NOW)), &owed), &other),
+            &still_fenced,
+        );
         assert_eq!(p.releases, fenced(0, "R"), "{other:?}");
     }
 }
@@ -123,8 +131,10 @@ fn a_fence_whose_write_is_refused_holds_until_a_write_lands_and_its_hold_has_run
         let p = plan(&with_fenced(input(1, &planned_from, now), &mine), &after_fence);
         assert!(p.releases.is_empty(), "at {now}: {:?}", p.releases);
         assert_eq!(p.members[0].state, MemberState::Held, "at {now}");
-        // What the stored record alone would have done: released again at once.
-        let unguarded = plan(&input(1, &stored, now), &after_fence);
+        // What the stored record alone would have done, had a release of it been owed:
+        // released again at once.
+        let owed = fenced(0, "A");
+        let unguarded = plan(&with_owed(input(1, &stored, now), &owed), &after_fence);
         assert_eq!(unguarded.releases, fenced(0, "A"), "the control at {now}");
     }
 

@@ -35,8 +35,15 @@ fn a_serving_member_is_fenced_now_and_held_in_full() {
 }
 
 #[test]
-fn a_ready_member_left_fenced_by_a_crash_is_not_released_but_held() {
-    let p = plan_with(&[ready(0, "A", "c1")], &fenced("x"), running("A", false, "c1"));
+fn a_ready_member_whose_release_did_not_land_is_not_released_but_held() {
+    let owed = [(Slot::new(0), "A".to_owned())];
+    let p = plan(
+        &PlanInput {
+            maintenance: &fenced("x"),
+            ..with_owed(input(1, &[ready(0, "A", "c1")], at(NOW)), &owed)
+        },
+        &observed([(0, running("A", false, "c1"))]),
+    );
     assert_eq!(p.members[0].state, MemberState::Held);
     assert!(p.releases.is_empty());
     assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);

@@ -197,6 +197,17 @@ fn own_timers(members: &[MemberStatus]) -> &'static ClusterTimers {
     Box::leak(Box::new(timers))
 }
 
+/// `input` with the releases this process owes (decided, not yet seen serving).
+fn with_owed<'a>(input: PlanInput<'a>, owed: &'a [(Slot, String)]) -> PlanInput<'a> {
+    PlanInput {
+        timing: Timing {
+            owed_releases: owed,
+            ..input.timing
+        },
+        ..input
+    }
+}
+
 fn observed(slots: impl IntoIterator<Item = (i32, SlotObservation)>) -> BTreeMap<Slot, SlotObservation> {
     slots.into_iter().map(|(s, o)| (Slot::new(s), o)).collect()
 }
@@ -220,6 +231,9 @@ struct Case {
     delete: bool,
     release: Option<&'static str>,
     fence: Option<&'static str>,
+    /// A release this operator process decided and has not seen serving
+    /// (`Timing::owed_releases`).
+    owed: Option<&'static str>,
     /// (reason, warning) in order.
     events: &'static [(MemberReason, bool)],
     next: Option<Duration>,
@@ -238,6 +252,7 @@ impl Case {
             delete: false,
             release: None,
             fence: None,
+            owed: None,
             events: &[],
             next: None,
         }
@@ -269,6 +284,12 @@ impl Case {
             ..self
         }
     }
+    fn owed(self, run: &'static str) -> Case {
+        Case {
+            owed: Some(run),
+            ..self
+        }
+    }
     fn events(self, events: &'static [(MemberReason, bool)]) -> Case {
         Case { events, ..self }
     }
@@ -290,7 +311,10 @@ fn check(c: &Case) {
     let name = c.name;
     let members: Vec<MemberStatus> = c.prev.iter().cloned().collect();
     let obs = observed([(0, c.obs.clone())]);
-    let p = plan(&input(1, &members, c.now), &obs);
+    let owed: Vec<(Slot, String)> = c.owed.map(|r| (Slot::new(0), r.to_owned())).into_iter().collect();
+    let owed: &'static [(Slot, String)] = Vec::leak(owed);
+    let members: &'static [MemberStatus] = Vec::leak(members);
+    let p = plan(&with_owed(input(1, members, c.now), owed), &obs);
 
     assert_eq!(p.members.len(), 1, "{name}: one record");
     let got = &p.members[0];
@@ -365,7 +389,11 @@ fn check(c: &Case) {
     assert_eq!(p.next_hold_end, c.next, "{name}: next_hold_end");
 
     // Pure: the same input plans the same.
-    assert_eq!(plan(&input(1, &members, c.now), &obs), p, "{name}: deterministic");
+    assert_eq!(
+        plan(&with_owed(input(1, members, c.now), owed), &obs),
+        p,
+        "{name}: deterministic"
+    );
     // Planning again from what was just written, with nothing changed, changes no state,
     // run id, hold or `since`, and tells nothing new. A fence did change something: the
     // process no longer lets clients in.
@@ -377,7 +405,10 @@ fn check(c: &Case) {
             }
         }
     }
-    let again = plan(&input(1, &p.members, c.now), &obs);
+    // What the reconcile owes then: the releases just decided (`OwedReleases::owe`).
+    let again_members: &'static [MemberStatus] = Vec::leak(p.members.clone());
+    let again_owed: &'static [(Slot, String)] = Vec::leak(p.releases.clone());
+    let again = plan(&with_owed(input(1, again_members, c.now), again_owed), &obs);
     let strip = |m: &MemberStatus| MemberStatus {
         message: None,
         ..m.clone()

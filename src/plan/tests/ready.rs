@@ -158,14 +158,44 @@ fn ready_members() {
             ready(0, "R", "c1"),
         )
         .msg("not answering the operator (timed out)"),
-        // A crash between the status write and the release left it fenced: release again.
+        // A release this process decided but has not seen land (it failed, or is on its way):
+        // released again.
         Case::new(
-            "ready, same process still fenced",
+            "ready, same process still fenced, its release owed",
             r(),
             running("R", false, "c1"),
             ready(0, "R", "c1"),
         )
+        .owed("R")
         .release("R"),
+        // N1: fenced outside the operator (by hand, or a release an earlier operator process
+        // never sent): held in full, not released again at once.
+        Case::new(
+            "ready, same process found fenced, no release owed",
+            r(),
+            running("R", false, "c1"),
+            MemberStatus {
+                since: micro(at(NOW)),
+                ..held(0, "R", "c1", hold_from_now())
+            },
+        )
+        .msg("found fenced although its record says Ready")
+        .events(&[(MemberReason::HoldStarted, false)])
+        .next(HOLD),
+        // Another process's release owed settles nothing for this one.
+        Case::new(
+            "ready, same process found fenced, another's release owed",
+            r(),
+            running("R", false, "c1"),
+            MemberStatus {
+                since: micro(at(NOW)),
+                ..held(0, "R", "c1", hold_from_now())
+            },
+        )
+        .owed("OLD")
+        .msg("found fenced although its record says Ready")
+        .events(&[(MemberReason::HoldStarted, false)])
+        .next(HOLD),
         Case::new(
             "ready, same process serving",
             r(),
@@ -240,4 +270,38 @@ fn steady_state_changes_nothing() {
             ..Plan::default()
         }
     );
+}
+
+/// A release stays owed until its process is seen serving, or is no longer the slot's
+/// process; a process that does not answer settles nothing.
+#[test]
+fn an_owed_release_is_settled_by_its_process_serving_or_gone_and_by_nothing_else() {
+    let owed = |slot: i32, run: &str| (Slot::new(slot), run.to_owned());
+    let all = vec![
+        owed(0, "A"),
+        owed(1, "B"),
+        owed(2, "C"),
+        owed(3, "D"),
+        owed(4, "E"),
+        owed(5, "F"),
+    ];
+    let obs = observed([
+        (0, running("A", true, "c0")),  // serving: settled
+        (1, running("B", false, "c1")), // still fenced: owed
+        (2, running("X", false, "c2")), // another process: settled
+        (3, unreachable("c3")),         // not answering: owed
+        (4, missing()),                 // no pod: settled
+    ]); // slot 5 not observed: settled
+    assert_eq!(
+        crate::plan::still_owed(&all, &obs),
+        vec![owed(1, "B"), owed(3, "D")]
+    );
+    let memory = crate::release_ahead::OwedReleases::default();
+    memory.owe("u", &all[..2]);
+    memory.owe("u", &all[1..3]);
+    assert_eq!(memory.of("u"), all[..3].to_vec(), "each release owed once");
+    memory.settle("u", vec![owed(1, "B")]);
+    assert_eq!(memory.of("u"), vec![owed(1, "B")]);
+    memory.settle("u", vec![]);
+    assert!(memory.of("u").is_empty());
 }

@@ -65,7 +65,7 @@ fn a_refusal_while_the_pod_runs_is_shown_lost_and_decides_nothing() {
             },
         ),
         Case::new(
-            "presumed crashed, the same process answers fenced: released again, as a Ready member would be",
+            "presumed crashed, the same process answers fenced, its release owed: released again, as a Ready member would be",
             Some(presumed(T0)),
             running("R", false, "c1"),
             MemberStatus {
@@ -73,6 +73,7 @@ fn a_refusal_while_the_pod_runs_is_shown_lost_and_decides_nothing() {
                 ..serving()
             },
         )
+        .owed("R")
         .release("R"),
         // The hold counts from the replacement's observation, never from the refusal: the
         // refused process may have granted locks until just before the replacement.

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
-use super::holds::{extend_hold, fence_if_serving, refence, timed_hold};
+use super::holds::{extend_hold, fence_if_serving, hold_end, refence, restart_hold, timed_hold};
 use super::identity::{Process, fill_identity, fresh_record, is_other_process, record_of, running_process};
 use super::input::{PlanInput, Timing};
 use super::step::Step;
@@ -61,6 +61,24 @@ pub(super) fn holding(
         ..u.clone()
     };
     match gone_evidence(&seen, obs.unstopped.as_ref(), input.gone_asserted) {
+        Ok(Gone::Fenced) if !u.fenced => {
+            // Found fenced for the first time: by someone else, or by this operator's fence of it
+            // a probe ago (which restarted the hold then). Either way it may have granted locks
+            // until it was fenced, so the hold runs from now (a probe period more at most after
+            // the operator's own fence).
+            let why = format!(
+                "process {} at {} (its pod vanished while it ran) was found fenced; it may have granted locks until then, so the hold restarts",
+                u.run_id, u.pod_ip
+            );
+            let (until, _) = hold_end(input, prev);
+            let restarted = MemberStatus {
+                unstopped: Some(seen.clone()),
+                ..restart_hold(input, prev.clone(), until, &why)
+            };
+            let mut next = hold_runs(input, &restarted, obs, step);
+            next.unstopped = (next.state != MemberState::Ready).then_some(seen);
+            next
+        }
         Ok(Gone::Fenced) => {
             let mut next = hold_runs(input, prev, obs, step);
             // Released: a fenced process grants nothing, and is no longer looked for.
@@ -68,11 +86,19 @@ pub(super) fn holding(
             next
         }
         Ok(gone) => {
+            // Found by the model check (docs/model-check.md): the process was never seen fenced,
+            // so it may have granted locks until this very evidence (a node cut off past the
+            // hold, whose kubelet stops the process when it comes back). Its locks live until
+            // their TTL from then: the hold runs again from now, never ending earlier.
             tell_gone(prev, u, &gone, step);
+            let why = format!(
+                "process {} (its pod vanished while it ran) is gone ({gone}) but may have granted locks until now; the hold restarts",
+                u.run_id
+            );
+            let (until, _) = hold_end(input, prev);
             let without = MemberStatus {
                 unstopped: None,
-                message: prev.message.as_deref().map(|m| without_search(m).to_owned()),
-                ..prev.clone()
+                ..restart_hold(input, prev.clone(), until, &why)
             };
             hold_runs(input, &without, obs, step)
         }
@@ -102,17 +128,6 @@ pub(super) fn holding(
             next
         }
     }
-}
-
-/// A held record's message without what it said about looking for a vanished pod's process.
-fn without_search(message: &str) -> &str {
-    message
-        .split("; its process ")
-        .next()
-        .unwrap_or(message)
-        .split("; process ")
-        .next()
-        .unwrap_or(message)
 }
 
 /// `Held` or `Lost`: a hold runs until `heldUntil`.

@@ -196,14 +196,22 @@ fn an_unstopped_process_found_serving_is_fenced_and_the_hold_restarts() {
     assert!(!m.unstopped.as_ref().unwrap().fenced);
     assert_eq!(p.events[0].reason, MemberReason::UnstoppedProcessFenced);
 
-    // Seen fenced at the next probe: recorded, and the hold runs out without a warning.
+    // Seen fenced at the next probe: recorded, and the hold runs again from then (whoever
+    // fenced it, it may have granted locks until that probe), then out without a warning.
     let obs = SlotObservation {
         unstopped: zombie_answers("A", false),
         ..running("B", false, "c2")
     };
     let p2 = plan(&input(1, &p.members, at(NOW + 1)), &observed([(0, obs.clone())]));
     assert!(p2.members[0].unstopped.as_ref().unwrap().fenced);
-    let p3 = plan(&input(1, &p2.members, hold_from_now()), &observed([(0, obs)]));
+    let from_probe = hold_from_now().checked_add(SignedDuration::from_secs(1)).unwrap();
+    assert_eq!(p2.members[0].held_until.as_ref().unwrap().0, from_probe);
+    let early = plan(
+        &input(1, &p2.members, hold_from_now()),
+        &observed([(0, obs.clone())]),
+    );
+    assert!(early.releases.is_empty(), "{:?}", early.releases);
+    let p3 = plan(&input(1, &p2.members, from_probe), &observed([(0, obs)]));
     assert_eq!(p3.releases, vec![(Slot::new(0), "B".to_owned())]);
     assert!(
         p3.events
@@ -351,7 +359,10 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
         &'static str,
         bool,
     );
-    // (what, answer at the address, kubelet, record names node and pod, asserted by an admin, released)
+    // (what, answer at the address, kubelet, record names node and pod, asserted by an admin,
+    // evidence that it is gone). On evidence the hold runs again from it (the process may
+    // have granted locks until then, found by the model check), and the slot is released
+    // once that hold has run.
     let cases: Vec<Case> = vec![
         ("timeout, no kubelet asked", timeout(), NotAsked, false, "", false),
         (
@@ -407,7 +418,7 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
             false,
         ),
     ];
-    for (what, answer, kubelet, named, asserted, released) in cases {
+    for (what, answer, kubelet, named, asserted, gone) in cases {
         let mut m = with_unstopped(held(0, "B", "c2", at(NOW - 1)), false);
         if named {
             let u = m.unstopped.as_mut().unwrap();
@@ -424,23 +435,48 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
         };
         let asserted = crate::plan::asserted_gone(Some(asserted));
         let members = [m];
+        let observed = observed([(0, obs)]);
         let p = plan(
             &PlanInput {
                 gone_asserted: &asserted,
                 ..input(1, &members, at(NOW))
             },
-            &observed([(0, obs)]),
+            &observed,
         );
-        assert_eq!(!p.releases.is_empty(), released, "{what}: {p:?}");
+        assert!(
+            p.releases.is_empty(),
+            "{what}: never released at the evidence: {p:?}"
+        );
         let m = &p.members[0];
-        if released {
-            assert_eq!(m.state, MemberState::Ready, "{what}");
-            assert_eq!(m.unstopped, None, "{what}: no longer looked for");
+        if gone {
+            assert_eq!(m.state, MemberState::Held, "{what}");
+            assert_eq!(
+                m.held_until.as_ref().unwrap().0,
+                hold_from_now(),
+                "{what}: the hold restarts"
+            );
+            assert!(
+                m.unstopped.as_ref().is_none_or(|u| u.fenced),
+                "{what}: no longer looked for"
+            );
             assert!(
                 p.events
                     .iter()
                     .all(|e| e.reason != MemberReason::ReleaseWaitsForProcessGone),
                 "{what}"
+            );
+            // One hold from the evidence on, released.
+            let later = plan(
+                &PlanInput {
+                    gone_asserted: &asserted,
+                    ..input(1, &p.members, hold_from_now())
+                },
+                &observed,
+            );
+            assert_eq!(
+                later.releases,
+                vec![(Slot::new(0), "B".to_owned())],
+                "{what}: {later:?}"
             );
         } else {
             assert_eq!(m.state, MemberState::Held, "{what}");
@@ -473,7 +509,7 @@ fn an_out_of_service_taint_on_its_node_is_an_admins_assertion() {
             refused: false,
         })
     };
-    for (what, named, answer, released) in [
+    for (what, named, answer, gone) in [
         ("node on record, nothing answers", true, timed_out(), true),
         ("no node on record", false, timed_out(), false),
         ("it still serves", true, Ok(info("A", true, None)), false),
@@ -488,8 +524,11 @@ fn an_out_of_service_taint_on_its_node_is_an_admins_assertion() {
         };
         let members = [m];
         let p = plan(&input(1, &members, at(NOW)), &observed([(0, obs)]));
-        assert_eq!(!p.releases.is_empty(), released, "{what}: {p:?}");
-        if released {
+        assert!(
+            p.releases.is_empty(),
+            "{what}: never released at the evidence: {p:?}"
+        );
+        if gone {
             let e = p
                 .events
                 .iter()

@@ -3,6 +3,10 @@
 //! The schema, its CEL rules and the printer columns are all generated from these types;
 //! `crds/redlockcluster.yaml` is their rendering and a test fails when it drifts.
 
+pub mod conditions;
+pub mod model;
+pub mod reasons;
+
 mod spec;
 mod status;
 

@@ -44,6 +44,11 @@
 //! - releases are untouched: ahead of the write only from a hold on record in this process's
 //!   own last write (`persist::ahead_of_write` never sees the fences' records), else after it.
 
+pub mod apply;
+pub mod context;
+pub mod rest_watch;
+pub mod ttl_sampling;
+
 mod act;
 mod children;
 pub mod decide;
@@ -74,7 +79,6 @@ use crate::events;
 use crate::fence_ahead;
 use crate::reasons::ClusterReason;
 use crate::release_ahead;
-use crate::rest_watch;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).

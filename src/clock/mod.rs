@@ -8,6 +8,12 @@
 //! this process timed is pushed back by every step since it was set ([`crate::hold_timers`]).
 //! A backward step only makes wall deadlines later; it is never subtracted.
 
+pub mod member;
+pub mod offset;
+pub mod record;
+pub mod server;
+pub mod timers;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -51,7 +51,7 @@ mod tests {
 
     /// Set in the child that runs the test proper.
     const CHILD: &str = "REDLOCK_OPEN_FILES_TEST_CHILD";
-    const NAME: &str = "open_files::tests::the_soft_limit_is_raised_to_the_hard_one";
+    const NAME: &str = "runtime::open_files::tests::the_soft_limit_is_raised_to_the_hard_one";
 
     /// A soft limit lowered below the hard one is raised back to it. The limit is the whole
     /// process's, so the test proper runs in a child of its own (this test binary, only this

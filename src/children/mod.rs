@@ -1,5 +1,11 @@
 //! Pure builders of the objects a RedlockCluster owns, and their names and labels.
 
+pub mod index;
+pub mod memo;
+pub mod spec_hashes;
+pub mod trim;
+pub mod versions;
+
 pub mod config;
 pub mod endpoints;
 pub mod hash;

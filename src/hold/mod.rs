@@ -4,6 +4,12 @@
 //! has expired everywhere: after the longest TTL any client uses, plus the clock drift the
 //! clients themselves allow for, plus a margin for observation delay.
 
+pub mod fence_ahead;
+pub mod maintenance;
+pub mod policy;
+pub mod release_ahead;
+pub mod ttl_audit;
+
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};

@@ -116,13 +116,29 @@ impl Probe {
     }
 }
 
+/// Why a kept-connection probe ([`AdminAccess::probe_kept`]) got no answer: a sentence (it
+/// becomes a member's status message), and whether the process's address refused the
+/// connection. A refusal means nothing listens on the port: the process is gone (or something
+/// in between rejects the operator); a timeout or a broken exchange proves less.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeFailure {
+    pub why: String,
+    pub refused: bool,
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// What looking for a process that outlived its pod found (docs/design.md §9.5): the facts a
 /// release of its slot may rest on (`plan::unstopped::gone_evidence`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnstoppedSearch {
     /// What answered at its last address, or why nothing did: `refused` only when every way
     /// of reaching it was refused (nothing listens on the port there).
-    pub answer: Result<RedisInfo, crate::redis_admin::ProbeFailure>,
+    pub answer: Result<RedisInfo, ProbeFailure>,
     /// What its node's kubelet says of its pod.
     pub kubelet: KubeletAnswer,
     /// Its node carries the taint `node.kubernetes.io/out-of-service`: an admin asserts, as
@@ -143,7 +159,7 @@ impl UnstoppedSearch {
     /// Nothing answered (`refused`: the connection was refused), nothing asked of a kubelet.
     pub fn unanswered(why: &str, refused: bool) -> Self {
         Self {
-            answer: Err(crate::redis_admin::ProbeFailure {
+            answer: Err(ProbeFailure {
                 why: why.to_owned(),
                 refused,
             }),

@@ -39,11 +39,16 @@ pub struct Context {
     pub clock: Arc<ClockCheck>,
     /// Where the watch of a resting cluster sends it when a probe shows a change
     /// ([`crate::rest_watch`]): the controller reconciles it at once.
-    pub wake: crate::rest_watch::Wake,
+    pub wake: Wake,
     /// What the process remembers between reconciles (lost on restart, by design: each is
     /// rebuilt safely, see the fields).
     pub memory: Memory,
 }
+
+/// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
+/// Here, not in rest_watch.rs, so that the context (which every reconcile and watch reads)
+/// depends on no watch: rest_watch.rs and ttl_sampling.rs read the context.
+pub type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<RedlockCluster>>;
 
 /// Caches of the objects this operator manages (selected by `managed-by`), fed by the
 /// controller's own watches.

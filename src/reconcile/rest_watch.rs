@@ -11,20 +11,15 @@
 
 use std::sync::Arc;
 
-use futures::channel::mpsc::UnboundedSender;
-use kube::runtime::reflector::ObjectRef;
-
 use crate::admin_connection::ClosedWatch;
 use crate::at_rest::{Look, Rest, look};
 use crate::clock_record;
 use crate::context::Context;
-use crate::crd::RedlockCluster;
 use crate::member_clock::{ClockKey, ClockTrack};
 use crate::ttl_audit;
 use crate::ttl_sampling::{self, Serving};
 
-/// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
-pub type Wake = UnboundedSender<ObjectRef<RedlockCluster>>;
+pub use crate::context::Wake;
 
 /// Starts the watch of rest `generation` of cluster `uid`.
 pub fn spawn(ctx: Arc<Context>, uid: String, generation: u64, rest: Arc<Rest>) {

@@ -8,6 +8,9 @@ use redis::Value;
 
 use crate::admin_connection::{AdminConnection, KnownProcess, Login};
 use crate::member_clock::TimeSample;
+// ProbeFailure is data the pure side reads (decide/observe.rs); it is named here too, where
+// probes make it, so `redis_admin::ProbeFailure` keeps working.
+pub use crate::observe::ProbeFailure;
 use crate::observe::{RedisInfo, SlotObservation};
 use crate::probe_connections::{ConnectionKey, ProbeConnections};
 use crate::resources::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
@@ -44,16 +47,6 @@ impl std::fmt::Debug for AdminAccess {
     }
 }
 
-/// Why a kept-connection probe ([`AdminAccess::probe_kept`]) got no answer: a sentence (it
-/// becomes a member's status message), and whether the process's address refused the
-/// connection. A refusal means nothing listens on the port: the process is gone (or something
-/// in between rejects the operator); a timeout or a broken exchange proves less.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeFailure {
-    pub why: String,
-    pub refused: bool,
-}
-
 impl ProbeFailure {
     fn of(e: &redis::RedisError) -> Self {
         Self {
@@ -61,12 +54,6 @@ impl ProbeFailure {
             // ECONNREFUSED (for a TCP connect; redis counts a missing Unix socket too).
             refused: e.is_connection_refusal(),
         }
-    }
-}
-
-impl std::fmt::Display for ProbeFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.why)
     }
 }
 

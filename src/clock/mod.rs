@@ -7,6 +7,10 @@
 //! reading compares the two and sums the wall clock's forward steps (`skipped`); a deadline
 //! this process timed is pushed back by every step since it was set ([`crate::hold_timers`]).
 //! A backward step only makes wall deadlines later; it is never subtracted.
+//!
+//! This folder is time, pure (the clock is read at the edges and passed in): [`timers`]
+//! (§9.1), [`offset`] (§9.2), [`server`], [`member`] and [`record`] (§9.3). The task that
+//! samples the offset runs in `crate::runtime::clock_check`.
 
 pub mod member;
 pub mod offset;

@@ -3,6 +3,10 @@
 //! An instance that lost its keys may serve again only when every lock it could have granted
 //! has expired everywhere: after the longest TTL any client uses, plus the clock drift the
 //! clients themselves allow for, plus a margin for observation delay.
+//!
+//! This folder is the rule and what keeps it, pure: [`policy`] (the `maxLockTTL` in force),
+//! [`release_ahead`] and [`fence_ahead`] (releases and fences ahead of their status write),
+//! [`maintenance`] (members fenced on purpose), [`ttl_audit`] (no TTL above `maxLockTTL`).
 
 pub mod fence_ahead;
 pub mod maintenance;

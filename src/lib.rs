@@ -17,8 +17,10 @@ pub mod reconcile;
 pub mod redis;
 pub mod runtime;
 
-// The paths before src/ was grouped into folders (docs/design.md §6), for the branches in
-// flight when it was; new code names the folders.
+// The paths before src/ was grouped into folders (docs/design.md §6), kept only so that the
+// branches in flight when it was still compile once merged: nothing in this tree uses them
+// (it builds with these lines deleted), and they go once those branches are in. New code
+// names the folders.
 pub use self::children as resources;
 pub use self::children::index as instance_index;
 pub use self::children::memo as children_memo;

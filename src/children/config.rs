@@ -269,7 +269,7 @@ mod tests {
 
     mod injection {
         use super::*;
-        use crate::resources::redis_conf_model::{Directive, parse};
+        use crate::children::redis_conf_model::{Directive, parse};
         use proptest::prelude::*;
 
         /// Keys: allow-listed ones (so accepted entries are frequent), enforced and dangerous
@@ -349,7 +349,7 @@ mod tests {
                     c.spec.redis_config = config.clone();
                     c.spec
                 };
-                let refused: Vec<String> = crate::validate::validate(&spec).into_iter().map(|r| r.field).collect();
+                let refused: Vec<String> = crate::decide::validate::validate(&spec).into_iter().map(|r| r.field).collect();
                 let left_out: Vec<String> = config
                     .iter()
                     .filter(|(k, v)| entry_problem(k, v).is_some())

@@ -12,7 +12,7 @@ use kube::api::ObjectMeta;
 
 use super::names::{REDIS_PORT, cluster_labels, endpoints_config_map_name, slot_name};
 use crate::crd::RedlockCluster;
-use crate::model::{Slot, quorum};
+use crate::crd::model::{Slot, quorum};
 
 /// Key of the `<name>-endpoints` ConfigMap that tells clients the maxLockTTL in milliseconds.
 pub const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use kube::Resource;
 use kube::runtime::watcher;
 
-use crate::resources::names::LABEL_INSTANCE;
+use crate::children::names::LABEL_INSTANCE;
 
 /// (namespace, instance label) of an object; the namespace is empty for cluster-scoped ones.
 pub type Instance = (String, String);

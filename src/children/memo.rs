@@ -72,7 +72,7 @@ impl ChildrenMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::secrets::Credentials;
+    use crate::children::secrets::Credentials;
 
     fn cluster(uid: &str, version: &str) -> RedlockCluster {
         let mut c: RedlockCluster = serde_json::from_value(serde_json::json!({

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// Field manager of every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "redlock-operator";

@@ -21,8 +21,8 @@ use super::names::{
     acl_secret_name, admin_secret_name, config_map_name, slot_labels, slot_name,
 };
 use super::secrets::{PROBE_PASSWORD_KEY, acl_file_key, client_user};
+use crate::crd::model::Slot;
 use crate::crd::{RedlockCluster, Spread};
-use crate::model::Slot;
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";

@@ -14,7 +14,7 @@ use super::names::{
     ADMIN_USER, CLIENT_USER, acl_secret_name, admin_secret_name, client_secret_name, cluster_labels,
 };
 use crate::crd::RedlockCluster;
-use crate::reasons::ClusterReason;
+use crate::crd::reasons::ClusterReason;
 
 /// Key of the ACL file in the `<name>-acl` Secret for the spec as it is now. Pods built before
 /// the per-mode files existed name it in redis.conf; newer pods name their own mode's file.
@@ -490,7 +490,10 @@ pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instan
     let mut data = BTreeMap::from([
         ("username".to_owned(), username.to_owned()),
         ("urls".to_owned(), endpoints::lines(&urls)),
-        ("quorum".to_owned(), crate::model::quorum(instances).to_string()),
+        (
+            "quorum".to_owned(),
+            crate::crd::model::quorum(instances).to_string(),
+        ),
     ]);
     if let Some(password) = password {
         data.insert("password".into(), password.to_owned());

@@ -14,7 +14,7 @@ use super::names::{
     LABEL_INSTANCE, LABEL_NAME, LABEL_SLOT, REDIS_PORT, cluster_labels, slot_labels, slot_name,
 };
 use crate::crd::RedlockCluster;
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// Name of the Redis container port the Services target.
 pub const REDIS_PORT_NAME: &str = "redis";

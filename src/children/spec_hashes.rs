@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::children::hash::spec_hash;
 use crate::crd::RedlockCluster;
-use crate::resources::hash::spec_hash;
 
 /// Per cluster UID: the resourceVersion the hash was computed at, and the hash.
 #[derive(Default)]

@@ -20,7 +20,7 @@ pub trait Trim: Resource {
 impl Trim for Pod {
     fn trim(&mut self) {
         trim_metadata(self);
-        crate::observe::trim_to_observed(self);
+        crate::decide::observe::trim_to_observed(self);
     }
 }
 
@@ -76,14 +76,14 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::{Ownership, is_current, ownership};
-    use crate::resources::hash::{APPLIED_HASH, desired_hash};
+    use crate::children::hash::{APPLIED_HASH, desired_hash};
+    use crate::reconcile::apply::{Ownership, is_current, ownership};
     use kube::ResourceExt;
 
     /// A Service, PDB or NetworkPolicy as the operator applied it is still current and still
     /// its own once trimmed, and an edited one is still drift: what `apply_if_changed` decides
     /// from the cache does not change.
-    fn judged_as_before<K: crate::apply::Child + Trim>(
+    fn judged_as_before<K: crate::reconcile::apply::Child + Trim>(
         mut desired: K,
         edit: impl FnOnce(&mut serde_json::Value),
     ) {
@@ -110,18 +110,18 @@ mod tests {
             "spec": {"maxLockTTL": "30s", "networkPolicy": {"enabled": true}}
         }))
         .unwrap();
-        judged_as_before(crate::resources::service::headless_service(&cluster), |v| {
+        judged_as_before(crate::children::service::headless_service(&cluster), |v| {
             v["spec"]["publishNotReadyAddresses"] = true.into()
         });
         judged_as_before(
-            crate::resources::service::slot_service(&cluster, crate::model::Slot::new(1)),
+            crate::children::service::slot_service(&cluster, crate::crd::model::Slot::new(1)),
             |v| v["spec"]["selector"]["redlock.dev/slot"] = "0".into(),
         );
-        judged_as_before(crate::resources::pdb::pod_disruption_budget(&cluster), |v| {
+        judged_as_before(crate::children::pdb::pod_disruption_budget(&cluster), |v| {
             v["spec"]["minAvailable"] = 0.into()
         });
         judged_as_before(
-            crate::resources::network_policy::network_policy(&cluster, None).unwrap(),
+            crate::children::network_policy::network_policy(&cluster, None).unwrap(),
             |v| v["spec"]["ingress"][0]["from"][1]["namespaceSelector"] = serde_json::json!({}),
         );
     }

@@ -29,10 +29,10 @@ use std::sync::Mutex;
 use kube::Resource;
 use kube::runtime::watcher;
 
-use crate::instance_index::{self, Instance, instance_of};
+use crate::children::index::{self, Instance, instance_of};
 
 /// (kind, (namespace, name)): the caches of several kinds feed one `ChildVersions`.
-type Key = (&'static str, instance_index::Key);
+type Key = (&'static str, index::Key);
 
 #[derive(Default)]
 pub struct ChildVersions {
@@ -50,7 +50,7 @@ struct Inner {
     /// Per kind during its re-list: what has been listed so far, swapped in for that kind's
     /// entries when it ends (the watches of the five kinds re-list independently, also
     /// interleaved).
-    relisting: HashMap<&'static str, HashMap<instance_index::Key, Instance>>,
+    relisting: HashMap<&'static str, HashMap<index::Key, Instance>>,
 }
 
 impl ChildVersions {
@@ -89,7 +89,7 @@ impl ChildVersions {
                 if let (Some(listed), Some(instance)) =
                     (inner.relisting.get_mut(kind_of::<K>()), instance_of(obj))
                 {
-                    listed.insert(instance_index::key_of(obj), instance);
+                    listed.insert(index::key_of(obj), instance);
                 }
             }
             watcher::Event::InitDone => {
@@ -134,13 +134,13 @@ fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
 }
 
 fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> Key {
-    (kind_of::<K>(), instance_index::key_of(obj))
+    (kind_of::<K>(), index::key_of(obj))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::names::LABEL_INSTANCE;
+    use crate::children::names::LABEL_INSTANCE;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use kube::api::ObjectMeta;
 

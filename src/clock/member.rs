@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// Scheduling noise of reading `TIME` (the reply is formed some time after the server's clock
 /// is read) and of this process taking its monotonic reading.
@@ -90,7 +90,7 @@ pub struct ClockTrack {
     /// Drift is reported once per process.
     drift_reported: bool,
     /// Whether this leader compared the process with the clock on record
-    /// ([`crate::clock_record`]); set by the caller, kept while the run id is.
+    /// ([`crate::clock::record`]); set by the caller, kept while the run id is.
     pub compared: bool,
 }
 

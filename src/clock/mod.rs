@@ -5,7 +5,7 @@
 //! the wall clock can be *stepped* (NTP stepping instead of slewing, a VM resumed, `date -s`).
 //! The monotonic clock cannot: NTP slews both alike, only steps set them apart. So every
 //! reading compares the two and sums the wall clock's forward steps (`skipped`); a deadline
-//! this process timed is pushed back by every step since it was set ([`crate::hold_timers`]).
+//! this process timed is pushed back by every step since it was set ([`crate::clock::timers`]).
 //! A backward step only makes wall deadlines later; it is never subtracted.
 //!
 //! This folder is time, pure (the clock is read at the edges and passed in): [`timers`]

@@ -1,6 +1,6 @@
 //! The operator's wall-clock offset to the API server (docs/design.md §9.2).
 //!
-//! Holds no longer depend on it ([`crate::hold_timers`] times every hold on this process's
+//! Holds no longer depend on it ([`crate::clock::timers`] times every hold on this process's
 //! own monotonic clock), but `heldUntil` and `lowersAt` are written in wall time, and users,
 //! alerts and other replicas read them as such. So the operator measures how far its wall
 //! clock is from the API server's, exports it, and releases nothing while the offset *may*

@@ -1,12 +1,12 @@
 //! Members' clocks across operator leaders (docs/design.md §9.3).
 //!
-//! [`crate::member_clock`] finds a jump by comparing two probes of one leader on its monotonic
+//! [`crate::clock::member`] finds a jump by comparing two probes of one leader on its monotonic
 //! clock, so its history is in that leader's memory. After a leader change (or a restart) the
 //! first probe of each process used to be a new baseline: a jump between the old leader's last
 //! probe and the new leader's first went unseen, and with it every lock it expired early.
 //!
 //! So each member's record carries its clock against the API server's (`status.members[].clock`,
-//! [`ClockRecord`]), the one clock every leader can read ([`crate::server_clock`]). A leader
+//! [`ClockRecord`]), the one clock every leader can read ([`crate::clock::server`]). A leader
 //! compares its first reading of a process with that record once; a forward difference beyond
 //! what drift explains is a jump, handled as one (fenced, held in full).
 //!
@@ -22,10 +22,10 @@
 
 use std::time::Duration;
 
+use crate::clock::member::{self, ClockTrack, READ_SLACK, TimeSample, Verdict};
+use crate::clock::server::ServerTime;
 use crate::crd::ClockRecord;
 use crate::hold::floor_micros;
-use crate::member_clock::{self, ClockTrack, READ_SLACK, TimeSample, Verdict};
-use crate::server_clock::ServerTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 /// A record is written again after this long even when nothing drifted, so that the drift
@@ -93,7 +93,7 @@ pub struct Across {
 }
 
 /// One probe's `TIME` of process `run_id`, judged as a leader judges every sample: against
-/// this leader's last sample of it (`member_clock::judge`, on `prev`) and, once per process and
+/// this leader's last sample of it (`member::judge`, on `prev`) and, once per process and
 /// leader, against the reading on `recorded` (a jump while no leader probed it, docs/design.md
 /// §9.3), when the API server's time at the sample (`server`) is known well enough. Returns the
 /// judgement and the track to remember, which carries whether the comparison was made.
@@ -106,7 +106,7 @@ pub fn judge_sample(
     drift_factor: f64,
     max_lock_ttl: Duration,
 ) -> (Across, ClockTrack) {
-    let (verdict, mut track) = member_clock::judge(prev, run_id, sample, drift_factor, max_lock_ttl);
+    let (verdict, mut track) = member::judge(prev, run_id, sample, drift_factor, max_lock_ttl);
     let across = across_leaders(
         recorded,
         server.and_then(|server| reading(run_id, &sample, server)),

@@ -2,7 +2,7 @@
 //!
 //! Members' clocks are compared across operator leaders through a reference every leader
 //! shares: the API server's clock, read from the `Date` header of the clock check's samples
-//! ([`crate::clock_check`]). Unlike [`crate::clock_offset`], which measures this process's
+//! ([`crate::runtime::clock_check`]). Unlike [`crate::clock::offset`], which measures this process's
 //! *wall* clock against the server's, this places the server's time on the *monotonic* clock:
 //! a step of the operator's own wall clock then cannot move a member's reading, so it can
 //! never make a member look as if its clock jumped.

@@ -21,8 +21,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::Reading;
+use crate::crd::model::Slot;
 use crate::hold::held_until;
-use crate::model::Slot;
 
 /// What a timer times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn reasons_are_distinct_camel_case_words() {
-        crate::reasons::assert_distinct_camel_case(ConditionReason::ALL.map(ConditionReason::as_str));
+        crate::crd::reasons::assert_distinct_camel_case(ConditionReason::ALL.map(ConditionReason::as_str));
         assert_eq!(ConditionReason::WithinMaxLockTtl.as_str(), "WithinMaxLockTTL");
     }
 }

@@ -121,7 +121,7 @@ pub enum ClusterReason {
     AdminPasswordRotationStarted,
     AdminPasswordSwitched,
     AdminPasswordRotated,
-    // One leader per cluster across Leases (`crate::lease_owner`).
+    // One leader per cluster across Leases (`crate::runtime::lease_owner`).
     LedByAnotherOperator,
     LeaseTakenOver,
 }

@@ -22,13 +22,13 @@
 //! never names a password that `<name>-admin` does not hold: an operator restarted at any
 //! point recovers the phase from the Secrets (`secrets::recover_credentials`).
 
-use crate::conditions::{ConditionReason, ConditionType, Desired};
+use crate::children::secrets::{AdminRotation, AdminRotationPhase, Credentials};
+use crate::crd::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::model::Slot;
+use crate::crd::reasons::ClusterReason;
 use crate::crd::{MemberStatus, RedlockCluster};
-use crate::model::Slot;
-use crate::password_rotation::Timing;
-use crate::password_rotation::{ProcessPasswords, Transition};
-use crate::reasons::ClusterReason;
-use crate::resources::secrets::{AdminRotation, AdminRotationPhase, Credentials};
+use crate::credentials::client_rotation::Timing;
+use crate::credentials::client_rotation::{ProcessPasswords, Transition};
 
 /// Annotation on the RedlockCluster that asks for an admin password rotation; its value is
 /// the token.
@@ -240,7 +240,7 @@ pub fn condition(creds: &Credentials, token: Option<&str>, unanswered: &[Slot]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::secrets::{acl_file, password_hash};
+    use crate::children::secrets::{acl_file, password_hash};
 
     fn creds() -> Credentials {
         Credentials::new("old".into(), "client".into(), "probe".into())

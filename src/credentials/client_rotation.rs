@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::conditions::{ConditionReason, ConditionType, Desired};
+use crate::children::secrets::{Credentials, Rotation, RotationPhase};
 use crate::crd::RedlockCluster;
-use crate::model::Slot;
-use crate::reasons::ClusterReason;
-use crate::resources::secrets::{Credentials, Rotation, RotationPhase};
+use crate::crd::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::model::Slot;
+use crate::crd::reasons::ClusterReason;
 
 /// Annotation on the RedlockCluster that asks for a rotation; its value is the token.
 pub const ROTATE_ANNOTATION: &str = "redlock.dev/rotate-client-password";
@@ -339,7 +339,7 @@ pub fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::secrets::password_hash;
+    use crate::children::secrets::password_hash;
 
     fn creds() -> Credentials {
         Credentials::new("adminpw".into(), "old".into(), "probe".into())

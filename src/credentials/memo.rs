@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::resources::secrets::Credentials;
+use crate::children::secrets::Credentials;
 
 /// The UID and resourceVersion of each of the three cached Secrets, in the order admin,
 /// client, ACL (a Secret deleted and created again is another object even before its

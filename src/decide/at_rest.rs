@@ -1,5 +1,5 @@
 //! Clusters at rest: every member serving, nothing planned, nothing pending. Such a cluster
-//! is not reconciled once a probe period; the watch of [`crate::rest_watch`] probes its
+//! is not reconciled once a probe period; the watch of [`crate::reconcile::rest_watch`] probes its
 //! members instead and wakes a reconcile as soon as a probe reads anything a reconcile would
 //! act on (issue 17: a reconcile of every cluster every second was most of an idle operator's
 //! CPU).
@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use kube::runtime::reflector::ObjectRef;
 
+use crate::clock::member::Verdict;
+use crate::crd::model::Slot;
 use crate::crd::{ClockRecord, MemberState, RedlockCluster, RedlockClusterStatus};
-use crate::member_clock::Verdict;
-use crate::model::Slot;
-use crate::observe::{PodState, RedisInfo, SlotObservation};
-use crate::plan::Plan;
-use crate::redis_admin::AdminAccess;
-use crate::ttl_audit;
+use crate::decide::observe::{PodState, RedisInfo, SlotObservation};
+use crate::decide::plan::Plan;
+use crate::hold::ttl_audit;
+use crate::redis::admin::AdminAccess;
 
 /// What the reconcile that would let a cluster rest decided and saw, besides the plan and
 /// the status.

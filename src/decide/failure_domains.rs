@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::model::{Slot, quorum};
 use crate::crd::{FailureDomains, Spread};
-use crate::model::{Slot, quorum};
 
 /// Node label naming a node's zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";

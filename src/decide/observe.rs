@@ -7,12 +7,12 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use kube::ResourceExt;
 
-use crate::crd::{MemberState, MemberStatus, RedlockCluster};
-use crate::model::Slot;
-use crate::resources::hash::SPEC_HASH;
-use crate::resources::names::{
+use crate::children::hash::SPEC_HASH;
+use crate::children::names::{
     CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, SERVING_CONDITION, slot_name,
 };
+use crate::crd::model::Slot;
+use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -201,9 +201,9 @@ pub struct SlotObservation {
     /// deletes a newer pod of the same name.
     pub pod_uid: Option<String>,
     /// What this probe's `TIME` said about the member's clock.
-    pub clock: Option<crate::member_clock::Verdict>,
+    pub clock: Option<crate::clock::member::Verdict>,
     /// What the member's record should carry of its clock against the API server's
-    /// (`crate::clock_record`); `None` when nothing is known.
+    /// (`crate::clock::record`); `None` when nothing is known.
     pub clock_record: Option<crate::crd::ClockRecord>,
     /// The recorded process that was never seen to stop (`unstopped`), looked for at its last
     /// address and asked about at its node's kubelet: what was found.
@@ -223,7 +223,7 @@ pub struct SlotObservation {
     /// The operator's readiness gate on the pod ([`SERVING_CONDITION`]), as the pod shows it.
     pub serving_gate: ServingGate,
     /// How long the pod's process has gone without answering the operator's probes
-    /// ([`crate::silences`]); `None` while it answers (or was not probed).
+    /// ([`crate::decide::silences`]); `None` while it answers (or was not probed).
     pub silent_for: Option<std::time::Duration>,
     /// The pod is `Finished` but no kubelet reported its container terminated: the control
     /// plane marked it failed (the pod garbage collector does so for a pod whose node was
@@ -599,14 +599,14 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let built = crate::resources::pod::pod(&cluster, Slot::new(0));
+        let built = crate::children::pod::pod(&cluster, Slot::new(0));
         assert_eq!(
             slot_observation(&built).client_user.as_deref(),
-            Some(crate::resources::names::CLIENT_USER)
+            Some(crate::children::names::CLIENT_USER)
         );
         let mut off = cluster.clone();
         off.spec.auth.enabled = false;
-        let built = crate::resources::pod::pod(&off, Slot::new(0));
+        let built = crate::children::pod::pod(&off, Slot::new(0));
         assert_eq!(slot_observation(&built).client_user.as_deref(), Some("default"));
         // A pod without the variable (not built by this operator): unknown.
         assert_eq!(slot_observation(&pod(json!({}))).client_user, None);
@@ -614,7 +614,7 @@ mod tests {
         assert_eq!(slot_observation(&built).tls_secret, None);
         let mut tls = cluster.clone();
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
-        let built = crate::resources::pod::pod(&tls, Slot::new(0));
+        let built = crate::children::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
     }
 
@@ -654,7 +654,7 @@ mod tests {
             for status in &statuses {
                 let mut c = cluster.clone();
                 c.spec.auth.enabled = auth;
-                let mut pod = crate::resources::pod::pod(&c, Slot::new(0));
+                let mut pod = crate::children::pod::pod(&c, Slot::new(0));
                 pod.metadata.uid = Some("p1".into());
                 pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
                 pod.status = Some(serde_json::from_value(status.clone()).unwrap());
@@ -678,7 +678,7 @@ mod tests {
     fn the_serving_gate_is_read_only_from_pods_that_declare_it() {
         let cluster = crate::fixtures::cluster(json!({}));
         let with = |conditions: serde_json::Value| {
-            let mut pod = crate::resources::pod::pod(&cluster, Slot::new(0));
+            let mut pod = crate::children::pod::pod(&cluster, Slot::new(0));
             pod.status = Some(serde_json::from_value(json!({"conditions": conditions})).unwrap());
             pod
         };
@@ -712,7 +712,7 @@ mod tests {
             "spec": {"maxLockTTL": "30s"}
         }))
         .unwrap();
-        let mut relabelled = crate::resources::pod::pod(&cluster, Slot::new(0));
+        let mut relabelled = crate::children::pod::pod(&cluster, Slot::new(0));
         relabelled
             .metadata
             .labels
@@ -720,7 +720,7 @@ mod tests {
             .unwrap()
             .insert(LABEL_SLOT.into(), "1".into());
         relabelled.metadata.uid = Some("uid-0".into());
-        let mut one = crate::resources::pod::pod(&cluster, Slot::new(1));
+        let mut one = crate::children::pod::pod(&cluster, Slot::new(1));
         one.metadata.uid = Some("uid-1".into());
         let pods = [std::sync::Arc::new(one), std::sync::Arc::new(relabelled)];
         let slots = pods_by_slot(&cluster, &pods);

@@ -12,10 +12,10 @@
 //!   any more. Until then a new-list quorum can only be formed from old members, and it is
 //!   larger than half of them, so it intersects every old-list quorum.
 
-use crate::conditions::ConditionReason;
+use crate::crd::conditions::ConditionReason;
+use crate::crd::model::Slot;
 use crate::crd::{MemberStatus, RedlockCluster};
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
+use crate::decide::observe::{PodState, SlotObservation};
 use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
@@ -242,7 +242,7 @@ mod tests {
 
     use super::*;
     use crate::crd::{MemberState, RedlockClusterStatus};
-    use crate::observe::{Probe, RedisInfo};
+    use crate::decide::observe::{Probe, RedisInfo};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn cluster(

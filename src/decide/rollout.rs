@@ -10,9 +10,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::crd::model::{Slot, quorum};
 use crate::crd::{MemberState, MemberStatus};
-use crate::model::{Slot, quorum};
-use crate::observe::{PodState, SlotObservation, serving_slots};
+use crate::decide::observe::{PodState, SlotObservation, serving_slots};
 
 /// What the rollout does in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

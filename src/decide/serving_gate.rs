@@ -11,13 +11,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::crd::model::Slot;
 use crate::crd::{MemberState, MemberStatus};
-use crate::model::Slot;
-use crate::observe::{PodState, ServingGate, SlotObservation};
-use crate::release_ahead::Released;
-use crate::silences::HUNG_AFTER;
+use crate::decide::observe::{PodState, ServingGate, SlotObservation};
+use crate::decide::silences::HUNG_AFTER;
+use crate::hold::release_ahead::Released;
 
-pub use crate::resources::names::SERVING_CONDITION;
+pub use crate::children::names::SERVING_CONDITION;
 
 /// One condition to write on one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +156,7 @@ fn desired(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::{Probe, RedisInfo};
+    use crate::decide::observe::{Probe, RedisInfo};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use std::time::Duration;
 

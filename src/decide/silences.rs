@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// How long a process may go without answering before its pod leaves its Services: several
 /// probe periods, so that one slow answer on a loaded machine does not flap a Service.

@@ -5,17 +5,17 @@ use k8s_openapi::jiff::Timestamp;
 
 use std::collections::BTreeMap;
 
-use crate::conditions::{self, ConditionReason, ConditionType, Desired};
+use crate::children::endpoints::server_address;
+use crate::crd::conditions::{self, ConditionReason, ConditionType, Desired};
+use crate::crd::model::{Slot, quorum};
 use crate::crd::{
     FailureDomains, HoldPolicy, MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus,
 };
-use crate::failure_domains;
-use crate::model::{Slot, quorum};
-use crate::observe::{SlotObservation, serving_slots};
-use crate::resources::endpoints::server_address;
-use crate::rollout::Rollout;
-use crate::ttl_audit;
-use crate::validate::Rejection;
+use crate::decide::failure_domains;
+use crate::decide::observe::{SlotObservation, serving_slots};
+use crate::decide::rollout::Rollout;
+use crate::decide::validate::Rejection;
+use crate::hold::ttl_audit;
 
 /// What the reconcile found besides member states: spec problems and the TTL audit.
 #[derive(Debug, Clone, Default)]
@@ -32,13 +32,13 @@ pub struct Findings {
     /// Child objects whose apply failed for another reason.
     pub apply_problems: Vec<String>,
     /// The published server list and the slots that may serve (see `resize`).
-    pub limits: Option<crate::resize::Limits>,
+    pub limits: Option<crate::decide::resize::Limits>,
     /// The rolling replacement's state.
     pub rollout: Rollout,
     /// Placement of the members; `None` leaves failure domains unreported.
     pub failure_domains: Option<FailureDomains>,
     /// Members the user fenced on purpose.
-    pub maintenance: crate::maintenance::Request,
+    pub maintenance: crate::hold::maintenance::Request,
     /// The password rotations' conditions, those there are (`password_rotation`,
     /// `admin_rotation`).
     pub password_rotation: Vec<Desired>,
@@ -123,7 +123,10 @@ fn desired_conditions(
         desired.push(resizing(limits, instances, &name));
     }
     desired.push(children_applied(&findings.apply_problems));
-    desired.push(crate::maintenance::condition(&findings.maintenance, members));
+    desired.push(crate::hold::maintenance::condition(
+        &findings.maintenance,
+        members,
+    ));
     if let Some(d) = &findings.failure_domains {
         desired.push(failure_domains::condition(
             instances,
@@ -211,8 +214,8 @@ fn progressing<'a>(
 }
 
 /// `Resizing`: the published server list or the slots that may serve are still changing.
-fn resizing(limits: &crate::resize::Limits, instances: i32, name: &str) -> Desired {
-    match crate::resize::waiting_for(limits, instances, name) {
+fn resizing(limits: &crate::decide::resize::Limits, instances: i32, name: &str) -> Desired {
+    match crate::decide::resize::waiting_for(limits, instances, name) {
         Some((reason, message)) => Desired {
             type_: ConditionType::Resizing,
             status: true,
@@ -386,7 +389,7 @@ fn ttl_policy(findings: &Findings) -> Option<Desired> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::PodState;
+    use crate::decide::observe::PodState;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 
     fn cluster(instances: i32, generation: i64) -> RedlockCluster {

@@ -6,9 +6,9 @@
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::children::config::{entry_problem, quantity_bytes, quantity_value};
+use crate::children::names::{LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_SLOT};
 use crate::crd::RedlockClusterSpec;
-use crate::resources::config::{entry_problem, quantity_bytes, quantity_value};
-use crate::resources::names::{LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_SLOT};
 
 /// Below this memory limit Redis cannot start and serve reliably (its own baseline is a few MiB
 /// and `maxmemory` gets only part of the limit).

@@ -25,8 +25,8 @@
 //! the write did; it makes the one this leadership controls end at once.
 
 use crate::crd::MemberStatus;
-use crate::model::Slot;
-use crate::release_ahead::KeptUntilWritten;
+use crate::crd::model::Slot;
+use crate::hold::release_ahead::KeptUntilWritten;
 
 /// A fence sent ahead of a status write that did not land: the process it shut out, the
 /// record its slot was planned from (`None`: no record), and the record the decision made.

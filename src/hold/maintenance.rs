@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::conditions::{ConditionReason, ConditionType, Desired};
+use crate::crd::model::Slot;
 use crate::crd::{MemberStatus, RedlockCluster};
-use crate::model::Slot;
 
 /// The annotation that lists the members fenced on purpose: a JSON object from slot number to
 /// the reason given, e.g. `{"1": "kernel upgrade on node-b"}`.

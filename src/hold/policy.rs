@@ -20,9 +20,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::crd::reasons::ClusterReason;
 use crate::crd::{HoldPolicy, RedlockClusterSpec};
 use crate::hold::{held_until, hold_duration};
-use crate::reasons::ClusterReason;
 
 /// Why the policy changed, for an event on the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::crd::model::Slot;
 use crate::crd::{MemberState, MemberStatus};
-use crate::model::Slot;
 
 /// The releases in `releases` that end a hold on record in `recorded` for the very process
 /// they release: `Held` or `Lost` with a `heldUntil` and the same run id. Not a `Ready` record
@@ -89,7 +89,7 @@ pub fn as_released(members: &[MemberStatus], unrecorded: &[UnrecordedRelease]) -
 }
 
 /// Per cluster UID, what this leadership sent ahead of a status write that has not landed
-/// (releases here, fences in `crate::fence_ahead`). Only ever this leadership's: an operator
+/// (releases here, fences in `crate::hold::fence_ahead`). Only ever this leadership's: an operator
 /// that loses its lease exits, and its successor times every hold again and re-fences what it
 /// finds serving inside one (§2).
 pub struct KeptUntilWritten<T> {

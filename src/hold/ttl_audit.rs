@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// A sampled key and its `PTTL` reply in milliseconds (-1: no expiry, -2: gone).
 #[derive(Debug, Clone, PartialEq, Eq)]

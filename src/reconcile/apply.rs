@@ -24,10 +24,10 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::children::names::FIELD_MANAGER;
 use crate::error::{Error, Result};
-use crate::resources::names::FIELD_MANAGER;
 
-use crate::resources::hash::{APPLIED_HASH, desired_hash};
+use crate::children::hash::{APPLIED_HASH, desired_hash};
 
 /// A kind of child object, and which part of it is compared by content.
 pub trait Child:
@@ -273,7 +273,7 @@ pub fn ownership<K: Resource>(live: &K, desired: &K) -> Ownership {
 
 /// Whether `live` carries the instance and managed-by labels of `desired`.
 fn carries_labels_of<K: Resource>(live: &K, desired: &K) -> bool {
-    use crate::resources::names::{LABEL_INSTANCE, LABEL_MANAGED_BY};
+    use crate::children::names::{LABEL_INSTANCE, LABEL_MANAGED_BY};
     [LABEL_INSTANCE, LABEL_MANAGED_BY]
         .iter()
         .all(|l| desired.labels().get(*l).is_some() && live.labels().get(*l) == desired.labels().get(*l))
@@ -546,8 +546,8 @@ mod tests {
 
     #[test]
     fn a_service_is_compared_in_the_fields_the_operator_sets() {
-        use crate::model::Slot;
-        use crate::resources::service;
+        use crate::children::service;
+        use crate::crd::model::Slot;
         let cluster = crate::fixtures::cluster(serde_json::json!({}));
         let desired = service::slot_service(&cluster, Slot::new(1));
         let (live, h) = stored_service(&desired);
@@ -603,7 +603,7 @@ mod tests {
 
     #[test]
     fn a_pdb_is_compared_in_the_fields_the_operator_sets() {
-        use crate::resources::pdb;
+        use crate::children::pdb;
         let cluster = crate::fixtures::cluster(serde_json::json!({"instances": 3}));
         let desired = pdb::pod_disruption_budget(&cluster);
         let (live, h) = as_stored(&desired, |v| {
@@ -631,7 +631,7 @@ mod tests {
 
     #[test]
     fn a_network_policy_is_compared_in_the_fields_the_operator_sets() {
-        use crate::resources::network_policy::network_policy;
+        use crate::children::network_policy::network_policy;
         // A client selector with an empty matchLabels: the API server drops the empty map.
         let cluster = crate::fixtures::cluster(serde_json::json!({"networkPolicy": {
             "enabled": true, "clientPodSelector": {"matchLabels": {}}}}));

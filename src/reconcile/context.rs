@@ -12,18 +12,18 @@ use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::backoff::{Backoff, RetryGate};
-use crate::child_versions::ChildVersions;
-use crate::clock_check::ClockCheck;
+use crate::children::index::InstanceIndex;
+use crate::children::versions::ChildVersions;
+use crate::clock::member::ClockTrack;
+use crate::clock::timers::HoldTimers;
 use crate::crd::RedlockCluster;
-use crate::hold_timers::HoldTimers;
-use crate::instance_index::InstanceIndex;
-use crate::leader::Leadership;
-use crate::member_clock::ClockTrack;
-use crate::metrics::Metrics;
-use crate::model::Slot;
-use crate::recorder::Recorder;
-use crate::ttl_audit::ClusterAudit;
+use crate::crd::model::Slot;
+use crate::hold::ttl_audit::ClusterAudit;
+use crate::runtime::backoff::{Backoff, RetryGate};
+use crate::runtime::clock_check::ClockCheck;
+use crate::runtime::leader::Leadership;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::recorder::Recorder;
 
 pub struct Context {
     pub client: Client,
@@ -38,7 +38,7 @@ pub struct Context {
     /// The process's clock and its measured offset to the API server.
     pub clock: Arc<ClockCheck>,
     /// Where the watch of a resting cluster sends it when a probe shows a change
-    /// ([`crate::rest_watch`]): the controller reconciles it at once.
+    /// ([`crate::reconcile::rest_watch`]): the controller reconciles it at once.
     pub wake: Wake,
     /// What the process remembers between reconciles (lost on restart, by design: each is
     /// rebuilt safely, see the fields).
@@ -99,7 +99,7 @@ pub struct Settings {
     /// Keys read per member per audit period.
     pub ttl_audit_keys: u64,
     /// The Lease this operator is elected with (`<namespace>/<name>`, `status.lease`), `None`
-    /// without election (`crate::lease_owner`).
+    /// without election (`crate::runtime::lease_owner`).
     pub lease: Option<String>,
 }
 
@@ -125,33 +125,33 @@ pub struct Memory {
     /// This process's last status writes, which the watch cache must show before the next plan.
     pub status_writes: StatusWrites,
     /// Per cluster UID, releases sent ahead of a status write that did not land.
-    pub unrecorded_releases: crate::release_ahead::Unrecorded,
+    pub unrecorded_releases: crate::hold::release_ahead::Unrecorded,
     /// Per cluster UID, fences sent ahead of a status write that did not land: planned as the
     /// records their decisions made, and their processes not released, until a write lands.
-    pub unrecorded_fences: crate::fence_ahead::UnrecordedFences,
-    /// Other operators' Leases named by clusters' status, as first seen (`crate::lease_owner`).
-    pub foreign_leases: crate::lease_owner::ForeignLeases,
+    pub unrecorded_fences: crate::hold::fence_ahead::UnrecordedFences,
+    /// Other operators' Leases named by clusters' status, as first seen (`crate::runtime::lease_owner`).
+    pub foreign_leases: crate::runtime::lease_owner::ForeignLeases,
     /// Per cluster UID, its spec hash as of the cluster object's last version.
-    pub spec_hashes: crate::spec_hashes::SpecHashes,
+    pub spec_hashes: crate::children::spec_hashes::SpecHashes,
     /// Per cluster UID, the credentials last recovered from its cached Secrets.
-    pub credentials: crate::credentials_memo::CredentialsMemo,
+    pub credentials: crate::credentials::memo::CredentialsMemo,
     /// Per cluster UID, what its children were last all found current from.
-    pub children: crate::children_memo::ChildrenMemo,
+    pub children: crate::children::memo::ChildrenMemo,
     /// The same for its endpoints ConfigMap (written after the status, from what serves).
-    pub endpoints: crate::children_memo::ChildrenMemo,
+    pub endpoints: crate::children::memo::ChildrenMemo,
     /// The clusters at rest, watched by probes instead of reconciled every period
-    /// ([`crate::at_rest`]); after a restart every cluster is reconciled, and rests again.
-    pub resting: crate::at_rest::Resting,
-    /// How long each member's process has gone without answering ([`crate::silences`]).
-    pub silences: crate::silences::Silences,
+    /// ([`crate::decide::at_rest`]); after a restart every cluster is reconciled, and rests again.
+    pub resting: crate::decide::at_rest::Resting,
+    /// How long each member's process has gone without answering ([`crate::decide::silences`]).
+    pub silences: crate::decide::silences::Silences,
     /// Admin connections kept for probes, per cluster UID (only ever used to read).
-    pub probe_connections: crate::probe_connections::ProbeConnections,
+    pub probe_connections: crate::redis::probe_connections::ProbeConnections,
     /// The CAs of users' TLS Secrets, read once and again after a connection fails.
-    pub tls_cas: crate::tls_cas::TlsCas,
+    pub tls_cas: crate::redis::tls_cas::TlsCas,
     /// The credentials last recovered per cluster UID: a `<name>-admin` deleted or edited
     /// while this process runs is written back from them (`secrets::recover_or_restore`).
     /// Only ever this leadership's: an operator that loses its lease exits.
-    pub known_credentials: Mutex<HashMap<String, crate::resources::secrets::Credentials>>,
+    pub known_credentials: Mutex<HashMap<String, crate::children::secrets::Credentials>>,
 }
 
 /// The resourceVersions of this process's last status write per cluster UID: the one the

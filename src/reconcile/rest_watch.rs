@@ -1,4 +1,4 @@
-//! The watch over a resting cluster ([`crate::at_rest`]): every probe period it probes each
+//! The watch over a resting cluster ([`crate::decide::at_rest`]): every probe period it probes each
 //! member on the kept probe connection, as a reconcile would, and each TTL audit period it
 //! runs the audit's period (`ttl_sampling`); it wakes a reconcile of the cluster as soon as
 //! anything differs from what the rest began with. Reads only: it never writes to the API
@@ -11,15 +11,15 @@
 
 use std::sync::Arc;
 
-use crate::admin_connection::ClosedWatch;
-use crate::at_rest::{Look, Rest, look};
-use crate::clock_record;
-use crate::context::Context;
-use crate::member_clock::{ClockKey, ClockTrack};
-use crate::ttl_audit;
-use crate::ttl_sampling::{self, Serving};
+use crate::clock::member::{ClockKey, ClockTrack};
+use crate::clock::record;
+use crate::decide::at_rest::{Look, Rest, look};
+use crate::hold::ttl_audit;
+use crate::reconcile::context::Context;
+use crate::reconcile::ttl_sampling::{self, Serving};
+use crate::redis::connection::ClosedWatch;
 
-pub use crate::context::Wake;
+pub use crate::reconcile::context::Wake;
 
 /// Starts the watch of rest `generation` of cluster `uid`.
 pub fn spawn(ctx: Arc<Context>, uid: String, generation: u64, rest: Arc<Rest>) {
@@ -186,10 +186,10 @@ async fn probe(ctx: &Context, uid: &str, rest: &Rest) -> Result<Vec<(ClockKey, C
         let key = (uid.to_owned(), m.slot);
         let (info, verdict, record) = match result {
             Ok((info, time)) => {
-                // Judged as the reconcile judges it (`clock_record::judge_sample`); a record
+                // Judged as the reconcile judges it (`record::judge_sample`); a record
                 // due to be written again (its age, or the readings apart by more than the
                 // band) wakes the cluster as a changed verdict does.
-                let (across, track) = clock_record::judge_sample(
+                let (across, track) = record::judge_sample(
                     clocks.get(&key),
                     m.clock_record.as_ref(),
                     &info.run_id,

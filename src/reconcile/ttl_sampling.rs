@@ -1,18 +1,18 @@
 //! One TTL audit period's I/O, shared by the reconcile (`reconcile::observation`) and the
 //! watch over a resting cluster (`rest_watch`): which members' sweeps continue, their
 //! samples (`SCAN` + `PTTL` on the kept probe connection), and the cluster's report once they
-//! are absorbed. The bookkeeping itself is pure, in [`crate::ttl_audit`]; the audit state is
+//! are absorbed. The bookkeeping itself is pure, in [`crate::hold::ttl_audit`]; the audit state is
 //! the context's, by [`audit_key`], so whichever of the two runs a period, the other sees it as
 //! taken.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::context::Context;
-use crate::model::Slot;
-use crate::redis_admin::AdminAccess;
-use crate::resources::names::slot_name;
-use crate::ttl_audit::{self, ClusterAudit, Report};
+use crate::children::names::slot_name;
+use crate::crd::model::Slot;
+use crate::hold::ttl_audit::{self, ClusterAudit, Report};
+use crate::reconcile::context::Context;
+use crate::redis::admin::AdminAccess;
 
 /// The key of a cluster's audit state: by name and UID, so the rest watch of a deleted
 /// cluster (still running until it learns so) never takes the periods of a successor of the

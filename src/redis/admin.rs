@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::admin_connection::{AdminConnection, KnownProcess, Login};
-use crate::member_clock::TimeSample;
+use crate::clock::member::TimeSample;
+use crate::redis::connection::{AdminConnection, KnownProcess, Login};
 // ProbeFailure is data the pure side reads (decide/observe.rs); it is named here too, where
 // probes make it, so `redis_admin::ProbeFailure` keeps working.
-pub use crate::observe::ProbeFailure;
-use crate::observe::{RedisInfo, SlotObservation};
-use crate::probe_connections::{ConnectionKey, ProbeConnections};
-use crate::resources::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
-use crate::resources::secrets::release_rules;
-use crate::resp::{self, Reply};
-use crate::ttl_audit::SampledKey;
+use crate::children::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
+use crate::children::secrets::release_rules;
+pub use crate::decide::observe::ProbeFailure;
+use crate::decide::observe::{RedisInfo, SlotObservation};
+use crate::hold::ttl_audit::SampledKey;
+use crate::redis::probe_connections::{ConnectionKey, ProbeConnections};
+use crate::redis::resp::{self, Reply};
 
 /// Credentials and timeouts for admin connections.
 #[derive(Clone)]
@@ -179,7 +179,7 @@ impl AdminAccess {
     }
 
     /// Like [`Self::probe`], on the connection kept for `ip` in `kept` (cluster `uid`) when
-    /// there is one (see [`crate::probe_connections`]). A kept connection that fails (its
+    /// there is one (see [`crate::redis::probe_connections`]). A kept connection that fails (its
     /// process restarted, the connection broke) is dropped and the probe is made again at once
     /// on a fresh connection, so a restart is seen by the same probe; one that timed out is
     /// not retried (a fresh connection to a process that does not answer would wait as long).
@@ -523,7 +523,7 @@ impl AdminAccess {
     /// (read-only commands). Returns the batch and the cursor to continue from (0: the
     /// keyspace has been swept). On the connection kept for probes of `ip` when there is one
     /// (the probe just before used it; these commands only read, see
-    /// [`crate::probe_connections`]), else on a fresh one.
+    /// [`crate::redis::probe_connections`]), else on a fresh one.
     pub async fn sample_ttls(
         &self,
         ip: IpAddr,
@@ -638,7 +638,7 @@ fn user_password_hashes(reply: &Reply<'_>) -> Vec<String> {
 }
 
 /// What a process's `proc-title-template` says about the pod it was started for: the
-/// `pod=<uid>` word the pod's command line puts there ([`crate::resources::pod`]).
+/// `pod=<uid>` word the pod's command line puts there ([`crate::children::pod`]).
 async fn process_pod_uid(conn: &mut AdminConnection) -> redis::RedisResult<Option<String>> {
     let get = redis::cmd("CONFIG")
         .arg("GET")

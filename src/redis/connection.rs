@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::resp::{self, Reply};
+use crate::redis::resp::{self, Reply};
 
 /// How a connection logs in and how long it waits.
 pub struct Login<'a> {
@@ -107,7 +107,7 @@ impl AdminConnection {
     }
 
     /// Sends `request` (one or more packed commands) and reads `replies` replies, which
-    /// `read` gets where they lie in the read buffer (see [`crate::resp`]).
+    /// `read` gets where they lie in the read buffer (see [`crate::redis::resp`]).
     pub async fn query_with<T>(
         &mut self,
         request: &[u8],

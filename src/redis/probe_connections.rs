@@ -20,7 +20,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use crate::admin_connection::{AdminConnection, ClosedWatch};
+use crate::redis::connection::{AdminConnection, ClosedWatch};
 
 /// What a connection was opened with: another address, login or CA needs another connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

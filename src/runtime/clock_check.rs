@@ -1,5 +1,5 @@
 //! The running clock check: the process's clock ([`crate::clock`]) and its measured offset to
-//! the API server ([`crate::clock_offset`]), sampled by a background task, exported as metrics
+//! the API server ([`crate::clock::offset`]), sampled by a background task, exported as metrics
 //! and consulted before every release.
 
 use std::sync::{Arc, Mutex};
@@ -11,10 +11,10 @@ use kube::Client;
 use kube::client::Body;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::offset::{Offset, OffsetTracker, Sample, release_blocked};
+use crate::clock::server::{ServerClock, ServerTime, TimedDate};
 use crate::clock::{Reading, SystemClock};
-use crate::clock_offset::{Offset, OffsetTracker, Sample, release_blocked};
-use crate::metrics::Metrics;
-use crate::server_clock::{ServerClock, ServerTime, TimedDate};
+use crate::runtime::metrics::Metrics;
 
 /// Samples taken at start, [`START_BURST_STEP`] apart.
 const START_BURST: u64 = 8;

@@ -4,11 +4,11 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 
+use crate::children::names::slot_name;
 use crate::crd::RedlockCluster;
-use crate::model::Slot;
-use crate::reasons::{ClusterReason, MemberReason};
-use crate::recorder::{Occurrence, Recorder};
-use crate::resources::names::slot_name;
+use crate::crd::model::Slot;
+use crate::crd::reasons::{ClusterReason, MemberReason};
+use crate::runtime::recorder::{Occurrence, Recorder};
 
 /// Publishes an event about one slot. The slot's Pod is the event's `related` object, so that
 /// `kubectl describe pod` shows it too and a series never folds two slots together.
@@ -44,7 +44,7 @@ pub async fn publish_for_cluster(
     publish(recorder, cluster, reason.as_str(), note, warning, None).await;
 }
 
-/// Private, so that only a reason of the vocabulary (`crate::reasons`) is ever published.
+/// Private, so that only a reason of the vocabulary (`crate::crd::reasons`) is ever published.
 async fn publish(
     recorder: &Recorder,
     cluster: &RedlockCluster,

@@ -12,7 +12,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::runtime::metrics::Metrics;
 
 /// What the endpoints read: readiness flips once the watch caches have synced.
 #[derive(Clone)]

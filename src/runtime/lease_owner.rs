@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::leader::{self, LeaseRecord};
+use crate::runtime::leader::{self, LeaseRecord};
 
 /// Whose a cluster is, from the Lease its status names and this operator's own.
 #[derive(Debug, PartialEq, Eq)]

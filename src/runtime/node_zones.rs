@@ -3,7 +3,7 @@
 //!
 //! Node metadata changes constantly (heartbeat-driven status updates bump every node's
 //! resourceVersion), so the node watch is not a trigger of its own: a cluster at rest
-//! ([`crate::at_rest`]) would otherwise be woken by every heartbeat. Only a zone label that
+//! ([`crate::decide::at_rest`]) would otherwise be woken by every heartbeat. Only a zone label that
 //! changes on a known node wakes every cluster (`reconcile_all_on`). A node that appears has
 //! no member yet (its pods' events follow), and a node that goes takes its pods' events with
 //! it.
@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
-use crate::failure_domains::ZONE_LABEL;
+use crate::decide::failure_domains::ZONE_LABEL;
 
 /// The zone of every node seen, by name.
 #[derive(Default)]

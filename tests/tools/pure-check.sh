@@ -25,7 +25,7 @@ layers='crate::(reconcile|redis|runtime|controller|context|apply|rest_watch|ttl_
 ALLOWED=(
   # A resting cluster's `Rest` carries the admin handle its watch probes with; the cut is for
   # the reconcile to hand `(Rest, AdminAccess)` to `rest_watch::spawn` instead.
-  "decide/at_rest.rs:crate::redis_admin::AdminAccess"
+  "decide/at_rest.rs:crate::redis::admin::AdminAccess"
 )
 
 allowed() {

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
+use crate::clock::member::Verdict;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{ClockRecord, HoldPolicy, MemberStatus, RedlockClusterStatus};
+use crate::decide::observe::Probe;
+use crate::decide::plan::{MemberEvent, Plan};
 use crate::fixtures::{cluster, running};
-use crate::member_clock::Verdict;
-use crate::observe::Probe;
-use crate::plan::{MemberEvent, Plan};
-use crate::reasons::MemberReason;
 
 fn access() -> AdminAccess {
     AdminAccess {

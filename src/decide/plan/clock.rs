@@ -1,4 +1,4 @@
-//! A member's clock as the probes saw it (`crate::member_clock`): a jump forward fences and
+//! A member's clock as the probes saw it (`crate::clock::member`): a jump forward fences and
 //! holds a serving member; a step back or a drift is reported.
 
 use std::time::Duration;
@@ -8,10 +8,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::holds::start_hold;
 use super::input::PlanInput;
 use super::step::Step;
+use crate::clock::member::Verdict;
 use crate::crd::MemberStatus;
-use crate::member_clock::Verdict;
-use crate::observe::SlotObservation;
-use crate::reasons::MemberReason;
+use crate::crd::reasons::MemberReason;
+use crate::decide::observe::SlotObservation;
 
 /// A member clock that stepped back or drifts: reported (locks on it expire late, or a fast
 /// drift is on its way to a jump), not fenced.
@@ -59,7 +59,7 @@ pub(super) fn clock_jumped(
 ) -> MemberStatus {
     let when = match unwatched_since {
         None => "since the last probe".to_owned(),
-        // Found by comparing with the reading on record (crate::clock_record): no leader
+        // Found by comparing with the reading on record (crate::clock::record): no leader
         // probed it in between, e.g. across an operator leader change.
         Some(at) => format!(
             "at least, beyond drift, since its clock was read at {} (by an earlier operator leader; no leader probed it in between)",

@@ -10,11 +10,11 @@ use super::input::{PlanInput, Timing};
 use super::step::Step;
 use super::tampered;
 use super::unstopped::{Gone, PROCESSES_GONE, gone_evidence, refence_unstopped, tell_gone};
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::floor_micros;
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
-use crate::reasons::MemberReason;
 
 /// `Ready` for process `run_id`, with a release unless it already serves clients.
 fn ready_and_release(
@@ -253,7 +253,7 @@ fn same_process_held(
             message: Some(format!(
                 "hold ended; a new member of a scale-up serves once every client uses the list of {} (annotation {})",
                 input.instances,
-                crate::resize::CLIENTS_USE_INSTANCES
+                crate::decide::resize::CLIENTS_USE_INSTANCES
             )),
             ..next
         },

@@ -11,12 +11,12 @@ use super::identity::{Process, fresh_record, record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
 use crate::clock::Reading;
+use crate::clock::timers::TimerKey;
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
+use crate::decide::observe::SlotObservation;
 use crate::hold::{floor_micros, held_until};
-use crate::hold_timers::TimerKey;
-use crate::model::Slot;
-use crate::observe::SlotObservation;
-use crate::reasons::MemberReason;
 
 /// `next` held in full from now: its hold restarts here and never ends earlier than `until`.
 pub(super) fn restart_hold(
@@ -134,7 +134,7 @@ pub(super) fn fence_if_serving(held: MemberStatus, p: Option<&Process<'_>>, step
 /// means unsafe.
 ///
 /// And never before this process has itself seen the hold run in full on its own clock
-/// ([`crate::hold_timers`]): a hold recorded by another leader, or before a step of this
+/// ([`crate::clock::timers`]): a hold recorded by another leader, or before a step of this
 /// process's wall clock, is timed again, so no operator clock can shorten it.
 pub(super) fn hold_end(input: &PlanInput<'_>, m: &MemberStatus) -> (Timestamp, Timestamp) {
     let Some(until) = m.held_until.as_ref().map(|t| t.0) else {
@@ -165,7 +165,7 @@ fn retimed_why(input: &PlanInput<'_>, slot: Slot, started: Timestamp) -> &'stati
 }
 
 /// When `m`'s running hold started (`holdStartedAt`; for records from before it existed,
-/// the start that gives their end). What identifies the hold to [`crate::hold_timers`].
+/// the start that gives their end). What identifies the hold to [`crate::clock::timers`].
 pub fn hold_start(m: &MemberStatus, hold: Duration) -> Option<Timestamp> {
     if let Some(t) = &m.hold_started_at {
         return Some(t.0);

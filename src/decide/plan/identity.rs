@@ -4,11 +4,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use super::input::PlanInput;
+use crate::children::names::slot_name;
+use crate::crd::model::Slot;
 use crate::crd::{Listener, MemberState, MemberStatus};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::floor_micros;
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
-use crate::resources::names::slot_name;
 
 /// A fresh record of `slot` in `state`, entered now.
 pub(super) fn fresh_record(input: &PlanInput<'_>, slot: Slot, state: MemberState) -> MemberStatus {

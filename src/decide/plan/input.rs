@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::clock::timers::ClusterTimers;
 use crate::crd::MemberStatus;
-use crate::hold_timers::ClusterTimers;
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// The planner's inputs besides the observations.
 pub struct PlanInput<'a> {
@@ -26,7 +26,7 @@ pub struct PlanInput<'a> {
     pub confirmed: i32,
     /// This process's own timing of running holds, and what may stop releases.
     pub timing: Timing<'a>,
-    /// Slots fenced on purpose, with the reason given ([`crate::maintenance`]).
+    /// Slots fenced on purpose, with the reason given ([`crate::hold::maintenance`]).
     pub maintenance: &'a BTreeMap<Slot, String>,
     /// Run ids of processes that outlived their pods which an admin asserts are dead
     /// (annotation [`super::unstopped::PROCESSES_GONE`]).
@@ -51,7 +51,7 @@ pub struct Timing<'a> {
     /// Why no process may be released now (the operator's clock cannot be trusted), if so.
     pub release_blocked: Option<&'a str>,
     /// Processes (slot, run id) this process fenced ahead of a status write that did not land
-    /// (`crate::fence_ahead`): none is released until a write that holds it is on record.
+    /// (`crate::hold::fence_ahead`): none is released until a write that holds it is on record.
     pub fenced_unrecorded: &'a [(Slot, String)],
 }
 

@@ -1,4 +1,4 @@
-//! A member fenced on purpose (`kubectl redlock fence`, [`crate::maintenance`]), or just
+//! A member fenced on purpose (`kubectl redlock fence`, [`crate::hold::maintenance`]), or just
 //! unfenced: applied on top of the step its recorded state planned.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -7,11 +7,11 @@ use super::holds::start_hold;
 use super::identity::running_process;
 use super::input::PlanInput;
 use super::step::Step;
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::floor_micros;
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
-use crate::reasons::MemberReason;
 
 /// A slot the user fenced on purpose (`kubectl redlock fence`), or just unfenced. A serving
 /// member that answers is fenced now (by the run id just probed) and held in full from now, as

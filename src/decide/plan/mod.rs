@@ -50,11 +50,11 @@ pub use input::{NO_MAINTENANCE, NOTHING_ASSERTED, PlanInput, Timing};
 pub use step::{MemberEvent, Plan};
 pub use unstopped::{PROCESSES_GONE, asserted_gone};
 
-use crate::clock_record;
+use crate::clock::record;
+use crate::crd::model::Slot;
 use crate::crd::{MemberState, MemberStatus};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::remaining;
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
 use held::holding;
 use maintenance::maintenance;
 use name_taken::name_taken;
@@ -76,7 +76,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         let obs = observed.get(&slot).unwrap_or(&missing);
         let prev = previous.get(&slot).copied();
         // A process this operator fenced ahead of a status write that did not land is released
-        // by no rule until a write that holds it is on record (`crate::fence_ahead`).
+        // by no rule until a write that holds it is on record (`crate::hold::fence_ahead`).
         let fenced_unrecorded;
         let input = if fenced_unrecorded_here(input, slot, obs) {
             fenced_unrecorded = PlanInput {
@@ -115,8 +115,8 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         }
         if let Some(mut m) = step.member {
             // The clock on record follows the process the record is about, whichever state
-            // built it (crate::clock_record).
-            m.clock = clock_record::for_process(
+            // built it (crate::clock::record).
+            m.clock = record::for_process(
                 m.run_id.as_deref(),
                 obs.clock_record.as_ref(),
                 prev.and_then(|p| p.clock.as_ref()),

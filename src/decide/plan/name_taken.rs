@@ -5,11 +5,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use super::identity::fresh_record;
 use super::input::PlanInput;
 use super::step::Step;
+use crate::children::names::slot_name;
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
 use crate::hold::floor_micros;
-use crate::model::Slot;
-use crate::reasons::MemberReason;
-use crate::resources::names::slot_name;
 
 /// The start of a message about a slot whose pod name is taken. (A re-plan tells that the
 /// conflict was already reported by comparing the whole message with the record's.)

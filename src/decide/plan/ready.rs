@@ -10,11 +10,11 @@ use super::tampered;
 use super::unstopped::{carry_earlier_unstopped, gone_evidence, tell_gone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
+use crate::clock::member::Verdict;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::decide::observe::{PodState, Probe, SlotObservation};
 use crate::hold::floor_micros;
-use crate::member_clock::Verdict;
-use crate::observe::{PodState, Probe, SlotObservation};
-use crate::reasons::MemberReason;
 
 /// `Ready`: released; it serves until its process is seen gone or replaced, or its clock is
 /// seen to jump forward.
@@ -60,7 +60,7 @@ pub(super) fn ready(
         // Fenced by this operator ahead of a status write that did not land, and this record
         // is not the one that fence was planned from (someone else wrote it): never released
         // again from it, which would undo the fence with no hold run. Held in full from now,
-        // fenced again if it serves (`crate::fence_ahead`).
+        // fenced again if it serves (`crate::hold::fence_ahead`).
         let why = format!(
             "process {run_id} was fenced by this operator ahead of a status write that did not land, and its record says Ready"
         );

@@ -9,10 +9,10 @@ use super::input::PlanInput;
 use super::name_taken::name_taken;
 use super::step::Step;
 use super::unstopped::{LookedFor, removed_unstopped, vanished_unfenced};
+use crate::crd::model::Slot;
 use crate::crd::{MemberState, MemberStatus};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::{floor_micros, held_until};
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
 
 /// A slot at or above N. While clients are still told a list that contains it, it is fenced
 /// and held (its locks expire before the shorter list is published); after that its pod goes,

@@ -5,8 +5,8 @@ use super::identity::{record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::{MemberState, MemberStatus};
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::hold::held_until;
-use crate::observe::{PodState, SlotObservation};
 
 /// `Starting`: the slot has never had a process the operator saw.
 pub(super) fn starting(

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::crd::MemberStatus;
-use crate::model::Slot;
-use crate::reasons::MemberReason;
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 
 /// Something worth telling the user about (becomes an event and a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]

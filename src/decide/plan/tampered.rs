@@ -9,8 +9,8 @@ use super::holds::start_hold;
 use super::input::PlanInput;
 use super::step::Step;
 use crate::crd::MemberStatus;
-use crate::observe::{PodState, SlotObservation};
-use crate::reasons::MemberReason;
+use crate::crd::reasons::MemberReason;
+use crate::decide::observe::{PodState, SlotObservation};
 
 /// What the probe of the slot's own process found deviating, if anything.
 pub(super) fn deviations(obs: &SlotObservation) -> Option<&[String]> {

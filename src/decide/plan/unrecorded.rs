@@ -4,11 +4,11 @@ use super::holds::start_hold;
 use super::identity::{fresh_record, record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
+use crate::children::names::slot_name;
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
-use crate::model::Slot;
-use crate::observe::{PodState, SlotObservation};
-use crate::reasons::MemberReason;
-use crate::resources::names::slot_name;
+use crate::decide::observe::{PodState, SlotObservation};
 
 /// No record of this slot (a new slot, or a status lost or restored without it).
 pub(super) fn unrecorded(

@@ -4,9 +4,9 @@
 use super::holds::{hold_end, restart_hold};
 use super::input::PlanInput;
 use super::step::Step;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberStatus, UnstoppedProcess};
-use crate::observe::{KubeletAnswer, PodState, SlotObservation, UnstoppedSearch};
-use crate::reasons::MemberReason;
+use crate::decide::observe::{KubeletAnswer, PodState, SlotObservation, UnstoppedSearch};
 
 /// A released slot still looking for an earlier process that outlived its pod (§9.5) loses
 /// its replacement in turn: the earlier process is still looked for by the new hold, else a

@@ -1,9 +1,9 @@
 //! Processes this operator fenced ahead of a status write that did not land
-//! (`crate::fence_ahead`): no rule releases them until a write that holds them is on record,
+//! (`crate::hold::fence_ahead`): no rule releases them until a write that holds them is on record,
 //! neither "released again" from a `Ready` record nor at a stored hold's earlier end.
 
 use super::*;
-use crate::fence_ahead;
+use crate::hold::fence_ahead;
 
 /// `input` with `fenced` as the processes fenced ahead of a write that did not land.
 fn with_fenced<'a>(input: PlanInput<'a>, fenced: &'a [(Slot, String)]) -> PlanInput<'a> {

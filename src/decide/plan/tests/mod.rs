@@ -19,13 +19,13 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
 use crate::clock::Reading;
+use crate::clock::member::Verdict;
+use crate::clock::timers::{ClusterTimers, TimerKey};
+use crate::crd::model::Slot;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{ClockRecord, Listener, UnstoppedProcess};
+use crate::decide::observe::{Probe, RedisInfo, UnstoppedSearch};
 use crate::hold::held_until;
-use crate::hold_timers::{ClusterTimers, TimerKey};
-use crate::member_clock::Verdict;
-use crate::model::Slot;
-use crate::observe::{Probe, RedisInfo, UnstoppedSearch};
-use crate::reasons::MemberReason;
 
 /// 30 s TTL, 1 % drift, 1 s margin.
 const HOLD: Duration = Duration::from_millis(31_300);

@@ -94,8 +94,8 @@ fn a_removed_members_process_that_outlives_its_pod_is_looked_for_and_fenced() {
     );
     assert!(!m2.unstopped.as_ref().unwrap().fenced);
     // The shorter list waits for that hold.
-    let limits = crate::resize::after_plan(
-        crate::resize::Limits {
+    let limits = crate::decide::resize::after_plan(
+        crate::decide::resize::Limits {
             published: 3,
             confirmed: 2,
             token: None,
@@ -329,8 +329,8 @@ fn info(run: &str, enabled: bool, pod_uid: Option<&str>) -> RedisInfo {
 /// looked for (its record ends, so the cluster can rest and a rotation finish).
 #[test]
 fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
-    use crate::observe::KubeletAnswer::{self, *};
-    use crate::redis_admin::ProbeFailure;
+    use crate::decide::observe::KubeletAnswer::{self, *};
+    use crate::redis::admin::ProbeFailure;
     let timeout = || {
         Err(ProbeFailure {
             why: "timed out".into(),
@@ -422,7 +422,7 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
             }),
             ..running("B", false, "c2")
         };
-        let asserted = crate::plan::asserted_gone(Some(asserted));
+        let asserted = crate::decide::plan::asserted_gone(Some(asserted));
         let members = [m];
         let p = plan(
             &PlanInput {
@@ -461,10 +461,10 @@ fn a_slot_is_released_over_a_vanished_process_only_on_positive_evidence() {
 /// record.
 #[test]
 fn an_out_of_service_taint_on_its_node_is_an_admins_assertion() {
-    use crate::redis_admin::ProbeFailure;
+    use crate::redis::admin::ProbeFailure;
     let search = |answer| UnstoppedSearch {
         answer,
-        kubelet: crate::observe::KubeletAnswer::Unknown("unreachable".into()),
+        kubelet: crate::decide::observe::KubeletAnswer::Unknown("unreachable".into()),
         out_of_service: true,
     };
     let timed_out = || {
@@ -502,12 +502,12 @@ fn an_out_of_service_taint_on_its_node_is_an_admins_assertion() {
 
 #[test]
 fn the_admins_assertion_lists_run_ids() {
-    let got = crate::plan::asserted_gone(Some(" a1, b2\nc3 ,,"));
+    let got = crate::decide::plan::asserted_gone(Some(" a1, b2\nc3 ,,"));
     assert_eq!(
         got.into_iter().collect::<Vec<_>>(),
         vec!["a1".to_owned(), "b2".to_owned(), "c3".to_owned()]
     );
-    assert!(crate::plan::asserted_gone(None).is_empty());
+    assert!(crate::decide::plan::asserted_gone(None).is_empty());
 }
 
 /// A record from an operator that released a slot relying on the old process being dead

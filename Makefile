@@ -30,8 +30,10 @@ test: check controlplane nodes chart redis-libc promtool
 ## check: the fast loop before every commit, no control plane and no Go build: formatting,
 ## clippy, every unit and table test (the operator's and the test crates'), the CRD drift
 ## test and the CRD schema checks (tests/crd.rs), and the docs' links and anchors
-## (tests/docs.rs). `make test` runs it first.
+## (tests/docs.rs), and that the pure folders of src/ do no I/O (tests/tools/pure-check.sh).
+## `make test` runs it first.
 check: fmt-check clippy
+	tests/tools/pure-check.sh
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --test crd --test docs
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
 
-use crate::telemetry::LogFormat;
+use crate::runtime::telemetry::LogFormat;
 
 #[derive(Parser, Debug)]
 #[command(

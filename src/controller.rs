@@ -15,22 +15,22 @@ use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-use crate::cache_trim::Trim;
-use crate::child_versions::ChildVersions;
+use crate::children::index::InstanceIndex;
+use crate::children::names::managed_selector;
+use crate::children::trim::Trim;
+use crate::children::versions::ChildVersions;
 use crate::cli::RunArgs;
-use crate::clock_check::ClockCheck;
-use crate::context::{Caches, Context, Memory, Settings};
 use crate::crd::RedlockCluster;
 use crate::error::{Error, Result};
-use crate::heap_trim;
-use crate::http::{self, HttpState};
-use crate::instance_index::InstanceIndex;
-use crate::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
-use crate::metrics::Metrics;
-use crate::node_zones::NodeZones;
+use crate::reconcile::context::{Caches, Context, Memory, Settings};
 use crate::reconcile::{error_policy, reconcile};
-use crate::recorder::{Recorder, Reporter};
-use crate::resources::names::managed_selector;
+use crate::runtime::clock_check::ClockCheck;
+use crate::runtime::heap_trim;
+use crate::runtime::http::{self, HttpState};
+use crate::runtime::leader::{self, Elector, Leadership, LeaseConfig, LeaseTiming, Role};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::node_zones::NodeZones;
+use crate::runtime::recorder::{Recorder, Reporter};
 
 /// Runs the operator until SIGTERM/SIGINT (or `shutdown` is cancelled). The start-up in its
 /// order (API check, clock check, HTTP, election, watches, context, controller) in one place.
@@ -107,9 +107,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
             password_rotation_grace: Duration::from_millis(args.password_rotation_grace_ms),
             ttl_audit_period: Duration::from_millis(args.ttl_audit_period_ms),
             ttl_audit_keys: args.ttl_audit_keys,
-            lease: elected
-                .as_ref()
-                .map(|(e, _)| crate::lease_owner::lease_key(&e.config().namespace, &e.config().name)),
+            lease: elected.as_ref().map(|(e, _)| {
+                crate::runtime::lease_owner::lease_key(&e.config().namespace, &e.config().name)
+            }),
         },
         leadership,
         clock,

@@ -34,7 +34,7 @@ pub enum Error {
     /// A password the running instances may still use is gone from its Secret, or was changed
     /// there: nothing is probed or released until the original is back, and no new one is made.
     #[error("credentials: {0}")]
-    Credentials(#[from] crate::resources::secrets::CredentialsProblem),
+    Credentials(#[from] crate::children::secrets::CredentialsProblem),
 
     /// The status document could not be serialized.
     #[error("cannot serialize status: {0}")]

@@ -2,7 +2,7 @@
 //! what a reconcile observes of a running member.
 
 use crate::crd::RedlockCluster;
-use crate::observe::{PodState, Probe, RedisInfo, SlotObservation};
+use crate::decide::observe::{PodState, Probe, RedisInfo, SlotObservation};
 
 pub const NAME: &str = "locks";
 pub const NAMESPACE: &str = "team";

@@ -2,7 +2,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use redlock_operator::cli::{Cli, Command};
-use redlock_operator::{controller, crd, open_files, telemetry};
+use redlock_operator::runtime::{open_files, telemetry};
+use redlock_operator::{controller, crd};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {

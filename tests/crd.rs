@@ -260,7 +260,7 @@ fn cel_rules_refuse_bad_values_with_clear_messages() {
 /// write them into redis.conf.
 #[test]
 fn cel_and_the_operator_accept_the_same_redis_config_values() {
-    use redlock_operator::resources::config::entry_problem;
+    use redlock_operator::children::config::entry_problem;
     let chars = (0u8..128)
         .map(char::from)
         .chain(['\u{a0}', 'é', '\u{2028}', '\u{feff}', '😀']);

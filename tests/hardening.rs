@@ -164,7 +164,7 @@ async fn real_client_commands_work(ip: IpAddr, client: &Login, version: &str) {
 
 /// The same gate the operator applies at release, restated: `CLIENT SETINFO` from 7.2 on.
 fn release_knows_setinfo(version: &str) -> bool {
-    redlock_operator::resources::secrets::release_rules(version).contains(&"+client|setinfo")
+    redlock_operator::children::secrets::release_rules(version).contains(&"+client|setinfo")
 }
 
 /// Each of these would let one client break the safety argument for all: drop or move every
@@ -207,14 +207,14 @@ const FORBIDDEN: &[&[&str]] = &[
 /// neither switch nor subcommand rules: its client ACL refuses `DEBUG` and `MODULE` outright,
 /// and `SCRIPT DEBUG` stays allowed (docs/security.md "Client ACL").
 fn seven_or_later(version: &str) -> bool {
-    redlock_operator::resources::secrets::version_at_least(version, (7, 0))
+    redlock_operator::children::secrets::version_at_least(version, (7, 0))
 }
 
 async fn forbidden_commands_are_refused(ip: IpAddr, client: &Login, admin: &Login, version: &str) {
     let seven = seven_or_later(version);
     assert_eq!(
         seven,
-        redlock_operator::resources::secrets::release_rules(version).contains(&"-script|debug"),
+        redlock_operator::children::secrets::release_rules(version).contains(&"-script|debug"),
         "the release denies SCRIPT DEBUG exactly from 7.0 on ({version})"
     );
     let mut c = connect(ip, client).await.unwrap();
@@ -350,7 +350,7 @@ async fn client_user_runs_redlock_clients_and_nothing_that_breaks_safety() {
         .query_async(&mut a)
         .await
         .unwrap();
-    let (_, version) = redlock_operator::redis_admin::parse_info_server(&info).unwrap();
+    let (_, version) = redlock_operator::redis::admin::parse_info_server(&info).unwrap();
     assert!(!version.is_empty(), "{info}");
     real_client_commands_work(ip, &client, &version).await;
     forbidden_commands_are_refused(ip, &client, &admin, &version).await;

@@ -577,7 +577,7 @@ async fn readiness(env: &Env, slot: i32) -> (bool, Option<(String, String)>, Opt
         .any(|c| c.type_ == "Ready" && c.status == "True");
     let gate = conditions
         .iter()
-        .find(|c| c.type_ == redlock_operator::serving_gate::SERVING_CONDITION)
+        .find(|c| c.type_ == redlock_operator::decide::serving_gate::SERVING_CONDITION)
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
     let container = status
         .container_statuses
@@ -617,8 +617,7 @@ async fn a_pod_is_ready_only_while_its_process_is_released() {
     let fence = |value: serde_json::Value| {
         let clusters = env.clusters();
         async move {
-            let patch =
-                json!({"metadata": {"annotations": {redlock_operator::maintenance::FENCED_MEMBERS: value}}});
+            let patch = json!({"metadata": {"annotations": {redlock_operator::hold::maintenance::FENCED_MEMBERS: value}}});
             clusters
                 .patch(
                     NAME,

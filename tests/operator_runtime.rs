@@ -292,7 +292,7 @@ async fn status_write_from_a_stale_view_is_refused() {
         quorum: Some(2),
         ..Default::default()
     };
-    let params = PatchParams::apply(redlock_operator::resources::names::FIELD_MANAGER).force();
+    let params = PatchParams::apply(redlock_operator::children::names::FIELD_MANAGER).force();
     let err = api
         .patch_status(
             "locks",
@@ -348,7 +348,7 @@ async fn a_delete_decided_about_an_older_pod_leaves_the_newer_one_alone() {
     let new = create().await;
     assert_ne!(old, new);
 
-    let deleted = redlock_operator::apply::delete(&pods, "locks-0", Some(&old))
+    let deleted = redlock_operator::reconcile::apply::delete(&pods, "locks-0", Some(&old))
         .await
         .unwrap();
     assert!(!deleted, "nothing deleted for the older pod");
@@ -360,7 +360,7 @@ async fn a_delete_decided_about_an_older_pod_leaves_the_newer_one_alone() {
     );
 
     assert!(
-        redlock_operator::apply::delete(&pods, "locks-0", Some(&new))
+        redlock_operator::reconcile::apply::delete(&pods, "locks-0", Some(&new))
             .await
             .unwrap()
     );
@@ -369,7 +369,7 @@ async fn a_delete_decided_about_an_older_pod_leaves_the_newer_one_alone() {
     })
     .await;
     assert!(
-        !redlock_operator::apply::delete(&pods, "locks-0", Some(&new))
+        !redlock_operator::reconcile::apply::delete(&pods, "locks-0", Some(&new))
             .await
             .unwrap(),
         "already gone"

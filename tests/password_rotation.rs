@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
-use redlock_operator::password_rotation::{CONDITION, CONFIRM_ANNOTATION, ROTATE_ANNOTATION};
+use redlock_operator::credentials::client_rotation::{CONDITION, CONFIRM_ANNOTATION, ROTATE_ANNOTATION};
 use redlock_test_support::*;
 
 const NAME: &str = "locks";
@@ -211,7 +211,7 @@ async fn the_client_password_is_rotated_while_clients_lock_without_a_failed_logi
         .find(|l| l.starts_with("user redlock-client "))
         .unwrap();
     // The new password's hash and the startup probe's, not the old one's.
-    use redlock_operator::resources::secrets::password_hash;
+    use redlock_operator::children::secrets::password_hash;
     assert_eq!(client_line.matches(" #").count(), 2, "{client_line}");
     assert!(client_line.contains(&password_hash(&new)), "{client_line}");
     assert!(!client_line.contains(&password_hash(&old)), "{client_line}");
@@ -258,8 +258,8 @@ async fn a_rotation_asked_for_without_auth_is_refused_with_a_reason() {
 async fn a_step_decided_from_an_older_read_is_refused() {
     use k8s_openapi::ByteString;
     use kube::api::PostParams;
-    use redlock_operator::apply::apply_if_changed_at;
-    use redlock_operator::resources::names::{LABEL_INSTANCE, LABEL_MANAGED_BY};
+    use redlock_operator::children::names::{LABEL_INSTANCE, LABEL_MANAGED_BY};
+    use redlock_operator::reconcile::apply::apply_if_changed_at;
     let env = Env::start(1).await;
     let api: Api<Secret> = Api::namespaced(env.cp.client(), &env.ns);
     let (cache, _writer) = kube::runtime::reflector::store::<Secret>();
@@ -301,7 +301,7 @@ async fn a_step_decided_from_an_older_read_is_refused() {
         apply_if_changed_at(&api, &cache, secret("revoking"), Some(&current))
             .await
             .unwrap()
-            == redlock_operator::apply::Applied::Written
+            == redlock_operator::reconcile::apply::Applied::Written
     );
     assert_eq!(phase().await, ByteString(b"revoking".to_vec()));
 }
@@ -370,7 +370,7 @@ async fn logs_in(ip: IpAddr, login: &Login) -> bool {
 }
 
 async fn wait_admin_rotation(env: &Env, reason: &str) {
-    use redlock_operator::admin_rotation::CONDITION as ADMIN_CONDITION;
+    use redlock_operator::credentials::admin_rotation::CONDITION as ADMIN_CONDITION;
     wait_for(
         &format!("condition {ADMIN_CONDITION} reason {reason}"),
         Duration::from_secs(60),
@@ -395,8 +395,8 @@ async fn wait_admin_rotation(env: &Env, reason: &str) {
 /// (pods stay Ready), and the request left in place does not rotate again.
 #[tokio::test]
 async fn the_admin_password_is_rotated_without_a_lock_outage() {
-    use redlock_operator::admin_rotation::ROTATE_ADMIN_ANNOTATION;
-    use redlock_operator::resources::secrets::password_hash;
+    use redlock_operator::children::secrets::password_hash;
+    use redlock_operator::credentials::admin_rotation::ROTATE_ADMIN_ANNOTATION;
     // 4 s (instead of 2 min) between the switch and the end of the old password's fallback.
     let env = Env::start_with(3, &["--password-rotation-grace-ms=4000"]).await;
     env.serving_with_ttl(NAME, 3, "3s").await;
@@ -487,7 +487,9 @@ async fn the_admin_password_is_rotated_without_a_lock_outage() {
 /// a Redlock client keeps getting majorities.
 #[tokio::test]
 async fn an_admin_rotation_held_by_a_silent_member_survives_an_operator_restart() {
-    use redlock_operator::admin_rotation::{CONDITION as ADMIN_CONDITION, ROTATE_ADMIN_ANNOTATION};
+    use redlock_operator::credentials::admin_rotation::{
+        CONDITION as ADMIN_CONDITION, ROTATE_ADMIN_ANNOTATION,
+    };
     let args = ["--leader-elect=false", "--password-rotation-grace-ms=4000"];
     let mut env = Env::start_with(3, &args).await;
     env.serving_with_ttl(NAME, 3, "3s").await;

@@ -234,7 +234,7 @@ async fn errors_say_what_is_wrong() {
     assert!(err.contains("has not recorded it within 2s"), "{err}");
     let c = env.cluster(NAME).await;
     assert_eq!(
-        c.metadata.annotations.unwrap()[redlock_operator::maintenance::FENCED_MEMBERS],
+        c.metadata.annotations.unwrap()[redlock_operator::hold::maintenance::FENCED_MEMBERS],
         r#"{"0":"x"}"#
     );
 

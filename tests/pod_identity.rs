@@ -16,8 +16,8 @@ use nix::sys::signal::Signal;
 use redlock_operator::crd::MemberState;
 use redlock_test_support::*;
 
-use redlock_operator::redis_admin::{AdminAccess, GuardedError};
-use redlock_operator::resources::secrets::password_hash;
+use redlock_operator::children::secrets::password_hash;
+use redlock_operator::redis::admin::{AdminAccess, GuardedError};
 use redlock_testenv::procs::{ManagedChild, free_port};
 
 fn start_redis(port: u16, dir: &std::path::Path) -> ManagedChild {
@@ -55,7 +55,7 @@ fn access(port: u16) -> AdminAccess {
 }
 
 /// The first probe's answer, once the server is up.
-async fn first_probe(access: &AdminAccess, ip: IpAddr) -> redlock_operator::observe::RedisInfo {
+async fn first_probe(access: &AdminAccess, ip: IpAddr) -> redlock_operator::decide::observe::RedisInfo {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match access.probe(ip).await {
@@ -352,7 +352,7 @@ async fn info_calls(port: u16) -> u64 {
 /// the new process's run id on a new connection.
 #[tokio::test]
 async fn a_kept_probe_connection_reads_its_process_once_and_a_restart_is_a_new_process() {
-    use redlock_operator::probe_connections::ProbeConnections;
+    use redlock_operator::redis::probe_connections::ProbeConnections;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().unwrap();
     let redis = start_redis(port, dir.path());

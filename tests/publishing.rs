@@ -820,7 +820,7 @@ async fn a_hung_member_leaves_its_services_until_it_answers_again() {
     .await;
     println!("hung member out of its Services after {:?}", stopped.elapsed());
     assert!(
-        stopped.elapsed() >= redlock_operator::silences::HUNG_AFTER,
+        stopped.elapsed() >= redlock_operator::decide::silences::HUNG_AFTER,
         "not before a bounded silence"
     );
     let m = env.member(NAME, 1).await.unwrap();

@@ -2,6 +2,13 @@
 //!
 //! The schema, its CEL rules and the printer columns are all generated from these types;
 //! `crds/redlockcluster.yaml` is their rendering and a test fails when it drifts.
+//!
+//! This folder is also where the words every layer shares live, below all of them: [`model`]
+//! (`Slot`, `quorum`), [`reasons`] (event reasons), [`conditions`] (condition types and reasons).
+
+pub mod conditions;
+pub mod model;
+pub mod reasons;
 
 mod spec;
 mod status;

@@ -5,7 +5,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::Slot;
+use crate::crd::model::Slot;
 
 /// Observed state of a RedlockCluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

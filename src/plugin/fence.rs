@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::crd::model::{Slot, quorum};
 use crate::crd::{MemberState, RedlockCluster};
-use crate::maintenance::{self, FENCED_MEMBERS};
-use crate::model::{Slot, quorum};
+use crate::hold::maintenance::{self, FENCED_MEMBERS};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -79,7 +79,7 @@ pub fn fence(
         .count() as i32;
     if serving < q && !force {
         return Err(Refusal::BelowQuorum {
-            member: crate::resources::names::slot_name(&name, slot),
+            member: crate::children::names::slot_name(&name, slot),
             serving,
             published,
             quorum: q,

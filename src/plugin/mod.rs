@@ -19,10 +19,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 
+use crate::children::names::{client_secret_name, endpoints_config_map_name, slot_name};
+use crate::crd::model::Slot;
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
-use crate::maintenance::{self, FENCED_MEMBERS};
-use crate::model::Slot;
-use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
+use crate::hold::maintenance::{self, FENCED_MEMBERS};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -228,7 +228,7 @@ async fn status(
 ) -> Result<status_view::StatusView> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-    let selector = format!("{}={name}", crate::resources::names::LABEL_INSTANCE);
+    let selector = format!("{}={name}", crate::children::names::LABEL_INSTANCE);
     let pods = Api::<Pod>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels(&selector))
         .await
@@ -425,7 +425,7 @@ async fn published(
         servers: get("servers").lines().map(str::to_owned).collect(),
         quorum: get("quorum").trim().parse().unwrap_or(0),
         max_lock_ttl: get("maxLockTTL"),
-        max_lock_ttl_millis: get(crate::resources::endpoints::MAX_LOCK_TTL_MILLIS)
+        max_lock_ttl_millis: get(crate::children::endpoints::MAX_LOCK_TTL_MILLIS)
             .trim()
             .parse()
             .unwrap_or(0),

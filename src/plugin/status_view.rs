@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::conditions::ConditionType;
+use crate::crd::conditions::ConditionType;
+use crate::crd::model::quorum;
 use crate::crd::{MemberState, MemberStatus, RedlockCluster};
-use crate::model::quorum;
 
 /// Whether the operator looks alive, as far as its Lease tells.
 #[derive(Debug, Clone, PartialEq, Serialize)]

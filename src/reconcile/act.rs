@@ -15,22 +15,22 @@ use kube::runtime::reflector::ObjectRef;
 use super::decide::Decision;
 use super::inputs::Inputs;
 use super::persist::{AheadOfWrite, OnRecord};
-use crate::apply;
-use crate::children_memo::Fingerprint;
-use crate::context::Context;
+use crate::children::memo::Fingerprint;
+use crate::children::names::{CLIENT_USER, slot_name};
+use crate::children::{endpoints, pod};
+use crate::crd::model::Slot;
+use crate::crd::reasons::{ClusterReason, MemberReason};
 use crate::crd::{MemberStatus, RedlockCluster};
+use crate::decide::observe::SlotObservation;
+use crate::decide::plan::MemberEvent;
+use crate::decide::serving_gate;
 use crate::error::Result;
-use crate::events;
-use crate::metrics::EndedHold;
-use crate::model::Slot;
-use crate::observe::SlotObservation;
-use crate::plan::MemberEvent;
-use crate::reasons::{ClusterReason, MemberReason};
-use crate::redis_admin::AdminAccess;
-use crate::release_ahead::Released;
-use crate::resources::names::{CLIENT_USER, slot_name};
-use crate::resources::{endpoints, pod};
-use crate::serving_gate;
+use crate::hold::release_ahead::Released;
+use crate::reconcile::apply;
+use crate::reconcile::context::Context;
+use crate::redis::admin::AdminAccess;
+use crate::runtime::events;
+use crate::runtime::metrics::EndedHold;
 
 /// What acting came to.
 pub struct Acted {
@@ -97,7 +97,7 @@ pub async fn act(
 /// that outlived its pod: where it was last seen): as soon as the decision is made, before
 /// its status write and whether or not that lands. A fence only ever shuts clients out;
 /// what must not happen to one whose write does not land is a release that undoes it before
-/// its hold is on record, which `crate::fence_ahead` rules out. Only the run id probed is
+/// its hold is on record, which `crate::hold::fence_ahead` rules out. Only the run id probed is
 /// fenced, on a connection that reads it first, so a fence never reaches a newer process.
 pub async fn fence_ahead(
     ctx: &Context,
@@ -163,7 +163,7 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
 
 /// What the fences of a decision whose status write did not land (or was not made: the cache
 /// lags) did: their slots' events (`Refenced`, `ClockJump`, …) now, since the next decisions
-/// are planned from the records these made (`crate::fence_ahead::as_fenced`) and do not tell
+/// are planned from the records these made (`crate::hold::fence_ahead::as_fenced`) and do not tell
 /// them again; and the readiness gates of the fenced pods closed (a gate only ever closes
 /// here: one opens only after a write).
 pub async fn fenced_unrecorded(
@@ -220,7 +220,7 @@ async fn publish_endpoints(
     on_record: &OnRecord,
 ) -> Option<Duration> {
     let d = on_record.decision();
-    let serving = crate::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
+    let serving = crate::decide::observe::serving_slots(&d.status.members, observed, cluster.spec.instances);
     let published = d.status.published_instances.unwrap_or(cluster.spec.instances);
     let confirmed = d.status.confirmed_instances.unwrap_or(published);
     let hold_ttl: Duration = d
@@ -246,7 +246,7 @@ async fn publish_endpoints(
         Ok(written) => {
             ctx.memory.endpoints.unsettled(uid);
             if written == apply::Applied::Restored {
-                let name = crate::resources::names::endpoints_config_map_name(&cluster.name_any());
+                let name = crate::children::names::endpoints_config_map_name(&cluster.name_any());
                 let report = super::children::ChildrenReport {
                     restored: vec![format!("ConfigMap {name}")],
                     ..Default::default()
@@ -263,7 +263,7 @@ async fn publish_endpoints(
     ctx.metrics.reconcile_failed(&e);
     let msg = format!(
         "{}: cannot publish the endpoints clients read: {e}; tried again in {}s",
-        crate::resources::names::endpoints_config_map_name(&cluster.name_any()),
+        crate::children::names::endpoints_config_map_name(&cluster.name_any()),
         ENDPOINTS_RETRY.as_secs()
     );
     tracing::warn!("{msg}");
@@ -442,7 +442,7 @@ async fn change_pods(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
-    plan: &crate::plan::Plan,
+    plan: &crate::decide::plan::Plan,
     observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Duration>> {
     let deletes = change_pods_of_kind(ctx, cluster, ns, &plan.delete_pods, PodChange::Delete, observed);

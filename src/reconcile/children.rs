@@ -11,14 +11,14 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::inputs::Inputs;
-use crate::apply;
-use crate::children_memo::Fingerprint;
-use crate::context::Context;
+use crate::children::memo::Fingerprint;
+use crate::children::names::{LABEL_INSTANCE, slot_name};
+use crate::children::{config, network_policy, pdb, secrets, service};
 use crate::crd::RedlockCluster;
+use crate::crd::model::Slot;
 use crate::error::{Error, Result};
-use crate::model::Slot;
-use crate::resources::names::{LABEL_INSTANCE, slot_name};
-use crate::resources::{config, network_policy, pdb, secrets, service};
+use crate::reconcile::apply;
+use crate::reconcile::context::Context;
 
 /// What applying the children came to.
 #[derive(Debug, Default, Clone)]
@@ -115,10 +115,10 @@ pub async fn publish_restored(ctx: &Context, cluster: &RedlockCluster, report: &
         let note =
             format!("{what} was edited outside the operator; the fields the operator sets were put back");
         tracing::warn!("{note}");
-        crate::events::publish_for_cluster(
+        crate::runtime::events::publish_for_cluster(
             &ctx.recorder,
             cluster,
-            crate::reasons::ClusterReason::ChildRestored,
+            crate::crd::reasons::ClusterReason::ChildRestored,
             note,
             true,
         )

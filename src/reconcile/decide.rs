@@ -8,16 +8,17 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::children::ChildrenReport;
 use super::observation::Observation;
+use crate::children::names::slot_name;
 use crate::clock::Reading;
+use crate::clock::timers::{ClusterTimers, TimerKey};
+use crate::crd::reasons::MemberReason;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
-use crate::hold_policy::{self, Change};
-use crate::hold_timers::{ClusterTimers, TimerKey};
-use crate::observe::PodState;
-use crate::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
-use crate::reasons::MemberReason;
-use crate::resources::names::slot_name;
-use crate::validate::Rejection;
-use crate::{hold, maintenance, resize, rollout, status};
+use crate::decide::observe::PodState;
+use crate::decide::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
+use crate::decide::validate::Rejection;
+use crate::decide::{resize, rollout, status};
+use crate::hold::policy::{self, Change};
+use crate::hold::{self, maintenance};
 
 /// Everything one reconcile will do, decided before anything is written.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,15 +54,15 @@ pub struct Facts<'a> {
     /// Why no process may be released now (the operator's clock), if so.
     pub release_blocked: Option<&'a str>,
     /// Processes this process fenced ahead of a status write that did not land
-    /// (`crate::fence_ahead::processes`): released by no rule until a write holds them.
-    pub fenced_unrecorded: &'a [(crate::model::Slot, String)],
+    /// (`crate::hold::fence_ahead::processes`): released by no rule until a write holds them.
+    pub fenced_unrecorded: &'a [(crate::crd::model::Slot, String)],
     /// Releases this process decided and has not yet seen serving (`release_ahead::OwedReleases`).
-    pub owed_releases: &'a [(crate::model::Slot, String)],
+    pub owed_releases: &'a [(crate::crd::model::Slot, String)],
     /// The Lease (`<namespace>/<name>`) this operator is elected with, `None` without election.
     pub lease: Option<&'a str>,
     /// The client password rotation's condition, if there is anything to say.
     /// The conditions of the password rotations (client, admin), those that have anything to say.
-    pub password_rotation: Vec<crate::conditions::Desired>,
+    pub password_rotation: Vec<crate::crd::conditions::Desired>,
     /// The cluster's spec hash (`resources::hash::spec_hash`), which pods of the spec carry.
     pub spec_hash: &'a str,
     /// Random, drawn for this reconcile: the unpredictable part of a new confirmation token
@@ -78,7 +79,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let none = RedlockClusterStatus::default();
     let previous = cluster.status.as_ref().unwrap_or(&none);
     let policy = hold_in_force(cluster, previous, facts, accepted, clock);
-    let hold = hold_policy::hold_of(&policy.policy);
+    let hold = policy::hold_of(&policy.policy);
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let limits = if accepted {
         resize::before_plan(cluster, obs.told, facts.nonce)
@@ -144,7 +145,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     };
     let mut status = status::compute(cluster, plan.members.clone(), &obs.slots, &findings, now);
     // Who writes it: an operator elected with another Lease leaves the cluster alone while
-    // this one is held (`crate::lease_owner`).
+    // this one is held (`crate::runtime::lease_owner`).
     status.lease = facts.lease.map(str::to_owned);
     let deadline = deadline(&plan, &policy.policy, now);
     let requeue = requeue(&plan, deadline, facts.probe_period, obs.next_audit);
@@ -164,7 +165,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     }
 }
 
-/// The maxLockTTL holds use from now on (`hold_policy::next`). A pending lowering takes effect
+/// The maxLockTTL holds use from now on (`policy::next`). A pending lowering takes effect
 /// no earlier than one hold of the value in force after this process first saw it pending
 /// (another leader's clock cannot hasten it).
 fn hold_in_force(
@@ -173,26 +174,26 @@ fn hold_in_force(
     facts: &Facts<'_>,
     accepted: bool,
     clock: Reading,
-) -> hold_policy::Update {
+) -> policy::Update {
     let lowering_not_before = previous.hold.as_ref().and_then(|h| {
         h.lowers_at.as_ref()?;
         Some(
             facts
                 .timers
-                .earliest_end(TimerKey::Lowering, hold_policy::hold_of(h), clock),
+                .earliest_end(TimerKey::Lowering, policy::hold_of(h), clock),
         )
     });
     // No record (a status wiped or restored without it): what `<name>-endpoints` says was in
     // force for holds, if that is longer than what clients are told.
     let recovered = match previous.hold {
         Some(_) => None,
-        None => hold_policy::recovered(
+        None => policy::recovered(
             &cluster.spec,
             facts.observation.published_ttl,
             facts.observation.published_hold_ttl,
         ),
     };
-    hold_policy::next(
+    policy::next(
         previous.hold.as_ref().or(recovered.as_ref()),
         &cluster.spec,
         accepted,
@@ -321,10 +322,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::conditions::ConditionType;
+    use crate::crd::conditions::ConditionType;
+    use crate::crd::model::Slot;
     use crate::crd::{FailureDomains, MemberState};
-    use crate::model::Slot;
-    use crate::observe::SlotObservation;
+    use crate::decide::observe::SlotObservation;
 
     #[test]
     fn publishing_the_shorter_list_over_an_unfound_process_says_so() {
@@ -402,7 +403,7 @@ mod tests {
                 owed_releases: &[],
                 lease: None,
                 password_rotation: Vec::new(),
-                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
+                spec_hash: &crate::children::hash::spec_hash(&c.spec),
                 nonce: "n0",
             },
             Reading::at(now),
@@ -592,7 +593,7 @@ mod tests {
                 owed_releases: &[],
                 lease: None,
                 password_rotation: Vec::new(),
-                spec_hash: &crate::resources::hash::spec_hash(&c.spec),
+                spec_hash: &crate::children::hash::spec_hash(&c.spec),
                 nonce: "n0",
             },
             Reading::at(at(100)),

@@ -10,20 +10,20 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::apply::{Ownership, ownership};
-use crate::context::Context;
-use crate::crd::{RedlockCluster, UnstoppedProcess};
-use crate::credentials_memo::Versions;
-use crate::error::{Error, Result};
-use crate::events;
-use crate::reasons::ClusterReason;
-use crate::redis_admin::AdminAccess;
-use crate::resources::config;
-use crate::resources::names::{
+use crate::children::config;
+use crate::children::names::{
     ADMIN_USER, REDIS_PORT, acl_secret_name, admin_secret_name, client_secret_name,
 };
-use crate::resources::secrets::{self, Credentials, client_user, generate_password};
-use crate::validate::{self, Rejection};
+use crate::children::secrets::{self, Credentials, client_user, generate_password};
+use crate::crd::reasons::ClusterReason;
+use crate::crd::{RedlockCluster, UnstoppedProcess};
+use crate::credentials::memo::Versions;
+use crate::decide::validate::{self, Rejection};
+use crate::error::{Error, Result};
+use crate::reconcile::apply::{Ownership, ownership};
+use crate::reconcile::context::Context;
+use crate::redis::admin::AdminAccess;
+use crate::runtime::events;
 
 pub struct Inputs {
     /// Why the spec cannot be acted on; empty when it is accepted.
@@ -252,9 +252,11 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
     // A client password rotation moves in steps kept in `<name>-admin`: read from the cache,
     // one that lags this process's last write would take a step back (a new password
     // generated twice). Only while one runs or is asked for.
-    let admin_token = crate::admin_rotation::requested(cluster);
-    if crate::password_rotation::active(&recovered, crate::password_rotation::request(cluster))
-        || crate::admin_rotation::active(&recovered, admin_token)
+    let admin_token = crate::credentials::admin_rotation::requested(cluster);
+    if crate::credentials::client_rotation::active(
+        &recovered,
+        crate::credentials::client_rotation::request(cluster),
+    ) || crate::credentials::admin_rotation::active(&recovered, admin_token)
     {
         recovered = recover(true).await?;
         remember(ctx, cluster, &recovered);

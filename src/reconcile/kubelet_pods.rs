@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::ObjectList;
 
 use crate::crd::UnstoppedProcess;
-use crate::observe::KubeletAnswer;
+use crate::decide::observe::KubeletAnswer;
 
 /// What the kubelet of `u`'s node says of `u`'s pod, within `timeout`.
 pub async fn ask(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> KubeletAnswer {

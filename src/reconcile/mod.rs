@@ -20,7 +20,7 @@
 //! **Fences ahead of the write** (docs/design.md §6). A fence only shuts clients out, so no
 //! refused status write (an admission policy, a 409 storm) and no stalled watch may delay it.
 //! What it needs instead is that nothing undoes it before the hold it starts is on record:
-//! `crate::fence_ahead` keeps each fence whose write did not land, plans its slot from the
+//! `crate::hold::fence_ahead` keeps each fence whose write did not land, plans its slot from the
 //! record the fence's decision made while the stored record is still the one it was planned
 //! from, and no rule releases its process until a write that holds it lands (a `Ready` record
 //! of it, written by someone else, is held in full instead of "released again"). The
@@ -44,6 +44,11 @@
 //! - releases are untouched: ahead of the write only from a hold on record in this process's
 //!   own last write (`persist::ahead_of_write` never sees the fences' records), else after it.
 
+pub mod apply;
+pub mod context;
+pub mod rest_watch;
+pub mod ttl_sampling;
+
 mod act;
 mod children;
 pub mod decide;
@@ -65,16 +70,15 @@ use kube::runtime::reflector::ObjectRef;
 
 pub use persist::status_patch;
 
-use crate::at_rest;
-use crate::conditions::{self, ConditionType};
-use crate::context::Context;
+use crate::crd::conditions::{self, ConditionType};
+use crate::crd::reasons::ClusterReason;
 use crate::crd::{MemberStatus, RedlockCluster, RedlockClusterStatus};
+use crate::decide::at_rest;
 use crate::error::{Error, Result};
-use crate::events;
-use crate::fence_ahead;
-use crate::reasons::ClusterReason;
-use crate::release_ahead;
-use crate::rest_watch;
+use crate::hold::fence_ahead;
+use crate::hold::release_ahead;
+use crate::reconcile::context::Context;
+use crate::runtime::events;
 
 /// How soon a reconcile that found the watch cache behind this process's own status write
 /// looks again (the watch event is normally a few milliseconds away).
@@ -105,7 +109,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         .ok_or_else(|| Error::MissingNamespace(cached.name_any()))?;
     let api: Api<RedlockCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Another operator, elected with another Lease, leads this cluster while that Lease may be
-    // held: nothing here may act next to it (`crate::lease_owner`).
+    // held: nothing here may act next to it (`crate::runtime::lease_owner`).
     if let Some(wait) = ownership::led_by_another(&ctx, &cached).await {
         return Ok(wait);
     }
@@ -144,7 +148,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     });
     // Fences sent ahead of a status write that did not land: planned as the records their
     // decisions made (the holds they started), their processes released by no rule until a
-    // write holds them (`crate::fence_ahead`). Releases ahead of the write are chosen from
+    // write holds them (`crate::hold::fence_ahead`). Releases ahead of the write are chosen from
     // `with_releases` only: never from a record that is not on record.
     let fences = ctx.memory.unrecorded_fences.of(&uid);
     let fenced_processes = fence_ahead::processes(&fences);
@@ -196,9 +200,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let spec_hash = ctx.memory.spec_hashes.of(cluster);
     // Releases decided earlier that the probes have not seen serving yet: a `Ready` process
     // of one found fenced is released again; any other is held in full (N1).
-    let owed = crate::plan::still_owed(&ctx.memory.owed_releases.of(&uid), &observation.slots);
+    let owed = crate::decide::plan::still_owed(&ctx.memory.owed_releases.of(&uid), &observation.slots);
     ctx.memory.owed_releases.settle(&uid, owed.clone());
-    let nonce = crate::resize::new_nonce();
+    let nonce = crate::decide::resize::new_nonce();
     let decision = decide::decide(
         cluster,
         &decide::Facts {

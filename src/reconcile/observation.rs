@@ -10,19 +10,21 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::clock_record;
-use crate::context::Context;
+use crate::children::endpoints::MAX_LOCK_TTL_MILLIS;
+use crate::children::names::{client_secret_name, endpoints_config_map_name, slot_name};
+use crate::clock::member::{ClockKey, ClockTrack};
+use crate::clock::record;
 use crate::crd::ClockRecord;
+use crate::crd::model::Slot;
 use crate::crd::{FailureDomains, RedlockCluster};
+use crate::decide::failure_domains;
+use crate::decide::observe::{self, PodState, Probe, SlotObservation};
+use crate::decide::silences::Heard;
 use crate::error::Result;
-use crate::member_clock::{ClockKey, ClockTrack};
-use crate::model::Slot;
-use crate::observe::{self, PodState, Probe, SlotObservation};
-use crate::redis_admin::{AdminAccess, ProbeFailure};
-use crate::resources::endpoints::MAX_LOCK_TTL_MILLIS;
-use crate::resources::names::{client_secret_name, endpoints_config_map_name, slot_name};
-use crate::silences::Heard;
-use crate::{failure_domains, ttl_audit, ttl_sampling};
+use crate::hold::ttl_audit;
+use crate::reconcile::context::Context;
+use crate::reconcile::ttl_sampling;
+use crate::redis::admin::{AdminAccess, ProbeFailure};
 
 pub struct Observation {
     pub slots: BTreeMap<Slot, SlotObservation>,
@@ -39,7 +41,7 @@ pub struct Observation {
     pub published_hold_ttl: Option<Duration>,
     /// What that ConfigMap and `<name>-client` tell clients (the lists and the
     /// confirmation), the second record of a resize.
-    pub told: crate::resize::Told,
+    pub told: crate::decide::resize::Told,
     /// What to remember of each probed member's clock once this observation's verdicts are on
     /// record: kept before then, a jump found by a reconcile whose status write fails would
     /// be judged against the post-jump sample next time, and never reported.
@@ -55,7 +57,7 @@ pub async fn observe(
 ) -> Result<Observation> {
     let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods_of(ns, &cluster.name_any()));
     let published = published(ctx, cluster, ns);
-    let told = crate::resize::Told {
+    let told = crate::decide::resize::Told {
         servers: published.servers,
         confirmed: published.confirmed,
         client_servers: client_servers(ctx, cluster, ns),
@@ -285,7 +287,7 @@ async fn probe_all(
             Ok((info, time)) => {
                 let key = (uid.clone(), slot);
                 let prev = clocks.get(&key);
-                let (across, track) = clock_record::judge_sample(
+                let (across, track) = record::judge_sample(
                     prev,
                     recorded_clock(cluster, slot),
                     &info.run_id,
@@ -351,11 +353,11 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Published {
     Published {
         servers: data.get("servers").map(|s| listed(s)),
         confirmed: data
-            .get(crate::resources::endpoints::CONFIRMED_INSTANCES)
+            .get(crate::children::endpoints::CONFIRMED_INSTANCES)
             .and_then(|c| c.trim().parse().ok()),
         max_lock_ttl: data.get(MAX_LOCK_TTL_MILLIS).and_then(|m| published_ttl(m)),
         hold_ttl: data
-            .get(crate::resources::endpoints::HOLD_MAX_LOCK_TTL_MILLIS)
+            .get(crate::children::endpoints::HOLD_MAX_LOCK_TTL_MILLIS)
             .and_then(|m| published_ttl(m)),
     }
 }

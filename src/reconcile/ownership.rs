@@ -1,5 +1,5 @@
 //! Step 1 of a reconcile, for an elected operator: whether the cluster is this operator's to
-//! act on (`crate::lease_owner`, safety review 3, N6). A cluster whose status names another
+//! act on (`crate::runtime::lease_owner`, safety review 3, N6). A cluster whose status names another
 //! operator's Lease is left alone — no write, no fence, no release, no pod change — while that
 //! Lease may be held; this reads that Lease, times it as the election times its own, and says
 //! why it waits (Warning `LedByAnotherOperator`, once per change) or that it took over
@@ -15,13 +15,13 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 
-use crate::context::Context;
+use crate::children::names::FIELD_MANAGER;
 use crate::crd::RedlockCluster;
-use crate::events;
-use crate::leader::LeaseRecord;
-use crate::lease_owner::{self, Owner, Verdict};
-use crate::reasons::ClusterReason;
-use crate::resources::names::FIELD_MANAGER;
+use crate::crd::reasons::ClusterReason;
+use crate::reconcile::context::Context;
+use crate::runtime::events;
+use crate::runtime::leader::LeaseRecord;
+use crate::runtime::lease_owner::{self, Owner, Verdict};
 
 /// How often a cluster led by another operator's Lease reads that Lease again: a takeover
 /// comes at most this long after the Lease is free (one GET per cluster per period, only

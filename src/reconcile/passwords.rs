@@ -10,17 +10,17 @@ use kube::ResourceExt;
 
 use super::children::{self, ChildrenReport};
 use super::inputs::Inputs;
-use crate::admin_rotation;
-use crate::conditions::Desired;
-use crate::context::Context;
+use crate::children::names::CLIENT_USER;
+use crate::children::secrets::{Credentials, PROBE_PASSWORD_KEY, client_user, generate_password};
 use crate::crd::RedlockCluster;
+use crate::crd::conditions::Desired;
+use crate::crd::model::Slot;
+use crate::credentials::admin_rotation;
+use crate::credentials::client_rotation::{self, Coverage, ProcessPasswords, Timing};
+use crate::decide::observe::{PodState, RedisInfo, SlotObservation};
 use crate::error::Result;
-use crate::events;
-use crate::model::Slot;
-use crate::observe::{PodState, RedisInfo, SlotObservation};
-use crate::password_rotation::{self, Coverage, ProcessPasswords, Timing};
-use crate::resources::names::CLIENT_USER;
-use crate::resources::secrets::{Credentials, PROBE_PASSWORD_KEY, client_user, generate_password};
+use crate::reconcile::context::Context;
+use crate::runtime::events;
 
 /// Returns the rotation's condition for the status. A step taken replaces `inputs`'
 /// credentials with those now on record: what follows in this reconcile (a release sets the
@@ -33,14 +33,13 @@ pub async fn rotate(
     children: &ChildrenReport,
     observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Desired>> {
-    let request = password_rotation::request(cluster);
+    let request = client_rotation::request(cluster);
     let name = cluster.name_any();
     let grace = ctx.settings.password_rotation_grace;
     let mut creds = inputs.credentials.clone();
     let found = processes(observed);
     let coverage = coverage(cluster, observed);
-    let condition =
-        |creds: &Credentials| password_rotation::condition(creds, request, &coverage, grace, &name);
+    let condition = |creds: &Credentials| client_rotation::condition(creds, request, &coverage, grace, &name);
     // Secrets not this cluster's or not current (a rejected spec applies none): nothing
     // changes, and no process is touched with passwords that are not on record.
     if !children.config_ready {
@@ -50,8 +49,8 @@ pub async fn rotate(
         now: ctx.clock.now().wall,
         grace,
     };
-    let (started, start) = password_rotation::start(&creds, request, generate_password);
-    let (next, advanced) = password_rotation::advance(&started, request, &found, &coverage, timing);
+    let (started, start) = client_rotation::start(&creds, request, generate_password);
+    let (next, advanced) = client_rotation::advance(&started, request, &found, &coverage, timing);
     if next != creds {
         // A replica that lost the lease must not write a step (another may be writing its own).
         ctx.leadership.check()?;
@@ -154,7 +153,7 @@ pub async fn rotate_admin(
 /// an admin rotation, admin): otherwise a sync was just attempted, and the next probe must show
 /// whether it took.
 pub(super) fn in_sync(creds: &Credentials, observed: &BTreeMap<Slot, SlotObservation>) -> bool {
-    password_rotation::syncs(creds, &processes(observed)).is_empty()
+    client_rotation::syncs(creds, &processes(observed)).is_empty()
         && admin_rotation::syncs(creds, &admin_processes(observed)).is_empty()
 }
 
@@ -219,7 +218,7 @@ async fn sync(
     observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<()> {
     let hashes = creds.accepted_client_hashes();
-    for (slot, run_id) in password_rotation::syncs(creds, found) {
+    for (slot, run_id) in client_rotation::syncs(creds, found) {
         let Some(o) = observed.get(&slot) else { continue };
         let Some(ip) = o.pod_ip else { continue };
         ctx.leadership.check()?;

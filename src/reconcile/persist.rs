@@ -10,18 +10,18 @@
 //!
 //! Fences need no record first (`act::fence_ahead`, docs/design.md §6 "Fences ahead of the
 //! write"): a fence only shuts clients out. What a fence whose write does not land needs is
-//! that nothing undoes it before its hold is on record (`crate::fence_ahead`).
+//! that nothing undoes it before its hold is on record (`crate::hold::fence_ahead`).
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
 use super::decide::Decision;
-use crate::context::Context;
+use crate::children::names::FIELD_MANAGER;
+use crate::crd::model::Slot;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
 use crate::error::Result;
-use crate::model::Slot;
-use crate::release_ahead;
-use crate::resources::names::FIELD_MANAGER;
+use crate::hold::release_ahead;
+use crate::reconcile::context::Context;
 
 /// A decision whose status is stored (or was already).
 pub struct OnRecord {
@@ -115,7 +115,7 @@ impl AheadOfWrite {
 /// yet. No other operator process writes: this one has led since its record (an operator that
 /// loses its lease exits, and every write checks the lease), and an operator elected with
 /// another Lease leaves a cluster whose status names this one alone until this Lease is free
-/// (`crate::lease_owner`). A user's write in that moment
+/// (`crate::runtime::lease_owner`). A user's write in that moment
 /// can only ask for more than the record: a raised maxLockTTL (clients use a raise only once
 /// `status.hold` shows it, §8.1), a scale-down (the shorter list is published only after the
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next
@@ -136,7 +136,7 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
 /// before the ahead releases are chosen and again before each is sent.
 pub fn still_own(ctx: &Context, cluster: &RedlockCluster) -> bool {
     ctx.leadership
-        .no_successor_within(crate::context::OWN_WRITE_STEP_LIMIT)
+        .no_successor_within(crate::reconcile::context::OWN_WRITE_STEP_LIMIT)
         && ctx.memory.status_writes.shows_own_last_write(
             cluster.metadata.uid.as_deref().unwrap_or_default(),
             cluster.metadata.resource_version.as_deref(),

@@ -726,7 +726,10 @@ impl Env {
             "--overwrite",
             "rlc",
             name,
-            &format!("{}={token}", redlock_operator::resize::CLIENTS_USE_INSTANCES),
+            &format!(
+                "{}={token}",
+                redlock_operator::decide::resize::CLIENTS_USE_INSTANCES
+            ),
         ])
         .await;
     }

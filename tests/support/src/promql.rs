@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use redlock_operator::crd::{MemberState, MemberStatus, RedlockClusterStatus};
 use redlock_operator::error::Error;
-use redlock_operator::metrics::{EndedHold, Metrics};
+use redlock_operator::runtime::metrics::{EndedHold, Metrics};
 
 /// The metric names a PromQL expression reads: identifiers outside strings, label matchers
 /// and durations that start with `redlock_` (every operator metric does), and `up`. A Grafana

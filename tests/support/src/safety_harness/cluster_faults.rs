@@ -465,7 +465,10 @@ impl<'a> ClusterTarget<'a> {
                 "--overwrite",
                 "rlc",
                 &self.name,
-                &format!("{}={token}", redlock_operator::resize::CLIENTS_USE_INSTANCES),
+                &format!(
+                    "{}={token}",
+                    redlock_operator::decide::resize::CLIENTS_USE_INSTANCES
+                ),
             ])
             .await;
         Ok(())

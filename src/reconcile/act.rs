@@ -392,9 +392,13 @@ async fn release_each(
         let Some(ip) = o.pod_ip else {
             continue;
         };
-        // Ahead of the write, only while the cache still shows this process's own last write
-        // (each release takes a connection and a round trip; a user's edit or a suspension
-        // may come between): the rest go after the write.
+        // Ahead of the write, only while no suspension since this process's own last write
+        // shows (each release takes a connection and a round trip, in which the process can be
+        // stopped and a successor elected): the rest go after the write. Only the clock is
+        // read afresh here; the version compared is the snapshot's the reconcile planned from,
+        // so a user's edit that reached the cache since is not seen. None is needed: what such
+        // an edit can ask for never makes a recorded hold's release unsafe
+        // (`persist::ahead_of_write`), and the write after it is conditional on the snapshot.
         if ahead && !super::persist::still_own(ctx, cluster) {
             break;
         }

@@ -107,6 +107,8 @@ pub struct Memory {
     pub pod_deletes: RetryGate,
     /// Per-cluster backoff of the `FenceFailed` Warning while fences keep failing.
     pub failed_fences: RetryGate,
+    /// Why the readiness gates cannot be written, found at start ([`crate::permissions`]).
+    pub gate_writes_refused: std::sync::OnceLock<Option<String>>,
     /// TTL audit state per cluster (`ttl_sampling::audit_key`); after a restart the audit
     /// simply sweeps again.
     pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,

@@ -40,6 +40,7 @@ pub mod node_zones;
 pub mod observe;
 pub mod open_files;
 pub mod password_rotation;
+pub mod permissions;
 pub mod plan;
 pub mod plugin;
 pub mod probe_connections;

@@ -202,6 +202,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             password_rotation,
             spec_hash: &spec_hash,
             nonce: &nonce,
+            gate_writes_refused: ctx.memory.gate_writes_refused.get().and_then(Option::as_deref),
         },
         clock,
     );

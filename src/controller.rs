@@ -117,6 +117,14 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
         memory: Memory::default(),
     });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "operator started");
+    let refused = crate::runtime::permissions::gate_writes_refused(&ctx.client, ns).await;
+    if let Some(why) = &refused {
+        tracing::error!("{why}");
+    }
+    ctx.memory
+        .gate_writes_refused
+        .set(refused)
+        .expect("checked once, at start");
     if drive(controller, ctx, elected).await == Ended::LeaseLost {
         shutdown.cancel();
         http.abort();

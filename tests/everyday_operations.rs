@@ -759,6 +759,127 @@ async fn a_status_wiped_during_a_scale_up_keeps_the_new_members_fenced() {
     env.wait_ready(NAME, 5, Duration::from_secs(30)).await;
 }
 
+/// Every version of the `<name>-client` Secret from now on, as (when it arrived, how many
+/// `urls`, `quorum`): a watch sees each write, also one undone a moment later.
+fn watch_client_secret(env: &Env) -> std::sync::Arc<std::sync::Mutex<Vec<(Timestamp, usize, String)>>> {
+    use futures::StreamExt;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let api = Api::<Secret>::namespaced(env.cp.client(), &env.ns);
+    let params = kube::api::WatchParams::default().fields(&format!("metadata.name={NAME}-client"));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        let mut stream = api.watch(&params, "0").await.unwrap().boxed();
+        while let Some(event) = stream.next().await {
+            let (kube::api::WatchEvent::Added(s) | kube::api::WatchEvent::Modified(s)) = event.unwrap()
+            else {
+                continue;
+            };
+            let data = s.data.unwrap_or_default();
+            let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).into_owned());
+            let urls = text("urls")
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.is_empty())
+                .count();
+            record
+                .lock()
+                .unwrap()
+                .push((Timestamp::now(), urls, text("quorum").unwrap_or_default()));
+        }
+    });
+    seen
+}
+
+/// Safety-review 3, N2: `status.publishedInstances` goes missing during a scale-down's hold
+/// (a status patched or restored without it, or a CRD schema that prunes it on every write:
+/// removed again and again here). The children step runs before the reconcile plans, and used
+/// to build `<name>-client` from `spec.instances` then: the list of 3 with quorum 2, while a
+/// client of the list of 5 held the lock on {2, 3, 4}; a client reading that version locks
+/// {0, 1}. Every version of the Secret during the hold lists 5 with quorum 3, the removed
+/// members' Services stay, and the shorter list is published after the hold, as without the
+/// wipe.
+#[tokio::test]
+async fn a_status_that_loses_its_published_count_during_a_scale_down_keeps_the_long_client_list() {
+    let env = Env::start(5).await;
+    env.serving_with_ttl(NAME, 5, "6s").await;
+    let ttl = Duration::from_secs(6);
+    let login = env.client_login(NAME).await;
+    let services: Api<Service> = Api::namespaced(env.cp.client(), &env.ns);
+    let mut uids = vec![];
+    for slot in [3, 4] {
+        uids.push(
+            services
+                .get(&format!("{NAME}-{slot}"))
+                .await
+                .unwrap()
+                .metadata
+                .uid,
+        );
+    }
+    let seen = watch_client_secret(&env);
+    let expiry = env.first_lock(NAME, &[2, 3, 4], ttl).await;
+    env.patch_spec(NAME, json!({"instances": 3})).await;
+    let mut hold_end = Timestamp::now();
+    for slot in [3, 4] {
+        let m = env
+            .wait_member(NAME, slot, "removed member held", Duration::from_secs(20), |m| {
+                m.state == MemberState::Held && m.held_until.is_some()
+            })
+            .await;
+        hold_end = hold_end.max(m.held_until.unwrap().0);
+    }
+    let mut wipes = 0;
+    let mut attempts = 0;
+    while Instant::now() < expiry && Timestamp::now() + Duration::from_millis(500) < hold_end {
+        env.clusters()
+            .patch_status(
+                NAME,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"publishedInstances": null}})),
+            )
+            .await
+            .unwrap();
+        wipes += 1;
+        // A client configured from the Secret alone, as it reads it now.
+        let (ips, quorum) = list_from_the_secret(&env).await;
+        let (granted, valid) =
+            redlock_attempt(&ips, &login, "orders", "other-list", Duration::from_secs(2)).await;
+        attempts += 1;
+        assert!(
+            !valid || Instant::now() >= expiry,
+            "a client of the list of {} (quorum {quorum}) got {granted} during the old lock",
+            ips.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(wipes >= 5 && attempts >= 5, "{wipes} wipes, {attempts} attempts");
+    for (slot, uid) in [3, 4].into_iter().zip(&uids) {
+        let now = services.get_opt(&format!("{NAME}-{slot}")).await.unwrap();
+        assert_eq!(
+            now.and_then(|s| s.metadata.uid).as_ref(),
+            uid.as_ref(),
+            "the Service of removed slot {slot} stays through the hold"
+        );
+    }
+    wait_for("shorter list published", Duration::from_secs(30), async || {
+        Ok(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, urls, _)| *urls == 3)
+            .then_some(()))
+    })
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    for (at, urls, quorum) in &seen {
+        assert!(
+            *at >= hold_end || (*urls, quorum.as_str()) == (5, "3"),
+            "<name>-client listed {urls} with quorum {quorum} at {at}, before the hold ended at {hold_end}: {seen:?}"
+        );
+    }
+    env.wait_ready(NAME, 3, Duration::from_secs(30)).await;
+}
+
 /// Issue 14, liveness: passwords are never regenerated by accident. The running processes know
 /// each password only by the hash they started from, so a new one would lock the operator (or
 /// every client) out. A deleted client Secret comes back with the same password. A deleted or

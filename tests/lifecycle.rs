@@ -719,3 +719,89 @@ async fn a_pod_is_ready_only_while_its_process_is_released() {
     );
     assert!(connect(ip2, &client).await.is_ok());
 }
+
+/// Safety-review 3, N10: an operator whose ClusterRole predates the readiness gate (no `patch
+/// pods/status`: a new image on an old chart's RBAC). Every pod it builds carries the gate
+/// `redlock.dev/serving`, which it cannot open, so a released member stays not Ready and out
+/// of its Service. It says so: the start-up access review finds the refusal, and every cluster
+/// shows it in `ChildrenApplied` (False, Warning `ChildApplyFailed`), next to a member that is
+/// released but not Ready.
+#[tokio::test]
+async fn an_operator_that_may_not_open_readiness_gates_says_so() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Api, PostParams};
+    let mut env = Env::start(1).await;
+    env.operator.kill().unwrap();
+    // The chart's ClusterRole without its pods/status rule, bound to a user of its own.
+    let user = "operator-old-rbac";
+    let docs = redlock_test_support::helm_chart::template("rl", "redlock-system", &[]).unwrap();
+    let chart_role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let mut role: serde_json::Value = serde_json::to_value(chart_role).unwrap();
+    role["metadata"] = json!({"name": user});
+    let rules = role["rules"].as_array_mut().unwrap();
+    let before = rules.len();
+    rules.retain(|r| !r["resources"].as_array().unwrap().contains(&json!("pods/status")));
+    assert_eq!(
+        rules.len(),
+        before - 1,
+        "the chart grants pods/status in one rule"
+    );
+    let role: ClusterRole = serde_json::from_value(role).unwrap();
+    Api::<ClusterRole>::all(env.cp.client())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(env.cp.client())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let kubeconfig = env.cp.kubeconfig_for_user(user, None).unwrap();
+    env.operator = redlock_testenv::operator::OperatorProcess::start(
+        &operator_bin(),
+        &kubeconfig,
+        &env.cp.dir().join("operator-old-rbac.log"),
+        &["--leader-elect=false"],
+    )
+    .unwrap();
+    env.operator.wait_ready(Duration::from_secs(60)).await.unwrap();
+
+    env.create_cluster(
+        NAME,
+        json!({"instances": 1, "maxLockTTL": "2s", "holdMargin": "0s"}),
+    )
+    .await;
+    let condition = wait_for("ChildrenApplied False", Duration::from_secs(30), async || {
+        let s = env.cluster(NAME).await.status.unwrap_or_default();
+        Ok(s.conditions
+            .into_iter()
+            .find(|c| c.type_ == "ChildrenApplied" && c.status == "False"))
+    })
+    .await;
+    assert!(
+        condition.message.contains("may not patch pods/status")
+            && condition.message.contains("stay not Ready"),
+        "{condition:?}"
+    );
+    env.wait_event("ChildApplyFailed").await;
+    // What it explains: released, and still not Ready.
+    env.wait_member(NAME, 0, "released", Duration::from_secs(30), |m| {
+        m.state == MemberState::Ready
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pod = env.pods().get(&format!("{NAME}-0")).await.unwrap();
+    let ready = pod
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status);
+    assert_eq!(ready.as_deref(), Some("False"), "the gate stayed shut");
+}

@@ -174,6 +174,79 @@ async fn fence_and_unfence_take_a_member_out_and_back_as_a_lock_client_sees_it()
     assert_released_on_time(until, served);
 }
 
+/// The operator's status writes of the cluster between `from` and `to` (audit log).
+fn status_writes(env: &Env, from: Timestamp, to: Timestamp) -> usize {
+    operator_audit(&env.cp, from, to)
+        .iter()
+        .filter(|e| {
+            e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "redlockclusters"
+                && e["objectRef"]["subresource"] == "status"
+        })
+        .count()
+}
+
+/// Safety-review 3, N5: the admin password of one member changed by hand. The operator's kept
+/// probe connection stays logged in; its fresh logins, which fences use, are refused. `fence`
+/// must not say "fenced" (the member still serves lock clients); the operator reports the
+/// failed fence with a Warning and does not rewrite the status in a loop of probes that find
+/// it serving and fences that fail (it did, about ten times a second). Once the password is
+/// put back, the fence lands and the plugin says so.
+#[tokio::test]
+async fn fence_does_not_say_fenced_while_the_fence_cannot_land() {
+    let env = Env::start(3).await;
+    env.create_cluster(NAME, short_spec(3)).await;
+    env.wait_ready(NAME, 3, Duration::from_secs(40)).await;
+    let login = env.client_login(NAME).await;
+    let admin = env.admin_login(NAME).await;
+    let ips = env.member_ips(NAME, 3).await;
+    let mut by_hand = connect(ips[1], &admin).await.unwrap();
+    let set_admin_password = |password: String| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&admin.user)
+            .arg("resetpass")
+            .arg(format!(">{password}"))
+            .clone()
+    };
+    let () = set_admin_password("other".into())
+        .query_async(&mut by_hand)
+        .await
+        .unwrap();
+
+    let err = stderr(&plugin(&env, &["fence", NAME, "1", "--reason", "disk", "--wait", "10s"]).await);
+    assert!(err.contains("its fence not seen in place"), "{err}");
+    assert!(
+        client_gets_in(ips[1], &login).await,
+        "the fence did not land: the member still serves"
+    );
+    env.wait_event("FenceFailed").await;
+    let m = env.member(NAME, 1).await.unwrap();
+    assert_eq!(
+        (m.maintenance.as_deref(), m.fence_seen_at.is_none()),
+        (Some("disk"), true),
+        "{m:?}"
+    );
+    // No storm: over 6 s, the status is written at most about once a second.
+    let from = Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let writes = status_writes(&env, from, Timestamp::now());
+    assert!(writes <= 6, "{writes} status writes in 6 s while the fence fails");
+
+    // The password put back: the fence lands, a probe sees it, and the plugin says so.
+    let () = set_admin_password(admin.password.clone())
+        .query_async(&mut by_hand)
+        .await
+        .unwrap();
+    let out = stdout(&plugin(&env, &["fence", NAME, "1", "--reason", "disk"]).await);
+    assert!(out.contains("locks-1 fenced for maintenance"), "{out}");
+    assert!(
+        !client_gets_in(ips[1], &login).await,
+        "a fenced member let a client in"
+    );
+    assert!(env.member(NAME, 1).await.unwrap().fence_seen_at.is_some());
+}
+
 #[tokio::test]
 async fn errors_say_what_is_wrong() {
     // Short lease timings, so a dead operator shows within seconds.

@@ -11,6 +11,7 @@ pub enum MemberReason {
     HoldExtended,
     InstanceReleased,
     Refenced,
+    FenceFailed,
     NameConflict,
     RollingReplacement,
     ClockJump,
@@ -27,13 +28,14 @@ pub enum MemberReason {
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 19] = [
+    pub const ALL: [MemberReason; 20] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
         Self::HoldExtended,
         Self::InstanceReleased,
         Self::Refenced,
+        Self::FenceFailed,
         Self::NameConflict,
         Self::RollingReplacement,
         Self::ClockJump,
@@ -57,6 +59,7 @@ impl MemberReason {
             Self::HoldExtended => "HoldExtended",
             Self::InstanceReleased => "InstanceReleased",
             Self::Refenced => "Refenced",
+            Self::FenceFailed => "FenceFailed",
             Self::NameConflict => "NameConflict",
             Self::RollingReplacement => "RollingReplacement",
             Self::ClockJump => "ClockJump",

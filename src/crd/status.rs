@@ -221,6 +221,13 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unstopped: Option<UnstoppedProcess>,
 
+    /// While Held or Lost: when a probe first saw the process on record (`runId`) fenced (no
+    /// user a lock client could log in as is on) during this hold: the fence landed. Absent
+    /// while the hold's fence is not confirmed (not probed since, the process unreachable, or
+    /// found serving), and once released. `kubectl redlock fence` waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_seen_at: Option<MicroTime>,
+
     /// Fenced on purpose (`kubectl redlock fence`, annotation `redlock.dev/fenced-members`):
     /// the reason given. The member is held as after a loss and not released, even once its
     /// hold has run, until it is unfenced.
@@ -313,6 +320,7 @@ impl MemberStatus {
             pod_uid: None,
             node: None,
             unstopped: None,
+            fence_seen_at: None,
             maintenance: None,
             clock: None,
         }

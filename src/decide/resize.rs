@@ -139,9 +139,34 @@ fn without_record(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits {
     let confirmed = told.confirmed().unwrap_or(n).clamp(0, n);
     let token = (confirmed < n).then(|| confirmation_token(cluster, nonce));
     Limits {
-        published: told.longest().unwrap_or(n).max(n),
+        published: published_without_record(cluster, told),
         confirmed,
         token,
+    }
+}
+
+/// The published list without a record in status: the longest list a published object tells,
+/// never shorter than N.
+fn published_without_record(cluster: &RedlockCluster, told: Told) -> i32 {
+    told.longest()
+        .unwrap_or(cluster.spec.instances)
+        .max(cluster.spec.instances)
+}
+
+/// The list the children step builds `<name>-client` (`urls` and `quorum`) and the slot
+/// Services from. It runs before the reconcile plans, so it cannot wait for [`before_plan`]:
+/// the status's `publishedInstances` while the status has the resize's record (with the scale-up
+/// a status write ahead of the Secret, as the record must be), else the same second record
+/// [`without_record`] reads (and a half record's list, if longer). Never `spec.instances` alone
+/// (safety review 3, N2): a status wiped or pruned during a scale-down's hold would write the
+/// short list and its quorum while the removed members still hold valid locks, and delete
+/// their Services.
+pub fn published_for_children(cluster: &RedlockCluster, told: Told) -> i32 {
+    let status = cluster.status.as_ref();
+    match status.map(|s| (s.published_instances, s.confirmed_instances)) {
+        Some((Some(published), Some(_))) => published,
+        Some((Some(published), None)) => published.max(published_without_record(cluster, told)),
+        _ => published_without_record(cluster, told),
     }
 }
 
@@ -427,6 +452,62 @@ mod tests {
             ..Told::default()
         };
         assert_eq!(before_plan(&c, longer, "n0"), limits(7, 5));
+    }
+
+    /// Safety-review 3, N2: the children step writes `<name>-client` (`urls` and `quorum`) and
+    /// deletes slot Services before the reconcile plans. During a scale-down's hold, a status
+    /// that lost `publishedInstances` (wiped, patched, pruned by an older CRD schema) must not
+    /// make it write the short list: it takes the list the published objects tell, as the
+    /// resize does, and never a shorter one than any record says.
+    #[test]
+    fn a_missing_published_count_never_shortens_the_list_clients_are_told() {
+        let told = |servers, client| Told {
+            servers,
+            confirmed: servers,
+            client_servers: client,
+        };
+        for (what, status, t, want) in [
+            ("a new cluster", (None, None), told(None, None), 3),
+            // The hold of a scale-down 5 -> 3, the status's count gone.
+            ("scale-down hold, wiped", (None, None), told(Some(5), Some(5)), 5),
+            ("only the ConfigMap tells", (None, None), told(Some(5), None), 5),
+            ("only the Secret tells", (None, None), told(None, Some(5)), 5),
+            // Only `confirmedInstances` left: the count alone decides nothing.
+            ("count pruned", (None, Some(3)), told(Some(5), Some(5)), 5),
+            // Only the count left: it is still a record, the longer of it and the objects.
+            ("half a record", (Some(5), None), told(None, None), 5),
+            (
+                "half a record, objects longer",
+                (Some(3), None),
+                told(Some(5), Some(5)),
+                5,
+            ),
+            // The record in status decides: the shorter list once the hold ended, the longer
+            // one only once a scale-up's status write says so (write-ahead).
+            (
+                "scale-down published",
+                (Some(3), Some(3)),
+                told(Some(5), Some(5)),
+                3,
+            ),
+            (
+                "scale-up not yet on record",
+                (Some(3), Some(3)),
+                told(Some(3), Some(3)),
+                3,
+            ),
+            ("nothing told, spec 3", (None, None), told(None, None), 3),
+        ] {
+            let c = cluster(3, status.0, status.1, None);
+            assert_eq!(published_for_children(&c, t), want, "{what}");
+        }
+        let mut wiped = cluster(3, None, None, None);
+        wiped.status = None;
+        assert_eq!(
+            published_for_children(&wiped, told(Some(5), Some(5))),
+            5,
+            "no status"
+        );
     }
 
     /// A rejected spec changes no limit: the record in status stands, and without one the

@@ -352,9 +352,14 @@ async fn wait_recorded(
         if tokio::time::Instant::now() >= deadline {
             let detail = match &member {
                 Some(m) => format!(
-                    "{} is {:?}{}{}",
+                    "{} is {:?}{}{}{}",
                     m.name,
                     m.state,
+                    match (maintenance, m.state.is_holding() && m.fence_seen_at.is_none()) {
+                        (Some(_), true) =>
+                            ", its fence not seen in place (it may still serve lock clients: see the FenceFailed events)",
+                        _ => "",
+                    },
                     m.maintenance
                         .as_deref()
                         .map(|r| format!(", marked for maintenance ({r})"))
@@ -377,13 +382,17 @@ async fn wait_recorded(
     }
 }
 
-/// Whether `m` shows the request as recorded: fenced and held with the reason (a member not
-/// started yet: marked), or no longer marked. Then: when it may serve again (`heldUntil`, or
-/// "now" once that has passed).
+/// Whether `m` shows the request as recorded: held with the reason and its fence seen in
+/// place by a probe since (`fenceSeenAt`; a record about no process, or a member not started
+/// yet: marked), or no longer marked. Then: when it may serve again (`heldUntil`, or "now"
+/// once that has passed). A held record alone is not enough (safety review 3, N5): it is
+/// written before the fence is sent, and a fence can fail (the operator's fresh logins
+/// refused while its kept probe connection still works).
 fn recorded(m: &MemberStatus, maintenance: Option<&str>, now: Timestamp) -> Option<String> {
+    let fenced = m.fence_seen_at.is_some() || m.run_id.is_none();
     let done = m.maintenance.as_deref() == maintenance
         && (maintenance.is_none()
-            || (m.state.is_holding() && !m.lost_on_refusal())
+            || (m.state.is_holding() && !m.lost_on_refusal() && fenced)
             || m.state == MemberState::Starting);
     done.then(|| match (&m.held_until, m.state.is_holding()) {
         (Some(u), true) if u.0 > now => u.0.to_string(),
@@ -449,14 +458,28 @@ mod tests {
     }
 
     #[test]
-    fn a_fence_is_recorded_once_held_or_starting_with_the_reason() {
+    fn a_fence_is_recorded_once_seen_in_place_or_starting_with_the_reason() {
         let now = Timestamp::from_second(100).unwrap();
-        let held = member(MemberState::Held, Some("disk"), Some(130));
+        let mut held = member(MemberState::Held, Some("disk"), Some(130));
+        held.run_id = Some("r1".into());
+        // Held with the reason, but no probe has seen its fence in place: not fenced yet.
+        assert_eq!(recorded(&held, Some("disk"), now), None);
+        held.fence_seen_at = Some(MicroTime(Timestamp::from_second(99).unwrap()));
         assert_eq!(
             recorded(&held, Some("disk"), now).as_deref(),
             Some("1970-01-01T00:02:10Z")
         );
         assert_eq!(recorded(&held, Some("other"), now), None);
+        // A record about no process (its pod gone): nothing serves to be fenced.
+        assert_eq!(
+            recorded(
+                &member(MemberState::Lost, Some("disk"), Some(130)),
+                Some("disk"),
+                now
+            )
+            .as_deref(),
+            Some("1970-01-01T00:02:10Z")
+        );
         // Marked but not fenced (it does not answer): not recorded yet.
         assert_eq!(
             recorded(&member(MemberState::Ready, Some("disk"), None), Some("disk"), now),

@@ -106,7 +106,8 @@ pub async fn fence_ahead(
     access: &AdminAccess,
     observed: &BTreeMap<Slot, SlotObservation>,
     d: &Decision,
-) -> Result<()> {
+) -> Result<FencesSent> {
+    let mut sent = FencesSent::default();
     for (slot, run_id) in &d.plan.fences {
         let unstopped = d
             .status
@@ -130,18 +131,79 @@ pub async fn fence_ahead(
         // A fence only ever shuts clients out; no leadership check could make it unsafe, but
         // a replica that lost the lease should not act at all.
         ctx.leadership.check()?;
+        let mut failure = None;
         for access in accesses {
             match access.fence(ip, run_id).await {
                 Ok(()) => {
                     tracing::warn!(slot = slot.index(), %run_id, user = access.client_user, "fenced again");
+                    failure = None;
                     break;
                 }
-                // The next probe sees it still serving and fences again.
-                Err(e) => tracing::warn!(slot = slot.index(), error = %e, "fence not done"),
+                Err(e) => {
+                    tracing::warn!(slot = slot.index(), error = %e, "fence not done");
+                    failure = Some(e.to_string());
+                }
             }
         }
+        match failure {
+            Some(why) => {
+                sent.failed = true;
+                fence_failed(ctx, cluster, *slot, run_id, ip, &why).await;
+            }
+            None => sent.landed = true,
+        }
     }
-    Ok(())
+    if sent.landed && !sent.failed {
+        ctx.memory.failed_fences.succeeded(&ObjectRef::from_obj(cluster));
+    }
+    Ok(sent)
+}
+
+/// What [`fence_ahead`] came to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FencesSent {
+    /// A fence was sent and answered.
+    pub landed: bool,
+    /// A fence could not be sent or was refused: the process may still serve.
+    pub failed: bool,
+}
+
+/// A fence that did not land (safety review 3, N5). The kept probe connection to that address
+/// is closed, so the next probe logs in afresh as the fence did, and probe and fence agree:
+/// one whose fresh login fails gets no answer (nothing is released on it, and it is not
+/// "found serving" again and again while nothing can fence it); one that answers shows
+/// whether the process serves, and is fenced again. The Warning tells whoever asked for the
+/// fence, at most once per backoff step (1 s doubling to 5 min) while fences keep failing.
+async fn fence_failed(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    slot: Slot,
+    run_id: &str,
+    ip: std::net::IpAddr,
+    why: &str,
+) {
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    ctx.memory.probe_connections.close_to(uid, ip);
+    let gate = &ctx.memory.failed_fences;
+    let (obj, now) = (ObjectRef::from_obj(cluster), Instant::now());
+    if !gate.open(&obj, now) {
+        return;
+    }
+    let quiet = gate.failed(obj, now);
+    let note = format!(
+        "{}: process {run_id} could not be fenced: {why}. It may still serve lock clients; the operator tries again every probe period (this Warning again in {}s at the earliest if it keeps failing)",
+        crate::resources::names::slot_name(&cluster.name_any(), slot),
+        quiet.as_secs()
+    );
+    events::publish_for_slot(
+        &ctx.recorder,
+        cluster,
+        slot,
+        MemberReason::FenceFailed,
+        note,
+        true,
+    )
+    .await;
 }
 
 /// Metrics, condition changes and events of the decision.
@@ -392,9 +454,13 @@ async fn release_each(
         let Some(ip) = o.pod_ip else {
             continue;
         };
-        // Ahead of the write, only while the cache still shows this process's own last write
-        // (each release takes a connection and a round trip; a user's edit or a suspension
-        // may come between): the rest go after the write.
+        // Ahead of the write, only while no suspension since this process's own last write
+        // shows (each release takes a connection and a round trip, in which the process can be
+        // stopped and a successor elected): the rest go after the write. Only the clock is
+        // read afresh here; the version compared is the snapshot's the reconcile planned from,
+        // so a user's edit that reached the cache since is not seen. None is needed: what such
+        // an edit can ask for never makes a recorded hold's release unsafe
+        // (`persist::ahead_of_write`), and the write after it is conditional on the snapshot.
         if ahead && !super::persist::still_own(ctx, cluster) {
             break;
         }

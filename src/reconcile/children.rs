@@ -140,7 +140,8 @@ async fn apply_all(
 ) -> Result<ChildrenReport> {
     let mut report = ChildrenReport::default();
     ctx.leadership.check()?;
-    let published = published(cluster);
+    // Read before the Secrets are written: `<name>-client` is one of the records read.
+    let published = published(ctx, cluster, ns);
     // Over the `<name>-admin` the credentials were read from, when read fresh (a rotation runs
     // or is asked for): the rotation's steps are recorded there, and this write must not put
     // back an older step another replica has since replaced.
@@ -190,13 +191,11 @@ async fn apply_all(
 }
 
 /// The list clients are told, as on record: it changes only after the status says so (a
-/// scale-down's shorter list only after its removed members were held).
-fn published(cluster: &RedlockCluster) -> i32 {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.published_instances)
-        .unwrap_or(cluster.spec.instances)
+/// scale-down's shorter list only after its removed members were held), and without that
+/// record, what `<name>-endpoints` and `<name>-client` tell. Read before `<name>-client` is
+/// written: it is one of the two objects read.
+fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> i32 {
+    crate::resize::published_for_children(cluster, super::observation::told(ctx, cluster, ns))
 }
 
 /// The three Secrets of `credentials`, in the order that keeps every password on record
@@ -225,7 +224,7 @@ pub async fn apply_secrets(
     if !ready {
         return Ok(false);
     }
-    let client = secrets::client_secret(cluster, credentials, published(cluster));
+    let client = secrets::client_secret(cluster, credentials, published(ctx, cluster, ns));
     let mut ready = report.record(
         describe(&client),
         apply::apply_if_changed(&secrets_api, cache, client).await,

@@ -113,6 +113,10 @@ pub struct Memory {
     /// Per-cluster backoff of pod deletes, apart from creates: a create refused for good (a
     /// quota, a webhook) must not hold up the deletes of a scale-down or a rollout.
     pub pod_deletes: RetryGate,
+    /// Per-cluster backoff of the `FenceFailed` Warning while fences keep failing.
+    pub failed_fences: RetryGate,
+    /// Why the readiness gates cannot be written, found at start ([`crate::runtime::permissions`]).
+    pub gate_writes_refused: std::sync::OnceLock<Option<String>>,
     /// TTL audit state per cluster (`ttl_sampling::audit_key`); after a restart the audit
     /// simply sweeps again.
     pub ttl_audits: Mutex<HashMap<String, ClusterAudit>>,

@@ -68,6 +68,9 @@ pub struct Facts<'a> {
     /// Random, drawn for this reconcile: the unpredictable part of a new confirmation token
     /// (`resize::confirmation_token`).
     pub nonce: &'a str,
+    /// Why the pods' readiness gates cannot be written (`crate::runtime::permissions`), if so: told in
+    /// `ChildrenApplied`.
+    pub gate_writes_refused: Option<&'a str>,
 }
 
 /// The decision's steps in their order, each feeding the next: the hold in force, the
@@ -136,7 +139,13 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
         max_lock_ttl: policy.policy.max_lock_ttl.to_string(),
         hold: Some(policy.policy.clone()),
         conflicts: conflicts(&name, facts),
-        apply_problems: facts.children.problems.clone(),
+        apply_problems: facts
+            .children
+            .problems
+            .iter()
+            .cloned()
+            .chain(facts.gate_writes_refused.map(str::to_owned))
+            .collect(),
         limits: Some(limits),
         rollout,
         failure_domains: Some(obs.failure_domains.clone()),
@@ -390,6 +399,18 @@ mod tests {
         rejections: &[Rejection],
         now: Timestamp,
     ) -> Decision {
+        decide_refusing_gates(c, obs, children, rejections, now, None)
+    }
+
+    /// [`decide_at`], with the readiness gates' writes refused for `why`.
+    fn decide_refusing_gates(
+        c: &RedlockCluster,
+        obs: &Observation,
+        children: &ChildrenReport,
+        rejections: &[Rejection],
+        now: Timestamp,
+        why: Option<&str>,
+    ) -> Decision {
         decide(
             c,
             &Facts {
@@ -405,6 +426,7 @@ mod tests {
                 password_rotation: Vec::new(),
                 spec_hash: &crate::children::hash::spec_hash(&c.spec),
                 nonce: "n0",
+                gate_writes_refused: why,
             },
             Reading::at(now),
         )
@@ -458,6 +480,28 @@ mod tests {
             assert_eq!(m.held_until.as_ref().unwrap().0, at(131));
         }
         assert_eq!(d.requeue, Duration::from_secs(1));
+    }
+
+    /// Safety-review 3, N10: readiness gates the operator may not write are told on the
+    /// cluster, with the children's own problems.
+    #[test]
+    fn gates_that_cannot_be_written_are_told_in_children_applied() {
+        let c = cluster(serde_json::json!({"instances": 1, "maxLockTTL": "30s"}));
+        let obs = observation(BTreeMap::new(), None);
+        let children = ready_children();
+        let refused = "the operator may not patch pods/status (denied)";
+        let applied = |why| {
+            let d = decide_refusing_gates(&c, &obs, &children, &[], at(100), why);
+            let found = d
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "ChildrenApplied")
+                .cloned();
+            found.map(|c| (c.status, c.message)).unwrap()
+        };
+        assert_eq!(applied(Some(refused)), ("False".into(), refused.into()));
+        assert_eq!(applied(None).0, "True");
     }
 
     #[test]
@@ -595,6 +639,7 @@ mod tests {
                 password_rotation: Vec::new(),
                 spec_hash: &crate::children::hash::spec_hash(&c.spec),
                 nonce: "n0",
+                gate_writes_refused: None,
             },
             Reading::at(at(100)),
         );

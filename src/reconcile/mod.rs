@@ -218,6 +218,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
             password_rotation,
             spec_hash: &spec_hash,
             nonce: &nonce,
+            gate_writes_refused: ctx.memory.gate_writes_refused.get().and_then(Option::as_deref),
         },
         clock,
     );
@@ -247,7 +248,13 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let deadline = decision.deadline;
     let next_timers = decision.timers.clone();
     // Fences at once, before the status write and whether or not it lands (module doc).
-    act::fence_ahead(&ctx, cluster, &ns, &inputs.access, &observation.slots, &decision).await?;
+    let sent = act::fence_ahead(&ctx, cluster, &ns, &inputs.access, &observation.slots, &decision).await?;
+    if sent.failed {
+        // Not the 100 ms of a fence just sent, whose effect the next probe confirms: one that
+        // failed is tried again at the probe period's pace, not in a loop of probes, fences
+        // and status writes (safety review 3, N5).
+        after = after.max(ctx.settings.probe_period);
+    }
     let fenced = fence_ahead::unrecorded(
         cluster.recorded_members(),
         &decision.status.members,

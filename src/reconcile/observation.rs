@@ -57,11 +57,7 @@ pub async fn observe(
 ) -> Result<Observation> {
     let mut slots = observe::pods_by_slot(cluster, &ctx.caches.pods_of(ns, &cluster.name_any()));
     let published = published(ctx, cluster, ns);
-    let told = crate::decide::resize::Told {
-        servers: published.servers,
-        confirmed: published.confirmed,
-        client_servers: client_servers(ctx, cluster, ns),
-    };
+    let told = told_by(&published, ctx, cluster, ns);
     look_up_missing_by_name(ctx, cluster, ns, told.longest(), &mut slots).await?;
     find_tls_cas(ctx, cluster, ns, access, &mut slots).await?;
     // Side by side: an address that never answers (a partition that also cuts the operator
@@ -331,6 +327,20 @@ fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> 
         .find(|m| m.slot == slot)?
         .clock
         .as_ref()
+}
+
+/// What `<name>-endpoints` and `<name>-client` tell clients (the operator's caches): the
+/// resize's second record, read by the children step too, before it writes `<name>-client`.
+pub fn told(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::resize::Told {
+    told_by(&published(ctx, cluster, ns), ctx, cluster, ns)
+}
+
+fn told_by(published: &Published, ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::resize::Told {
+    crate::resize::Told {
+        servers: published.servers,
+        confirmed: published.confirmed,
+        client_servers: client_servers(ctx, cluster, ns),
+    }
 }
 
 /// What the cluster's `<name>-endpoints` ConfigMap tells clients (the operator's cache).

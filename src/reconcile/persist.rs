@@ -131,9 +131,11 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
     AheadOfWrite { releases }
 }
 
-/// Whether the cache still shows this process's own last status write of `cluster`, with no
-/// forward step of its clock since (a suspension) that a successor could have used: checked
-/// before the ahead releases are chosen and again before each is sent.
+/// Whether `cluster` (the snapshot planned from) is this process's own last status write of
+/// it, with no forward step of its clock since (a suspension) that a successor could have
+/// used: checked before the ahead releases are chosen and again before each is sent. The
+/// second check reads only the clock afresh (the snapshot and the memory of own writes do not
+/// change within a reconcile): it catches a suspension during the releases, not an edit.
 pub fn still_own(ctx: &Context, cluster: &RedlockCluster) -> bool {
     ctx.leadership
         .no_successor_within(crate::reconcile::context::OWN_WRITE_STEP_LIMIT)

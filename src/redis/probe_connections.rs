@@ -107,6 +107,16 @@ impl ProbeConnections {
         }
     }
 
+    /// Closes the connections of cluster `uid` kept for `ip`: the next probe dials afresh, as
+    /// fences and releases do. After a fence failed on a fresh connection (the operator's
+    /// password no longer accepted, `maxclients` reached), a kept connection would go on
+    /// answering probes that nothing the operator sends can act on (safety review 3, N5).
+    pub fn close_to(&self, uid: &str, ip: IpAddr) {
+        if let Some(conns) = self.lock().get_mut(uid) {
+            conns.retain(|k, _| k.ip != ip);
+        }
+    }
+
     /// Closes every connection of a deleted cluster.
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);

@@ -21,5 +21,6 @@ pub mod lease_owner;
 pub mod metrics;
 pub mod node_zones;
 pub mod open_files;
+pub mod permissions;
 pub mod recorder;
 pub mod telemetry;

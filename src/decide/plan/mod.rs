@@ -121,6 +121,7 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
                 obs.clock_record.as_ref(),
                 prev.and_then(|p| p.clock.as_ref()),
             );
+            m.fence_seen_at = fence_seen_at(&m, prev, obs, input.now);
             if m.state.is_holding()
                 && let Some(until) = &m.held_until
                 && until.0 > input.now
@@ -168,6 +169,34 @@ pub fn still_owed(
         })
         .cloned()
         .collect()
+}
+
+/// When the hold of `m` was first seen to have its fence in place (safety review 3, N5: a
+/// fence sent is not a fence landed, and `kubectl redlock fence` must not say "fenced" before
+/// it is): the moment this reconcile's probe found the process on record with no lock-client
+/// user on, or the earlier moment already on record for the same process. A probe that finds
+/// it serving clears it (the fence was undone or never landed); one without an answer proves
+/// nothing either way and keeps what is on record. Only while the record holds.
+fn fence_seen_at(
+    m: &MemberStatus,
+    prev: Option<&MemberStatus>,
+    obs: &SlotObservation,
+    now: Timestamp,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime> {
+    if !m.state.is_holding() {
+        return None;
+    }
+    let run_id = m.run_id.as_deref()?;
+    let kept = prev
+        .filter(|p| p.state.is_holding() && p.run_id.as_deref() == Some(run_id))
+        .and_then(|p| p.fence_seen_at.clone());
+    match obs.probe.answered().filter(|r| r.run_id == run_id) {
+        Some(r) if r.client_enabled => None,
+        Some(_) => kept.or(Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            crate::hold::floor_micros(now),
+        ))),
+        None => kept,
+    }
 }
 
 /// Why a process fenced ahead of a status write that did not land waits for its release.

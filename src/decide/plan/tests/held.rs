@@ -339,6 +339,7 @@ fn operator_restart_mid_hold_keeps_the_hold() {
     let members = vec![
         MemberStatus {
             message: Some(format!("new process (restarted); held until {until}")),
+            fence_seen_at: micro(at(T0 + 1)),
             ..held(0, "Q", "c2", until)
         },
         lost(1, until),

@@ -112,6 +112,7 @@ fn retired_slots() {
                 pod_ip: None,
                 listener: None,
                 unstopped: None,
+                fence_seen_at: None,
                 maintenance: None,
                 clock: None,
             }),

@@ -140,6 +140,7 @@ pub struct State {
     pub attempts: Vec<u8>,
     /// No tick after this one.
     pub horizon: u16,
+    pub start: Start,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -185,7 +186,7 @@ pub enum Action {
 }
 
 /// Where the model starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Start {
     /// Every member released and serving (reached by running the operator from nothing).
     Serving,
@@ -216,6 +217,10 @@ pub struct Bounds {
     pub probe_timeouts: bool,
     pub write_refusals: bool,
     pub partitions: bool,
+    /// Pods may be deleted (else only processes crash).
+    pub deletes: bool,
+    /// A cut-off node may come back (its kubelet then stops the deleted pod's process).
+    pub heals: bool,
     pub starts: Vec<Start>,
 }
 
@@ -237,6 +242,8 @@ impl Bounds {
             probe_timeouts: false,
             write_refusals: false,
             partitions: false,
+            heals: false,
+            deletes: true,
             starts: vec![Start::Serving, Start::Recreated],
         }
     }
@@ -244,8 +251,8 @@ impl Bounds {
     /// The bound `make model-check` runs.
     pub fn full() -> Self {
         Bounds {
-            max_now: 7,
-            faults: 2,
+            max_now: 5,
+            faults: 1,
             ttl_edits: vec![1, 3],
             wipes: true,
             clock_steps: true,
@@ -254,6 +261,60 @@ impl Bounds {
             partitions: true,
             ..Bounds::small()
         }
+    }
+}
+
+impl Bounds {
+    /// The bounds by name: `small`, `full`, or one focused on a rule (the mutation check,
+    /// `tests/model/mutations/`): only the faults that rule is about, so that a check with it
+    /// turned off finds its counterexample in seconds.
+    pub fn named(name: &str) -> Option<Self> {
+        let focused = Bounds {
+            faults: 2,
+            max_now: 3,
+            lagging_cache: false,
+            operator_restarts: false,
+            deletes: false,
+            starts: vec![Start::Serving],
+            ..Bounds::small()
+        };
+        Some(match name {
+            "small" => Bounds::small(),
+            "full" => Bounds::full(),
+            "first-process" => Bounds {
+                faults: 0,
+                max_now: 3,
+                starts: vec![Start::Recreated],
+                ..focused
+            },
+            "lowering" => Bounds {
+                ttl_edits: vec![1],
+                ..focused
+            },
+            "release-ahead" => Bounds {
+                write_refusals: true,
+                operator_restarts: true,
+                lagging_cache: true,
+                ..focused
+            },
+            "evidence" => Bounds {
+                partitions: true,
+                faults: 1,
+                ..focused
+            },
+            "clock" => Bounds {
+                clock_steps: true,
+                ..focused
+            },
+            // A cut-off node that comes back (docs/model-check.md, "Findings").
+            "heal" => Bounds {
+                partitions: true,
+                heals: true,
+                faults: 1,
+                ..focused
+            },
+            _ => return None,
+        })
     }
 }
 
@@ -301,12 +362,16 @@ impl HoldModel {
             faults: 0,
             attempts: vec![0; b.clients as usize],
             horizon: b.max_now,
+            start: Start::Serving,
         }
     }
 
     /// The start `start`, reached with the operator's own decisions where it needs them.
     pub fn start(&self, start: Start) -> State {
-        let mut s = self.nothing();
+        let mut s = State {
+            start,
+            ..self.nothing()
+        };
         match start {
             Start::Recreated => {
                 let list = self.bounds.instances;
@@ -779,7 +844,7 @@ impl HoldModel {
             if fault && pod.as_ref().is_some_and(|p| p.process.is_some()) {
                 actions.push(Action::Crash(slot));
             }
-            if fault && pod.is_some() {
+            if fault && b.deletes && pod.is_some() {
                 actions.push(Action::DeletePod(slot));
             }
             if pod.as_ref().is_some_and(|p| p.process.is_none()) {
@@ -792,7 +857,7 @@ impl HoldModel {
             {
                 actions.push(Action::CutOff(slot));
             }
-            if s.orphans[slot as usize].is_some() {
+            if b.heals && s.orphans[slot as usize].is_some() {
                 actions.push(Action::Heal(slot));
             }
         }
@@ -934,8 +999,9 @@ impl Model for HoldModel {
                 !serves_within_hold(s)
             }),
             Property::sometimes("a client holds the lock", |_, s: &State| !s.locks.is_empty()),
-            Property::sometimes("every member serves after a fault", |_, s: &State| {
-                s.faults > 0 && all_serving(s)
+            // From a start where they do not, or after a fault.
+            Property::sometimes("every member serves again", |_, s: &State| {
+                (s.faults > 0 || s.start == Start::Recreated) && all_serving(s)
             }),
         ]
     }

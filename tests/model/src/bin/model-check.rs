@@ -6,13 +6,11 @@ use redlock_model::{check_for, format_trace};
 
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "full".into());
-    let mut bounds = match which.as_str() {
-        "small" => Bounds::small(),
-        "full" => Bounds::full(),
-        other => {
-            eprintln!("unknown bound {other}: small or full");
-            std::process::exit(2);
-        }
+    let Some(mut bounds) = Bounds::named(&which) else {
+        eprintln!(
+            "unknown bound {which}: small, full, first-process, lowering, release-ahead, evidence, clock, heal"
+        );
+        std::process::exit(2);
     };
     // MODEL_MAX_NOW / MODEL_FAULTS override those two bounds.
     if let Some(v) = std::env::var("MODEL_MAX_NOW").ok().and_then(|v| v.parse().ok()) {

@@ -172,6 +172,17 @@ mod tests {
         );
     }
 
+    /// The `Serving` start of `bounds`, and a plain reconcile.
+    fn serving(bounds: &Bounds) -> (State, Action) {
+        let start = HoldModel::new(bounds.clone()).start(Start::Serving);
+        let reconcile = Action::Reconcile {
+            unreachable: None,
+            write_refused: false,
+            lagging: false,
+        };
+        (start, reconcile)
+    }
+
     /// The `heal` finding (docs/model-check.md, "Findings"), replayed: a client's lock on a
     /// cut-off process that then dies is still valid when the replacement is released, so a
     /// second client gets a majority. Ignored until `plan::holding` runs the hold again from
@@ -180,13 +191,7 @@ mod tests {
     #[ignore = "open finding: a cut-off process's locks outlive the hold when it dies after it"]
     fn a_cut_off_process_that_dies_after_the_hold_leaves_its_locks() {
         let bounds = Bounds::named("heal").expect("a bound");
-        let m = HoldModel::new(bounds.clone());
-        let start = m.start(Start::Serving);
-        let reconcile = Action::Reconcile {
-            unreachable: None,
-            write_refused: false,
-            lagging: false,
-        };
+        let (start, reconcile) = serving(&bounds);
         let trace = [
             Action::CutOff(0),
             reconcile.clone(),
@@ -221,13 +226,7 @@ mod tests {
     fn a_wipe_forgets_a_cut_off_process() {
         let mut bounds = Bounds::full();
         bounds.faults = 2;
-        let m = HoldModel::new(bounds.clone());
-        let start = m.start(Start::Serving);
-        let reconcile = Action::Reconcile {
-            unreachable: None,
-            write_refused: false,
-            lagging: false,
-        };
+        let (start, reconcile) = serving(&bounds);
         let trace = [
             Action::CutOff(0),
             reconcile.clone(),

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-load safety-real-nodes test-real-nodes
+.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-load safety-real-nodes test-real-nodes model-check model-mutations
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -165,6 +165,21 @@ bench-env: dev-binaries nodes
 bench: controlplane
 	$(CARGO) bench --bench lifecycle
 	$(CARGO) bench --bench rollout
+
+## model-check: the exhaustive model check of the hold rule over the operator's own decide
+## (tests/model, docs/model-check.md) at MODEL_BOUND (full; small is what `make test` runs,
+## or a rule's focused bound): prints the bounds, states explored, depth, time; fails on a
+## property violation, printing its trace as actions.
+MODEL_BOUND ?= full
+model-check:
+	$(CARGO) build -p redlock-model --bin model-check
+	$(BIN)/model-check $(MODEL_BOUND)
+
+## model-mutations: each rule of tests/model/mutations/ turned off in turn (the patch applied
+## to src/, reverted afterwards): the model check of its focused bound must find a
+## counterexample; prints the rule, the property violated and the trace's length.
+model-mutations:
+	CARGO="$(CARGO)" tests/model/mutations/run.sh
 
 ## safety: the full safety suite: rslock, go-redsync and node-redlock against a RedlockCluster
 ## under >= 200 seeded faults, then the same faults against unfenced servers (the control).

@@ -68,6 +68,8 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
+pub use children::ChildrenReport;
+pub use observation::Observation;
 pub use persist::status_patch;
 
 use crate::crd::conditions::{self, ConditionType};

@@ -1,0 +1,252 @@
+//! An exhaustive model check of the hold rule over the operator's own decision code
+//! (docs/model-check.md): [`model::HoldModel`] explores every interleaving of crashes,
+//! restarts, pod deletions, stale caches, status wipes, operator restarts, clock steps and
+//! maxLockTTL edits within its [`model::Bounds`], calling the operator's `decide` at every
+//! reconcile, and checks that no two clients ever hold the lock at once.
+
+pub mod model;
+pub mod operator;
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Model};
+
+use model::{Action, Bounds, HoldModel, State};
+
+/// What one check found.
+pub struct Outcome {
+    pub states: usize,
+    pub unique: usize,
+    pub depth: usize,
+    pub elapsed: Duration,
+    /// Per `always` property violated: its counterexample, as the start and the actions.
+    pub violations: Vec<(&'static str, State, Vec<Action>)>,
+    /// `sometimes` properties no state showed (the model would be vacuous for them).
+    pub never_seen: Vec<&'static str>,
+}
+
+/// Checks `bounds` exhaustively (breadth first: the counterexamples are shortest).
+pub fn check(bounds: Bounds, threads: usize) -> Outcome {
+    check_for(bounds, threads, None)
+}
+
+/// [`check`], stopped after `limit` when given (then the numbers are what was explored by
+/// then, not the whole bound).
+pub fn check_for(bounds: Bounds, threads: usize, limit: Option<Duration>) -> Outcome {
+    let started = Instant::now();
+    let model = HoldModel::new(bounds);
+    let properties = model.properties();
+    let mut builder = model.checker().threads(threads);
+    if let Some(limit) = limit {
+        builder = builder.timeout(limit);
+    }
+    let checker = builder.spawn_bfs().join();
+    let mut violations = Vec::new();
+    let mut never_seen = Vec::new();
+    for p in properties {
+        let found = checker.discovery(p.name);
+        match (p.expectation, found) {
+            (stateright::Expectation::Always, Some(path)) => {
+                let start = path.clone().into_states().remove(0);
+                violations.push((p.name, start, path.into_actions()));
+            }
+            (stateright::Expectation::Sometimes, None) => never_seen.push(p.name),
+            _ => {}
+        }
+    }
+    Outcome {
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        elapsed: started.elapsed(),
+        violations,
+        never_seen,
+    }
+}
+
+/// Replays `actions` from `start`, printing each step: the counterexample as a trace.
+pub fn replay(bounds: Bounds, start: &State, actions: &[Action]) -> State {
+    let model = HoldModel::new(bounds);
+    let mut s = start.clone();
+    for a in actions {
+        s = model
+            .step(&s, a.clone())
+            .unwrap_or_else(|| panic!("{a:?} is not possible in {s:?}"));
+    }
+    s
+}
+
+/// A counterexample, one action a line with what clients and processes were then.
+pub fn format_trace(bounds: &Bounds, start: &State, actions: &[Action]) -> String {
+    let model = HoldModel::new(bounds.clone());
+    let mut s = start.clone();
+    let mut out = format!("  start: {}\n", summary(start));
+    for a in actions {
+        s = model
+            .step(&s, a.clone())
+            .expect("a trace the checker found replays");
+        out.push_str(&format!("  {a:?}\n      -> {}\n", summary(&s)));
+    }
+    out
+}
+
+/// One line: time, each slot's process, the record, what clients were told, the locks.
+pub fn summary(s: &State) -> String {
+    let slots: Vec<String> = s
+        .pods
+        .iter()
+        .map(|p| match p {
+            None => "-".into(),
+            Some(p) => match &p.process {
+                None => "down".into(),
+                Some(p) => format!("r{}{}", p.run, if p.serving { "+" } else { "" }),
+            },
+        })
+        .collect();
+    let orphans: Vec<String> = s
+        .orphans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            p.as_ref()
+                .map(|p| format!("{i}:r{}{}", p.run, if p.serving { "+" } else { "" }))
+        })
+        .collect();
+    let members: Vec<String> = s.stored.status.0.as_ref().map_or(Vec::new(), |st| {
+        st.members.iter().map(|m| format!("{:?}", m.state)).collect()
+    });
+    format!(
+        "t={} procs=[{}] cut-off=[{}] status(v{})=[{}] cache=v{} told={:?} locks={:?}",
+        s.now,
+        slots.join(" "),
+        orphans.join(" "),
+        s.stored.version,
+        members.join(" "),
+        s.cache.version,
+        s.published.as_ref().map(|p| (p.list, p.ttl)),
+        s.locks
+            .iter()
+            .map(|l| (l.client, l.members.clone(), l.taken, l.ttl))
+            .collect::<Vec<_>>()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::Start;
+
+    #[test]
+    fn the_starts_are_reached_by_the_operator() {
+        let m = HoldModel::new(Bounds::small());
+        let s = m.start(Start::Serving);
+        assert!(model::all_serving(&s), "{}", summary(&s));
+    }
+
+    #[test]
+    fn a_serving_cluster_is_a_fixpoint_of_reconciles() {
+        let m = HoldModel::new(Bounds::small());
+        let s = m.start(Start::Serving);
+        let r = Action::Reconcile {
+            unreachable: None,
+            write_refused: false,
+            lagging: false,
+        };
+        assert_eq!(m.step(&s, r).as_ref(), Some(&s), "{}", summary(&s));
+    }
+
+    #[test]
+    fn the_small_bound_holds() {
+        let bounds = Bounds::small();
+        let out = check(bounds.clone(), 2);
+        let traces: Vec<String> = out
+            .violations
+            .iter()
+            .map(|(name, start, actions)| format!("{name}:\n{}", format_trace(&bounds, start, actions)))
+            .collect();
+        assert!(traces.is_empty(), "{}", traces.join("\n"));
+        assert!(out.never_seen.is_empty(), "vacuous: {:?}", out.never_seen);
+        eprintln!(
+            "small bound: {} states, depth {}, {:?}",
+            out.states, out.depth, out.elapsed
+        );
+    }
+
+    /// The `Serving` start of `bounds`, and a plain reconcile.
+    fn serving(bounds: &Bounds) -> (State, Action) {
+        let start = HoldModel::new(bounds.clone()).start(Start::Serving);
+        let reconcile = Action::Reconcile {
+            unreachable: None,
+            write_refused: false,
+            lagging: false,
+        };
+        (start, reconcile)
+    }
+
+    /// The `heal` finding (docs/model-check.md, "Findings"), replayed: a client's lock on a
+    /// cut-off process that then dies is still valid when the replacement is released, so a
+    /// second client gets a majority. Ignored until `plan::holding` runs the hold again from
+    /// the evidence; then it is this finding's regression test.
+    #[test]
+    #[ignore = "open finding: a cut-off process's locks outlive the hold when it dies after it"]
+    fn a_cut_off_process_that_dies_after_the_hold_leaves_its_locks() {
+        let bounds = Bounds::named("heal").expect("a bound");
+        let (start, reconcile) = serving(&bounds);
+        let trace = [
+            Action::CutOff(0),
+            reconcile.clone(),
+            Action::Tick,
+            Action::Tick,
+            Action::Lock {
+                client: 0,
+                slots: vec![0, 1],
+                old: Some(0),
+            },
+            Action::Heal(0),
+            reconcile,
+            Action::Lock {
+                client: 1,
+                slots: vec![0, 2],
+                old: None,
+            },
+        ];
+        let end = replay(bounds.clone(), &start, &trace);
+        assert!(
+            !model::two_holders(&end),
+            "two holders:\n{}",
+            format_trace(&bounds, &start, &trace)
+        );
+    }
+
+    /// The second finding (docs/model-check.md, "Findings"): a status wipe loses the record of
+    /// a process that outlived its pod, and its replacement is released after one hold while
+    /// that process still serves.
+    #[test]
+    #[ignore = "open finding: a status wipe loses the record of a cut-off process"]
+    fn a_wipe_forgets_a_cut_off_process() {
+        let mut bounds = Bounds::full();
+        bounds.faults = 2;
+        let (start, reconcile) = serving(&bounds);
+        let trace = [
+            Action::CutOff(0),
+            reconcile.clone(),
+            Action::WipeStatus,
+            Action::DeliverWatch,
+            reconcile.clone(),
+            Action::Tick,
+            Action::Lock {
+                client: 0,
+                slots: vec![0, 2],
+                old: Some(0),
+            },
+            Action::Tick,
+            reconcile,
+        ];
+        let end = replay(bounds.clone(), &start, &trace);
+        assert!(
+            !model::serves_within_hold(&end),
+            "serves within its hold:\n{}",
+            format_trace(&bounds, &start, &trace)
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! Everything the model takes from the operator, in one place: the decision code it calls
+//! and the types it builds that code's inputs from. A module of the operator that moves is
+//! a change to this file only.
+
+pub use redlock_operator::clock::Reading;
+pub use redlock_operator::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+pub use redlock_operator::fence_ahead::{self, UnrecordedFence, UnrecordedFences};
+pub use redlock_operator::hold_timers::ClusterTimers;
+pub use redlock_operator::model::Slot;
+pub use redlock_operator::observe::{
+    KubeletAnswer, PodState, Probe, RedisInfo, SlotObservation, UnstoppedSearch,
+};
+pub use redlock_operator::reconcile::decide::{Decision, Facts, decide};
+pub use redlock_operator::reconcile::{ChildrenReport, Observation};
+pub use redlock_operator::release_ahead::{self, Released, Unrecorded, UnrecordedRelease};
+pub use redlock_operator::resize::Told;
+pub use redlock_operator::resources::hash::spec_hash;

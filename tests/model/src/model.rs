@@ -83,6 +83,8 @@ pub struct Memory {
     pub timers: Opaque<ClusterTimers>,
     pub fences: Opaque<Vec<UnrecordedFence>>,
     pub releases: Opaque<Vec<UnrecordedRelease>>,
+    /// Releases it decided and has not seen serving (`release_ahead::OwedReleases`).
+    pub owed: Vec<(Slot, String)>,
     /// The wall clock's forward steps before this process started (its step watch starts at
     /// zero).
     pub steps_before: u16,
@@ -95,6 +97,7 @@ impl Memory {
             timers: Opaque(ClusterTimers::default()),
             fences: Opaque(Vec::new()),
             releases: Opaque(Vec::new()),
+            owed: Vec::new(),
             steps_before,
         }
     }
@@ -584,6 +587,8 @@ impl HoldModel {
             ..Default::default()
         };
         let clock = self.reading(s);
+        // As the reconcile: releases owed but settled by this observation are forgotten.
+        let owed = still_owed(&s.memory.owed, &observation.slots);
         let decision = decide(
             &planned,
             &Facts {
@@ -594,12 +599,21 @@ impl HoldModel {
                 timers: &s.memory.timers.0,
                 release_blocked: None,
                 fenced_unrecorded: &fenced_processes,
+                owed_releases: &owed,
+                lease: None,
+                gate_writes_refused: None,
                 password_rotation: Vec::new(),
                 spec_hash: &hash,
                 nonce: "n0",
             },
             clock,
         );
+        next.memory.owed = owed;
+        for r in &decision.plan.releases {
+            if !next.memory.owed.contains(r) {
+                next.memory.owed.push(r.clone());
+            }
+        }
         // Fences at once, whether or not the write lands.
         for (slot, run) in &decision.plan.fences {
             Self::set_serving(&mut next, *slot, run, unreachable, false);

@@ -4,6 +4,7 @@
 
 pub use redlock_operator::clock::Reading;
 pub use redlock_operator::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
+pub use redlock_operator::decide::plan::still_owed;
 pub use redlock_operator::fence_ahead::{self, UnrecordedFence, UnrecordedFences};
 pub use redlock_operator::hold_timers::ClusterTimers;
 pub use redlock_operator::model::Slot;

@@ -382,23 +382,7 @@ async fn a_process_unfenced_outside_the_operator_is_fenced_again() {
     .await;
     // Let a client in behind the operator's back, and keep its connection open (a fence must
     // also end connections already logged in, not only refuse new logins).
-    let mut logged_in = None;
-    let mut turned_on = Timestamp::now();
-    for _ in 0..5 {
-        let () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&client.user)
-            .arg("on")
-            .query_async(&mut a)
-            .await
-            .unwrap();
-        turned_on = Timestamp::now();
-        if let Ok(c) = connect(ip, &client).await {
-            logged_in = Some(c);
-            break;
-        }
-    }
-    let mut logged_in = logged_in.expect("a client logged in while the user was on");
+    let (mut logged_in, turned_on) = switch_on_and_log_in(&mut a, ip, &client).await;
     // A client that got in meanwhile is thrown out, and no new one gets in.
     wait_for("fenced again", Duration::from_secs(5), async || {
         Ok(connect(ip, &client).await.is_err().then_some(()))

@@ -1123,23 +1123,7 @@ async fn a_held_process_let_in_while_status_writes_are_refused_is_fenced_again()
     );
 
     // The client user switched on behind the operator's back; a client logs in.
-    let mut logged_in = None;
-    let mut turned_on = Timestamp::now();
-    for _ in 0..5 {
-        let () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&client.user)
-            .arg("on")
-            .query_async(&mut a)
-            .await
-            .unwrap();
-        turned_on = Timestamp::now();
-        if let Ok(c) = connect(ip, &client).await {
-            logged_in = Some(c);
-            break;
-        }
-    }
-    let mut logged_in = logged_in.expect("a client logged in while the user was on");
+    let (mut logged_in, turned_on) = switch_on_and_log_in(&mut a, ip, &client).await;
     let fenced_at = wait_for("fenced again", Duration::from_secs(10), async || {
         Ok(connect(ip, &client).await.is_err().then(Timestamp::now))
     })

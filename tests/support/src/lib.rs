@@ -406,6 +406,31 @@ pub struct Login {
 }
 
 /// A fresh connection logged in as `login` (errors include WRONGPASS for a fenced user).
+/// Switches `login`'s user on behind the operator's back (`ACL SETUSER <user> on` on the admin
+/// connection `admin`) and logs a client in while it is on, retrying a few times (the
+/// operator may fence it again in between): the client's connection, and when the user was
+/// last switched on.
+pub async fn switch_on_and_log_in(
+    admin: &mut redis::aio::MultiplexedConnection,
+    ip: IpAddr,
+    login: &Login,
+) -> (redis::aio::MultiplexedConnection, Timestamp) {
+    for _ in 0..5 {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&login.user)
+            .arg("on")
+            .query_async(admin)
+            .await
+            .expect("ACL SETUSER on");
+        let turned_on = Timestamp::now();
+        if let Ok(c) = connect(ip, login).await {
+            return (c, turned_on);
+        }
+    }
+    panic!("no client logged in while the user was on");
+}
+
 pub async fn connect(ip: IpAddr, login: &Login) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let info =
         redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(ip.to_string(), 6379))?

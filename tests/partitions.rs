@@ -177,6 +177,91 @@ async fn a_slot_whose_old_process_cannot_be_reached_stays_held_until_it_is_found
     );
 }
 
+/// The model check's second finding (docs/model-check.md): the old process of slot 1 outlives
+/// its force-deleted pod, unreachable (paused, its node cut off), and the status is then
+/// wiped (a backup restored without it). The replacement pod carries the record of the old
+/// process (`redlock.dev/unstopped-predecessor`), so the operator, with no status to go on,
+/// holds the replacement and keeps it held past its hold while the old process may serve:
+/// no lock client gets in. When the old process answers again it is fenced there, and the
+/// replacement is released after a new hold.
+#[tokio::test]
+async fn a_wiped_status_keeps_a_replacement_held_while_its_old_process_may_serve() {
+    use kube::api::{Patch, PatchParams};
+    use nix::sys::signal::{Signal, kill};
+    let env = Env::start(4).await;
+    let (old, old_run, _node) = serving_then_partitioned(&env, "3s").await;
+    let login = env.client_login(NAME).await;
+    let pid = pause_and_force_delete_member_1(&env).await;
+    let predecessor = wait_for(
+        "the replacement pod, recording the old process",
+        Duration::from_secs(30),
+        async || {
+            let pod = env.pods().get_opt(&format!("{NAME}-1")).await?;
+            Ok(pod.and_then(|p| {
+                p.metadata
+                    .annotations?
+                    .get("redlock.dev/unstopped-predecessor")
+                    .cloned()
+            }))
+        },
+    )
+    .await;
+    assert!(predecessor.contains(&old_run), "{predecessor}");
+
+    env.clusters()
+        .patch_status(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": null})),
+        )
+        .await
+        .unwrap();
+    // Planned anew from the pods alone. Its hold (3 s) long over, with nothing found: still
+    // held, and no client gets in.
+    env.wait_member(NAME, 1, "a record made anew", Duration::from_secs(30), |m| {
+        m.run_id.as_deref().is_some_and(|r| r != old_run)
+    })
+    .await;
+    let new_ip = env.pod_ip(NAME, 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let recalled = env.member(NAME, 1).await.unwrap();
+    assert!(
+        connect(new_ip, &login).await.is_err(),
+        "the replacement lets lock clients in while the old process may serve: {recalled:?}"
+    );
+    assert!(
+        recalled.state.is_holding(),
+        "released without evidence after a wipe: {recalled:?}"
+    );
+    // What kept it held: the old process, taken back from the pod's record (the wiped
+    // status had none), and not found.
+    assert!(
+        recalled
+            .unstopped
+            .as_ref()
+            .is_some_and(|u| u.run_id == old_run && !u.fenced)
+            && recalled
+                .message
+                .as_deref()
+                .is_some_and(|t| t.contains("may still grant locks")),
+        "{recalled:?}"
+    );
+
+    // The old process answers again, its client user on: fenced there, then the replacement
+    // serves after a hold.
+    kill(pid, Signal::SIGCONT).unwrap();
+    wait_for("the old process fenced", Duration::from_secs(15), async || {
+        Ok(connect(old[1], &login).await.is_err().then_some(()))
+    })
+    .await;
+    env.wait_event("UnstoppedProcessFenced").await;
+    env.wait_member(NAME, 1, "replacement released", Duration::from_secs(60), |m| {
+        m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != Some(old_run.clone())
+    })
+    .await;
+    assert_ne!(recalled.run_id.as_deref(), Some(old_run.as_str()));
+}
+
 /// Audit finding D: a scale-down 5 → 3 while the two removed members' node is cut off, and
 /// neither answers the operator (paused, as if the partition cut it off too) until their pods
 /// were force-deleted. Nothing shows their processes stopped; when they answer again, with

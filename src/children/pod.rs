@@ -22,7 +22,7 @@ use super::names::{
 };
 use super::secrets::{PROBE_PASSWORD_KEY, acl_file_key, client_user};
 use crate::crd::model::Slot;
-use crate::crd::{RedlockCluster, Spread};
+use crate::crd::{RedlockCluster, Spread, UnstoppedProcess};
 
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
@@ -52,6 +52,27 @@ pub fn login_check_command(auth_enabled: bool, tls: bool) -> Vec<String> {
         "-c".into(),
         format!("redis-cli{tls} -h \"$POD_IP\" -p {REDIS_PORT}{login} ping 2>/dev/null | grep -q '^PONG$'"),
     ]
+}
+
+/// Annotation of a replacement pod: the record (JSON, as `status.members[].unstopped` spells
+/// it) of the process its slot's previous pod left behind, never seen to stop, when the pod
+/// was made. It is the second record of that process: a status wiped or restored without it
+/// would otherwise forget it, and release the replacement after one hold while the old
+/// process may still grant locks (docs/model-check.md, "Findings").
+pub const UNSTOPPED_PREDECESSOR: &str = "redlock.dev/unstopped-predecessor";
+
+/// The pod of `slot`, built to replace one whose process was never seen to stop
+/// (`predecessor`), which it records in [`UNSTOPPED_PREDECESSOR`]; [`pod`] when there is none.
+pub fn replacement(cluster: &RedlockCluster, slot: Slot, predecessor: Option<&UnstoppedProcess>) -> Pod {
+    let mut p = pod(cluster, slot);
+    if let Some(u) = predecessor {
+        let record = serde_json::to_string(u).expect("an UnstoppedProcess always serializes");
+        p.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(UNSTOPPED_PREDECESSOR.into(), record);
+    }
+    p
 }
 
 pub fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {

@@ -11,8 +11,9 @@ use crate::children::hash::SPEC_HASH;
 use crate::children::names::{
     CLIENT_USER_ENV, LABEL_INSTANCE, LABEL_SLOT, REDIS_CONTAINER, SERVING_CONDITION, slot_name,
 };
+use crate::children::pod::UNSTOPPED_PREDECESSOR;
 use crate::crd::model::Slot;
-use crate::crd::{MemberState, MemberStatus, RedlockCluster};
+use crate::crd::{MemberState, MemberStatus, RedlockCluster, UnstoppedProcess};
 
 /// What the pod of a slot says about its Redis process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -229,6 +230,11 @@ pub struct SlotObservation {
     /// plane marked it failed (the pod garbage collector does so for a pod whose node was
     /// deleted), which proves nothing about its process, as with a pod that vanished.
     pub stop_unconfirmed: bool,
+    /// The process the pod's slot had before it that was never seen to stop, as recorded on
+    /// the pod when it was made (`children::pod::UNSTOPPED_PREDECESSOR`): what a status wiped
+    /// or restored without its `unstopped` record is planned from. `None` for a pod that
+    /// replaced nothing such (or whose annotation does not parse: then only the status speaks).
+    pub predecessor: Option<UnstoppedProcess>,
 }
 
 /// The operator's readiness gate ([`SERVING_CONDITION`]) as a pod shows it.
@@ -344,6 +350,10 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
         serving_gate: serving_gate_of(pod),
         silent_for: None,
         stop_unconfirmed,
+        predecessor: pod
+            .annotations()
+            .get(UNSTOPPED_PREDECESSOR)
+            .and_then(|a| serde_json::from_str(a).ok()),
     }
 }
 
@@ -616,6 +626,38 @@ mod tests {
         tls.spec.tls = serde_json::from_value(json!({"secretName": "locks-tls"})).unwrap();
         let built = crate::children::pod::pod(&tls, Slot::new(0));
         assert_eq!(slot_observation(&built).tls_secret.as_deref(), Some("locks-tls"));
+    }
+
+    #[test]
+    fn a_replacement_pod_is_observed_with_the_process_it_replaced_even_trimmed() {
+        let cluster = crate::fixtures::cluster(json!({}));
+        let old = UnstoppedProcess {
+            run_id: "r1".into(),
+            pod_ip: "10.1.0.7".into(),
+            pod_uid: Some("pod-old".into()),
+            node: Some("node-0".into()),
+            ..Default::default()
+        };
+        let built = crate::children::pod::replacement(&cluster, Slot::new(0), Some(&old));
+        assert_eq!(slot_observation(&built).predecessor, Some(old));
+        let mut trimmed = built.clone();
+        trim_to_observed(&mut trimmed);
+        assert_eq!(slot_observation(&trimmed), slot_observation(&built));
+        // Nothing replaced: no annotation, as `pod` builds it.
+        let plain = crate::children::pod::replacement(&cluster, Slot::new(0), None);
+        assert_eq!(plain, crate::children::pod::pod(&cluster, Slot::new(0)));
+        assert_eq!(slot_observation(&plain).predecessor, None);
+        // An annotation that does not parse records nothing (the status alone speaks).
+        let mut garbled = plain.clone();
+        garbled
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                crate::children::pod::UNSTOPPED_PREDECESSOR.into(),
+                "{not json".into(),
+            );
+        assert_eq!(slot_observation(&garbled).predecessor, None);
     }
 
     #[test]

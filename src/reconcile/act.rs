@@ -513,14 +513,22 @@ async fn change_pods(
 ) -> Result<Option<Duration>> {
     let deletes = change_pods_of_kind(ctx, cluster, ns, &plan.delete_pods, PodChange::Delete, observed);
     let deleted = deletes.await?;
-    let created =
-        change_pods_of_kind(ctx, cluster, ns, &plan.create_pods, PodChange::Create, observed).await?;
+    let created = change_pods_of_kind(
+        ctx,
+        cluster,
+        ns,
+        &plan.create_pods,
+        PodChange::Create(&plan.predecessors),
+        observed,
+    )
+    .await?;
     Ok([deleted, created].into_iter().flatten().min())
 }
 
 #[derive(Clone, Copy)]
-enum PodChange {
-    Create,
+enum PodChange<'a> {
+    /// With the records of the processes the replaced pods left behind.
+    Create(&'a BTreeMap<Slot, crate::crd::UnstoppedProcess>),
     Delete,
 }
 
@@ -531,14 +539,14 @@ async fn change_pods_of_kind(
     cluster: &RedlockCluster,
     ns: &str,
     slots: &[Slot],
-    kind: PodChange,
+    kind: PodChange<'_>,
     observed: &BTreeMap<Slot, SlotObservation>,
 ) -> Result<Option<Duration>> {
     if slots.is_empty() {
         return Ok(None);
     }
     let (gate, verb) = match kind {
-        PodChange::Create => (&ctx.memory.pod_creates, "create"),
+        PodChange::Create(_) => (&ctx.memory.pod_creates, "create"),
         PodChange::Delete => (&ctx.memory.pod_deletes, "delete"),
     };
     let key = ObjectRef::from_obj(cluster);
@@ -551,7 +559,10 @@ async fn change_pods_of_kind(
     ctx.leadership.check()?;
     for &slot in slots {
         let done = match kind {
-            PodChange::Create => apply::create_pod(&pods, &pod::pod(cluster, slot)).await,
+            PodChange::Create(predecessors) => {
+                let built = pod::replacement(cluster, slot, predecessors.get(&slot));
+                apply::create_pod(&pods, &built).await
+            }
             PodChange::Delete => {
                 let uid = observed.get(&slot).and_then(|o| o.pod_uid.as_deref());
                 apply::delete(&pods, &slot_name(&name, slot), uid)

@@ -74,7 +74,10 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
     let missing = SlotObservation::default();
     for slot in slots {
         let obs = observed.get(&slot).unwrap_or(&missing);
-        let prev = previous.get(&slot).copied();
+        // A record about another pod (a status restored from before this one) takes back the
+        // process this pod's predecessor left behind, as the pod records it.
+        let recalled_record = previous.get(&slot).and_then(|p| unstopped::recalled(p, obs));
+        let prev = recalled_record.as_ref().or(previous.get(&slot).copied());
         // A process this operator fenced ahead of a status write that did not land is released
         // by no rule until a write that holds it is on record (`crate::hold::fence_ahead`).
         let fenced_unrecorded;
@@ -113,6 +116,11 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         {
             plan.awaiting_process = true;
         }
+        let predecessor = step
+            .member
+            .as_ref()
+            .and_then(|m| m.unstopped.clone())
+            .filter(|u| !u.fenced);
         if let Some(mut m) = step.member {
             // The clock on record follows the process the record is about, whichever state
             // built it (crate::clock::record).
@@ -133,6 +141,9 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         }
         if step.create_pod {
             plan.create_pods.push(slot);
+            if let Some(u) = predecessor {
+                plan.predecessors.insert(slot, u);
+            }
         }
         if step.delete_pod {
             plan.delete_pods.push(slot);

@@ -1,11 +1,12 @@
 //! What planning decides: one slot's [`Step`], and the whole [`Plan`] the slots' steps are
 //! gathered into, with the events worth telling the user.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::crd::MemberStatus;
 use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
+use crate::crd::{MemberStatus, UnstoppedProcess};
 
 /// Something worth telling the user about (becomes an event and a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,9 @@ pub struct Plan {
     pub members: Vec<MemberStatus>,
     /// Slots whose pod must be created (every process starts fenced, so this is always safe).
     pub create_pods: Vec<Slot>,
+    /// Of `create_pods`, those replacing a pod whose process was never seen to stop: that
+    /// process's record, which the new pod carries (`children::pod::replacement`).
+    pub predecessors: BTreeMap<Slot, UnstoppedProcess>,
     /// Slots whose pod must go (scale-down).
     pub delete_pods: Vec<Slot>,
     /// (slot, run id) to fence again with `ACL SETUSER <client> off` and `CLIENT KILL USER

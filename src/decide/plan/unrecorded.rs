@@ -4,6 +4,7 @@ use super::holds::start_hold;
 use super::identity::{fresh_record, record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
+use super::unstopped::{predecessor, recalled_message};
 use crate::children::names::slot_name;
 use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
@@ -35,15 +36,29 @@ pub(super) fn unrecorded(
         (_, Some(p)) if p.client_enabled == Some(true) => {
             let mut m = record_of(input, slot, MemberState::Ready, &p);
             m.message = Some("adopted a process that already serves clients".into());
-            m
+            with_predecessor(m, obs)
         }
         // A pod the operator knows nothing about: unknown means unsafe, full hold from now.
-        _ => start_hold(
-            input,
-            slot,
+        _ => with_predecessor(
+            start_hold(
+                input,
+                slot,
+                obs,
+                "unknown process (no record of this slot)".into(),
+                step,
+            ),
             obs,
-            "unknown process (no record of this slot)".into(),
-            step,
         ),
     }
+}
+
+/// The record `m` of a pod the status has no word of, with the process its pod replaced that
+/// was never seen to stop, if the pod records one ([`predecessor`]): a held slot waits for
+/// evidence that process is gone, a serving one keeps looking for it.
+fn with_predecessor(mut m: MemberStatus, obs: &SlotObservation) -> MemberStatus {
+    if let Some(u) = predecessor(obs) {
+        m.message = Some(recalled_message(&m, u));
+        m.unstopped = Some(u.clone());
+    }
+    m
 }

@@ -240,3 +240,40 @@ pub(crate) fn gone_evidence(
         )),
     }
 }
+
+/// A pod made to replace one whose process was never seen to stop carries that process's
+/// record (`children::pod::UNSTOPPED_PREDECESSOR`), the second record of it: a status wiped,
+/// or restored from before the pod was made, cannot vouch for the pod and would forget that
+/// process, releasing the replacement after one hold while the old process may still grant
+/// locks. Where the status cannot vouch, the pod's record is taken back, so that the slot is
+/// released only on evidence that the old process is gone (and a serving one keeps it looked
+/// for), as for any `unstopped` record.
+pub(super) fn predecessor(obs: &SlotObservation) -> Option<&UnstoppedProcess> {
+    obs.predecessor.as_ref().filter(|u| !u.fenced)
+}
+
+/// `prev` with the pod's [`predecessor`] taken back, when `prev` is about another pod (a
+/// status restored from before this pod was made) and records no process of its own that
+/// outlived a pod. A record about this pod, or one that has not learnt its pod yet (a
+/// replacement before its process answered), is the authority: it may have seen the old
+/// process gone.
+pub(super) fn recalled(prev: &MemberStatus, obs: &SlotObservation) -> Option<MemberStatus> {
+    let about_another_pod = matches!((&prev.pod_uid, &obs.pod_uid), (Some(a), Some(b)) if a != b);
+    if !about_another_pod || prev.unstopped.is_some() {
+        return None;
+    }
+    let u = predecessor(obs)?;
+    let mut m = prev.clone();
+    m.unstopped = Some(u.clone());
+    Some(m)
+}
+
+/// What a record made without the status's word says of the pod's [`predecessor`].
+pub(super) fn recalled_message(m: &MemberStatus, u: &UnstoppedProcess) -> String {
+    format!(
+        "{}; this pod replaced one whose process {} was never seen to stop (as the pod records it), so that process is looked for at {} (and fenced if found) before the slot is released",
+        m.message.as_deref().unwrap_or("no record of this pod"),
+        u.run_id,
+        u.pod_ip
+    )
+}

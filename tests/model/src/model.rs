@@ -53,6 +53,9 @@ pub struct Process {
 pub struct Pod {
     pub uid: u16,
     pub process: Option<Process>,
+    /// Its `redlock.dev/unstopped-predecessor` annotation, as the operator made it
+    /// (`children::pod::replacement`): the record of a process the pod it replaced left behind.
+    pub predecessor: Option<String>,
 }
 
 /// The RedlockCluster object at one version: its spec as the model varies it, and its status.
@@ -476,6 +479,11 @@ impl HoldModel {
                 pod_uid: Some(format!("pod-{}", pod.uid)),
                 node: Some(format!("node-{slot}")),
                 spec_hash: Some(spec_hash.to_owned()),
+                // As `observe::slot_observation` reads it.
+                predecessor: pod
+                    .predecessor
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok()),
                 ..SlotObservation::default()
             };
             match &pod.process {
@@ -684,6 +692,16 @@ impl HoldModel {
                 // Its container starts at once (a process the operator has not seen is
                 // planned like any other: `Start` after a crash covers the pod seen down).
                 next.pods[i] = Some(Pod {
+                    predecessor: decision
+                        .plan
+                        .predecessors
+                        .get(slot)
+                        .and_then(|u| {
+                            pod_builder::replacement(&cached, *slot, Some(u))
+                                .metadata
+                                .annotations
+                        })
+                        .and_then(|mut a| a.remove(pod_builder::UNSTOPPED_PREDECESSOR)),
                     uid: next.next_id,
                     process: Some(Process {
                         run: next.next_id + 1,

@@ -2,6 +2,7 @@
 //! and the types it builds that code's inputs from. A module of the operator that moves is
 //! a change to this file only.
 
+pub use redlock_operator::children::pod as pod_builder;
 pub use redlock_operator::clock::Reading;
 pub use redlock_operator::crd::{MemberState, MemberStatus, RedlockCluster, RedlockClusterStatus};
 pub use redlock_operator::decide::plan::still_owed;

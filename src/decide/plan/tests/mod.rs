@@ -25,7 +25,7 @@ use crate::clock::timers::{ClusterTimers, TimerKey};
 use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
 use crate::crd::{ClockRecord, Listener, UnstoppedProcess};
-use crate::decide::observe::{Probe, RedisInfo, UnstoppedSearch};
+use crate::decide::observe::{KubeletAnswer, Probe, RedisInfo, UnstoppedSearch};
 use crate::hold::held_until;
 
 /// 30 s TTL, 1 % drift, 1 s margin.

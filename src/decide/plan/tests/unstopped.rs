@@ -652,3 +652,123 @@ fn the_listener_is_recorded_with_the_address_and_kept_for_an_unstopped_process()
     let u = p.members[0].unstopped.as_ref().expect("looked for");
     assert_eq!(u.listener, old_tls);
 }
+
+// --- The replacement pod's record of the process its predecessor left behind ---
+
+/// The process slot 0's vanished pod left behind, as its record and its replacement pod say.
+fn left_behind() -> UnstoppedProcess {
+    UnstoppedProcess {
+        run_id: "A".into(),
+        pod_ip: "10.1.0.7".into(),
+        pod_uid: Some("pod-old".into()),
+        node: Some("node-0".into()),
+        ..Default::default()
+    }
+}
+
+/// The replacement pod of slot 0, its process `run` (fenced unless `serving`), carrying the
+/// record of the old one.
+fn replacement(run: &str, serving: bool) -> SlotObservation {
+    SlotObservation {
+        pod_uid: Some("pod-new".into()),
+        pod_ip: Some("10.1.0.8".parse().unwrap()),
+        predecessor: Some(left_behind()),
+        ..running(run, serving, "c9")
+    }
+}
+
+/// The model check's second finding (docs/model-check.md): a cut-off pod vanishes, its
+/// replacement is made with the record of the process it left behind; then the status is
+/// wiped. The replacement is held in full, and waits for evidence the old process is gone:
+/// a hold's end with nothing found does not release it.
+#[test]
+fn a_replacement_made_for_a_process_never_seen_to_stop_carries_it_through_a_wiped_status() {
+    let members = [
+        MemberStatus {
+            pod_ip: Some("10.1.0.7".into()),
+            pod_uid: Some("pod-old".into()),
+            node: Some("node-0".into()),
+            ..ready(0, "A", "c0")
+        },
+        ready(1, "B", "c1"),
+        ready(2, "C", "c2"),
+    ];
+    let others = || [(1, running("B", true, "c1")), (2, running("C", true, "c2"))];
+    let mut vanished = observed(others());
+    vanished.insert(Slot::new(0), missing());
+    let p = plan(&input(3, &members, at(NOW)), &vanished);
+    assert_eq!(p.create_pods, vec![Slot::new(0)]);
+    assert_eq!(p.predecessors.get(&Slot::new(0)), p.members[0].unstopped.as_ref());
+    assert_eq!(
+        p.members[0].unstopped.as_ref().map(|u| &u.run_id),
+        Some(&"A".to_owned())
+    );
+
+    // The status wiped: no record of any slot.
+    let mut seen = observed(others());
+    seen.insert(Slot::new(0), replacement("D", false));
+    let wiped = plan(&input(3, &[], at(NOW + 5)), &seen);
+    let m = &wiped.members[0];
+    assert!(m.state.is_holding(), "{m:?}");
+    assert_eq!(m.unstopped, Some(left_behind()), "{m:?}");
+    assert!(
+        m.message.as_deref().unwrap().contains("never seen to stop"),
+        "{m:?}"
+    );
+
+    // Its hold over, the old process not found (its node cut off): still held, no release.
+    let mut timed_out = seen.clone();
+    timed_out.get_mut(&Slot::new(0)).unwrap().unstopped = Some(UnstoppedSearch {
+        kubelet: KubeletAnswer::Unknown("node unreachable".into()),
+        ..UnstoppedSearch::unanswered("timed out", false)
+    });
+    let later = at(NOW + 5 + HOLD.as_secs() as i64 + 10);
+    let p = plan(&input(3, &wiped.members, later), &timed_out);
+    assert!(p.members[0].state.is_holding(), "{:?}", p.members[0]);
+    assert!(p.releases.is_empty(), "{:?}", p.releases);
+
+    // A serving replacement the wiped status adopts keeps the old process looked for.
+    seen.insert(Slot::new(0), replacement("D", true));
+    let adopted = plan(&input(3, &[], at(NOW + 5)), &seen);
+    assert_eq!(adopted.members[0].state, MemberState::Ready);
+    assert_eq!(adopted.members[0].unstopped, Some(left_behind()));
+}
+
+/// A status restored from before the replacement was made is about the old pod: the
+/// replacement's record of the old process is taken back. A record about the replacement
+/// itself is the authority (it may have seen the old process gone) and is left as it is.
+#[test]
+fn a_record_about_another_pod_takes_back_the_replacements_record_and_one_about_it_does_not() {
+    let restored = [
+        MemberStatus {
+            pod_uid: Some("pod-old".into()),
+            pod_ip: Some("10.1.0.7".into()),
+            ..ready(0, "A", "c0")
+        },
+        ready(1, "B", "c1"),
+        ready(2, "C", "c2"),
+    ];
+    let seen = observed([
+        (0, replacement("D", false)),
+        (1, running("B", true, "c1")),
+        (2, running("C", true, "c2")),
+    ]);
+    let p = plan(&input(3, &restored, at(NOW)), &seen);
+    assert!(p.members[0].state.is_holding(), "{:?}", p.members[0]);
+    assert_eq!(p.members[0].unstopped, Some(left_behind()), "{:?}", p.members[0]);
+
+    let about_it = [
+        MemberStatus {
+            pod_uid: Some("pod-new".into()),
+            pod_ip: Some("10.1.0.8".into()),
+            ..ready(0, "D", "c9")
+        },
+        ready(1, "B", "c1"),
+        ready(2, "C", "c2"),
+    ];
+    let mut serving = seen.clone();
+    serving.insert(Slot::new(0), replacement("D", true));
+    let p = plan(&input(3, &about_it, at(NOW)), &serving);
+    assert_eq!(p.members[0].state, MemberState::Ready, "{:?}", p.members[0]);
+    assert_eq!(p.members[0].unstopped, None);
+}

@@ -215,7 +215,7 @@ safety-load: controlplane redis-libc
 ## redis:7.0, and tests/real_nodes.rs runs kill -9 -> held -> released and the ACL basics on
 ## every image; this is the long form (about 15 minutes per image).
 MATRIX_IMAGES ?= redis:6.2 redis:7.0 redis:8.0 valkey/valkey:8.1 valkey/valkey:9.1
-MATRIX_SAFETY_KINDS ?= kill-one,kill-minority,kill-majority,delete-pod,stop-cont,operator-kill,node-loss,ttl-lower,recreate,operator-skew,partition,partition-delete-node,resize
+MATRIX_SAFETY_KINDS ?= kill-one,kill-minority,kill-majority,delete-pod,stop-cont,operator-kill,node-loss,ttl-lower,recreate,operator-skew,partition,partition-delete-node,resize,hand-fence,writes-refused,two-operators
 version-matrix: dev-binaries nodes
 	$(CARGO) test --no-run --test lifecycle --test hardening --test safety
 	failed=""; for image in $(MATRIX_IMAGES); do \

@@ -61,10 +61,27 @@ pub enum FaultKind {
     /// (in the control, after `duration_ms`). Needs Redis under libfaketime (the process
     /// kubelet's per-node clocks); not run on real nodes.
     MemberClockJump,
+    /// An insider with the operator's admin login fences one member by hand (`ACL SETUSER
+    /// <client> off`, its clients' connections killed) while its process keeps its keys, and
+    /// switches it back on after `duration_ms`, within the hold the operator starts when it
+    /// finds the fence (a fence may hide a flush). In the control, where no hold exists, the
+    /// harm a fence can hide: the member loses its keys.
+    HandFence,
+    /// Every status write of the RedlockCluster refused by an admission policy for
+    /// `duration_ms`, while one member is killed (`kill -9`) at its start: the hold cannot be
+    /// written, so the replacement process (which starts fenced) must stay fenced until a write
+    /// that holds it lands. In the control: the kill.
+    WritesRefused,
+    /// A second operator, elected with another Lease (a renamed or second install), runs
+    /// beside the first; one member is killed, and the first operator is killed while that
+    /// member is held. The second takes the cluster over once the first's Lease lapses, and
+    /// holds and releases it; then the first comes back and the second stops (giving its Lease
+    /// up), and the first takes the cluster back. In the control: the kill.
+    TwoOperators,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::KillOne,
         FaultKind::KillMinority,
         FaultKind::KillMajority,
@@ -79,6 +96,9 @@ impl FaultKind {
         FaultKind::PartitionDeleteNode,
         FaultKind::Resize,
         FaultKind::MemberClockJump,
+        FaultKind::HandFence,
+        FaultKind::WritesRefused,
+        FaultKind::TwoOperators,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +117,9 @@ impl FaultKind {
             FaultKind::PartitionDeleteNode => "partition-delete-node",
             FaultKind::Resize => "resize",
             FaultKind::MemberClockJump => "member-clock-jump",
+            FaultKind::HandFence => "hand-fence",
+            FaultKind::WritesRefused => "writes-refused",
+            FaultKind::TwoOperators => "two-operators",
         }
     }
 
@@ -157,6 +180,11 @@ pub struct ScheduleConfig {
     /// How long a jumped clock stays ahead at least (in the operator run also until the
     /// member serves again after its hold).
     pub clock_ahead_ms: (u64, u64),
+    /// How long an insider's hand fence lasts before the insider switches the member back on
+    /// (within the operator run's 3.53 s hold, so the operator must fence it again).
+    pub hand_fence_ms: (u64, u64),
+    /// How long status writes stay refused.
+    pub refusal_ms: (u64, u64),
 }
 
 impl Default for ScheduleConfig {
@@ -173,6 +201,8 @@ impl Default for ScheduleConfig {
             clock_jump_s: (15, 60),
             // About what the operator run's detection and hold take (1–2 s + 3.53 s).
             clock_ahead_ms: (3000, 6000),
+            hand_fence_ms: (300, 2500),
+            refusal_ms: (2000, 8000),
         }
     }
 }
@@ -198,6 +228,8 @@ pub fn schedule(seed: u64, count: usize, cfg: &ScheduleConfig) -> Vec<Fault> {
             FaultKind::NodeLoss => rng.range(cfg.node_loss_ms.0, cfg.node_loss_ms.1),
             FaultKind::OperatorKill => rng.range(cfg.operator_down_extra_ms.0, cfg.operator_down_extra_ms.1),
             FaultKind::MemberClockJump => rng.range(cfg.clock_ahead_ms.0, cfg.clock_ahead_ms.1),
+            FaultKind::HandFence => rng.range(cfg.hand_fence_ms.0, cfg.hand_fence_ms.1),
+            FaultKind::WritesRefused => rng.range(cfg.refusal_ms.0, cfg.refusal_ms.1),
             _ => 0,
         };
         let clock_jump_s = match kind {
@@ -273,6 +305,8 @@ mod tests {
                 FaultKind::NodeLoss => cfg.node_loss_ms,
                 FaultKind::OperatorKill => cfg.operator_down_extra_ms,
                 FaultKind::MemberClockJump => cfg.clock_ahead_ms,
+                FaultKind::HandFence => cfg.hand_fence_ms,
+                FaultKind::WritesRefused => cfg.refusal_ms,
                 _ => (0, 0),
             };
             assert!((lo..=hi).contains(&f.duration_ms), "{f:?}");

@@ -261,6 +261,30 @@ impl<'a> ClusterTarget<'a> {
                 replaced.clear();
                 clock_jump = Some(self.clock_jump(f, &before).await?);
             }
+            FaultKind::HandFence => {
+                // The same process keeps its keys: nothing is replaced.
+                replaced.clear();
+                self.hand_fence(f, &before).await?;
+            }
+            FaultKind::WritesRefused => {
+                let refusal = crate::admission::refuse(
+                    self.env.cp.client(),
+                    &self.env.ns,
+                    &format!("safety-refuse-status-{}", f.index),
+                    crate::admission::Refused {
+                        api_group: "redlock.dev",
+                        operations: &["CREATE", "UPDATE"],
+                        resources: "redlockclusters/status",
+                        expression: "false".into(),
+                        message: "status writes refused by the safety suite",
+                    },
+                )
+                .await;
+                self.kill(f.members[0], Signal::SIGKILL).await?;
+                tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
+                refusal.lift().await;
+            }
+            FaultKind::TwoOperators => self.two_operators(f, &replaced, &before).await?,
         }
         // Kills and deletions need no undoing: they are healed the moment they happen.
         let healed = match f.kind {
@@ -271,7 +295,10 @@ impl<'a> ClusterTarget<'a> {
             | FaultKind::OperatorSkew
             | FaultKind::Partition
             | FaultKind::PartitionDeleteNode
-            | FaultKind::Resize => mono_ns(),
+            | FaultKind::Resize
+            | FaultKind::HandFence
+            | FaultKind::WritesRefused
+            | FaultKind::TwoOperators => mono_ns(),
             FaultKind::MemberClockJump => clock_jump.as_ref().map_or(injected, |j| j.healed),
             _ => injected,
         };
@@ -496,6 +523,95 @@ impl<'a> ClusterTarget<'a> {
             Ok(agree.then_some((secret, config)))
         })
         .await
+    }
+
+    /// An insider with the operator's admin login fences the member by hand, keys intact; once
+    /// the operator has found the fence and holds the member (in full from then: the fence may
+    /// hide a flush), the insider switches it back on `duration_ms` later, within or just after
+    /// that hold, which the operator must answer with a fence and a hold again while one runs.
+    async fn hand_fence(&self, f: &Fault, before: &[Option<String>]) -> Result<()> {
+        let slot = f.members[0];
+        let ip = self.env.pod_ip(&self.name, slot as i32).await;
+        let admin = self.env.admin_login(&self.name).await;
+        let user = self.env.client_login(&self.name).await.user;
+        let mut conn = crate::connect(ip, &admin)
+            .await
+            .context("the admin login, as an insider uses it")?;
+        let acl = |on: &str| {
+            let mut c = redis::cmd("ACL");
+            c.arg("SETUSER").arg(&user).arg(on);
+            c
+        };
+        let () = acl("off").query_async(&mut conn).await?;
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&user)
+            .query_async(&mut conn)
+            .await?;
+        let fenced_at = Timestamp::now();
+        let run = before[slot].clone().unwrap_or_default();
+        let env = &*self.env;
+        let name = &self.name;
+        // Held for it (the same process), in full from no earlier than the fence.
+        wait_for(
+            "the hand fence found and held",
+            Duration::from_secs(60),
+            async || {
+                let m = env.member(name, slot as i32).await;
+                Ok(m.filter(|m| {
+                    m.state.is_holding()
+                        && m.run_id.as_deref() == Some(run.as_str())
+                        && m.hold_started_at
+                            .as_ref()
+                            .is_some_and(|t| t.0 >= fenced_at - Duration::from_secs(1))
+                })
+                .map(|_| ()))
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(f.duration_ms)).await;
+        let () = acl("on").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// A second operator on another Lease beside the first; one member killed, then the first
+    /// operator killed while it is held. The second takes the cluster over once the first's
+    /// Lease lapses, and must keep the hold; then the first comes back, the second stops
+    /// (SIGTERM gives its Lease up), and the first takes the cluster back.
+    async fn two_operators(
+        &mut self,
+        f: &Fault,
+        replaced: &[usize],
+        before: &[Option<String>],
+    ) -> Result<()> {
+        let slot = f.members[0];
+        self.operator_restarts += 1;
+        let n = self.operator_restarts;
+        let lease = format!("--lease-name=second-{n}");
+        let mut second =
+            crate::start_operator_with(&self.env.cp, &format!("operator-{n}-second-lease.log"), &[&lease])
+                .await;
+        self.kill(slot, Signal::SIGKILL).await?;
+        let old = before[slot].clone().unwrap_or_default();
+        wait_held(self.env, &self.name, slot as i32, &old).await;
+        self.env.operator.kill()?;
+        self.env.operator.wait_exit(Duration::from_secs(5)).await?;
+        self.wait_recovered(replaced, before).await;
+        self.env.operator = start_operator(&self.env.cp, &format!("operator-{n}.log")).await;
+        second.terminate(Duration::from_secs(10)).await?;
+        let env = &*self.env;
+        let name = &self.name;
+        wait_for(
+            "the first operator's Lease on record again",
+            Duration::from_secs(120),
+            async || {
+                let lease = env.cluster(name).await.status.and_then(|s| s.lease);
+                Ok((lease.as_deref() == Some("default/redlock-operator")).then_some(()))
+            },
+        )
+        .await;
+        Ok(())
     }
 
     async fn wait_hold(&self, what: &str, f: impl Fn(&redlock_operator::crd::HoldPolicy) -> bool) {

@@ -1,8 +1,8 @@
 //! The operator run's evidence, kept in its output directory (`<out>/operator/evidence/`)
 //! whether the run passes, fails or breaks off, before the control plane and its directory
 //! go: the operator's logs (every process of the run: `operator.log`, and the
-//! `operator-N.log` / `operator-N-skewed.log` that the operator-kill and operator-skew faults
-//! start), every Kubernetes event of the run's namespace and of `default` (the nodes'), and
+//! `operator-N.log` / `operator-N-skewed.log` / `operator-N-second-lease.log` that the
+//! operator-kill, operator-skew and two-operators faults start), every Kubernetes event of the run's namespace and of `default` (the nodes'), and
 //! the RedlockCluster's status at each change, both watched while the run goes on and written
 //! a line at a time, so that even a run that panics leaves them.
 //!
@@ -452,8 +452,12 @@ pub fn operator_files(dir: &Path) -> Vec<EvidenceFile> {
         } else if name.ends_with("-skewed.log") {
             "the operator's log: the process an operator-skew fault started with its clock 20 s ahead"
                 .to_owned()
+        } else if name.ends_with("-second-lease.log") {
+            "the operator's log: the second operator a two-operators fault ran beside the first, on another Lease"
+                .to_owned()
         } else {
-            "the operator's log: a process an operator-kill or operator-skew fault started again".to_owned()
+            "the operator's log: a process an operator-kill, operator-skew or two-operators fault started again"
+                .to_owned()
         };
         out.push(item(&log, &what));
     }

@@ -226,6 +226,9 @@ impl NaiveSet {
             // A naive scale-down and scale-up (a StatefulSet's) deletes the removed members and
             // starts them again empty, serving at once.
             FaultKind::OperatorKill
+            | FaultKind::HandFence
+            | FaultKind::WritesRefused
+            | FaultKind::TwoOperators
             | FaultKind::TtlLower
             | FaultKind::Recreate
             | FaultKind::OperatorSkew

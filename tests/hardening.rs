@@ -15,7 +15,7 @@ use kube::api::{Api, PostParams};
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redlock_operator::crd::MemberState;
-use redlock_test_support::admission::{Refusal, Refused};
+use redlock_test_support::admission::Refusal;
 use redlock_test_support::*;
 use serde_json::json;
 
@@ -1026,18 +1026,11 @@ async fn a_process_that_outlives_its_pod_is_fenced_in_its_own_mode_after_a_tls_t
 /// update alike (in the field a webhook, a policy engine, or a writer that makes each
 /// conditional write a 409); lifted by [`Refusal::lift`].
 async fn freeze_status(env: &Env) -> Refusal {
-    let refused = Refused {
-        api_group: "redlock.dev",
-        operations: &["CREATE", "UPDATE"],
-        resources: "redlockclusters/status",
-        expression: "false".into(),
-        message: "status frozen by the test",
-    };
-    admission::refuse(
+    admission::refuse_status_writes(
         env.cp.client(),
         &env.ns,
         &format!("freeze-rlc-status-{}", env.ns),
-        refused,
+        "status frozen by the test",
     )
     .await
 }

@@ -63,6 +63,20 @@ pub async fn refuse(client: kube::Client, ns: &str, name: &str, what: Refused<'_
     }
 }
 
+/// A policy named `name` refusing every write of the status subresource of the
+/// RedlockClusters in namespace `ns`, create and update alike, with `message` (in the field a
+/// webhook, a policy engine, or a writer that makes each conditional write a 409).
+pub async fn refuse_status_writes(client: kube::Client, ns: &str, name: &str, message: &str) -> Refusal {
+    let what = Refused {
+        api_group: "redlock.dev",
+        operations: &["CREATE", "UPDATE"],
+        resources: "redlockclusters/status",
+        expression: "false".into(),
+        message,
+    };
+    refuse(client, ns, name, what).await
+}
+
 impl Refusal {
     /// Deletes the binding, then the policy.
     pub async fn lift(self) {

@@ -267,17 +267,11 @@ impl<'a> ClusterTarget<'a> {
                 self.hand_fence(f, &before).await?;
             }
             FaultKind::WritesRefused => {
-                let refusal = crate::admission::refuse(
+                let refusal = crate::admission::refuse_status_writes(
                     self.env.cp.client(),
                     &self.env.ns,
                     &format!("safety-refuse-status-{}", f.index),
-                    crate::admission::Refused {
-                        api_group: "redlock.dev",
-                        operations: &["CREATE", "UPDATE"],
-                        resources: "redlockclusters/status",
-                        expression: "false".into(),
-                        message: "status writes refused by the safety suite",
-                    },
+                    "status writes refused by the safety suite",
                 )
                 .await;
                 self.kill(f.members[0], Signal::SIGKILL).await?;
@@ -607,7 +601,7 @@ impl<'a> ClusterTarget<'a> {
             Duration::from_secs(120),
             async || {
                 let lease = env.cluster(name).await.status.and_then(|s| s.lease);
-                Ok((lease.as_deref() == Some("default/redlock-operator")).then_some(()))
+                Ok((lease == Some(format!("default/{}", crate::LEASE))).then_some(()))
             },
         )
         .await;

@@ -5,11 +5,13 @@
 //! `runtime/` (`tests/tools/pure-check.sh` fails `make check` otherwise), so every decision is
 //! table-tested without a control plane. `crate::reconcile` reads, calls these, persists and acts.
 //!
-//! Its surface: [`plan`] (member-state transitions, one file per recorded state), [`status`],
+//! Its surface: [`decision`] (one reconcile's whole decision: [`decide`]), [`plan`] (member-state transitions, one file per recorded state), [`status`],
 //! [`rollout`], [`resize`], [`serving_gate`], [`failure_domains`], [`validate`], [`silences`],
 //! [`observe`] (a pod and a probe as a `SlotObservation`), [`at_rest`] (when a cluster may rest).
 
 pub mod at_rest;
+pub mod children_report;
+pub mod decision;
 pub mod failure_domains;
 pub mod observe;
 pub mod plan;
@@ -19,3 +21,6 @@ pub mod serving_gate;
 pub mod silences;
 pub mod status;
 pub mod validate;
+
+pub use children_report::ChildrenReport;
+pub use decision::{Decision, Facts, Observation, decide};

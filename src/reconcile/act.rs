@@ -12,7 +12,6 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
-use super::decide::Decision;
 use super::inputs::Inputs;
 use super::persist::{AheadOfWrite, OnRecord};
 use crate::children::memo::Fingerprint;
@@ -21,6 +20,7 @@ use crate::children::{endpoints, pod};
 use crate::crd::model::Slot;
 use crate::crd::reasons::{ClusterReason, MemberReason};
 use crate::crd::{MemberStatus, RedlockCluster};
+use crate::decide::Decision;
 use crate::decide::observe::SlotObservation;
 use crate::decide::plan::MemberEvent;
 use crate::decide::serving_gate;
@@ -192,7 +192,7 @@ async fn fence_failed(
     let quiet = gate.failed(obj, now);
     let note = format!(
         "{}: process {run_id} could not be fenced: {why}. It may still serve lock clients; the operator tries again every probe period (this Warning again in {}s at the earliest if it keeps failing)",
-        crate::resources::names::slot_name(&cluster.name_any(), slot),
+        crate::children::names::slot_name(&cluster.name_any(), slot),
         quiet.as_secs()
     );
     events::publish_for_slot(

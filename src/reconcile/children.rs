@@ -16,41 +16,17 @@ use crate::children::names::{LABEL_INSTANCE, slot_name};
 use crate::children::{config, network_policy, pdb, secrets, service};
 use crate::crd::RedlockCluster;
 use crate::crd::model::Slot;
+pub use crate::decide::children_report::ChildrenReport;
 use crate::error::{Error, Result};
 use crate::reconcile::apply;
 use crate::reconcile::context::Context;
 
-/// What applying the children came to.
-#[derive(Debug, Default, Clone)]
-pub struct ChildrenReport {
-    /// Names taken by objects another owner controls.
-    pub conflicts: Vec<String>,
-    /// Other failures.
-    pub problems: Vec<String>,
-    /// The ACL Secret, the credentials and redis.conf are this cluster's own and current: only
-    /// then may pods be created (a pod would otherwise mount someone else's files).
-    pub config_ready: bool,
-    /// Something was written, read from the API server, refused or failed: not every child
-    /// was shown current by the cache (`children_memo` remembers only that outcome).
-    pub unsettled: bool,
-    /// Children (`<Kind> <name>`) found edited since they were applied, and put back.
-    pub restored: Vec<String>,
+/// An apply's outcome on the report (the outcome is this layer's type, the report pure data).
+trait Record {
+    fn record(&mut self, what: impl FnOnce() -> String, outcome: Result<apply::Applied>) -> Result<bool>;
 }
 
-impl ChildrenReport {
-    /// The report of children all found current.
-    fn current() -> Self {
-        Self {
-            config_ready: true,
-            ..Self::default()
-        }
-    }
-
-    /// Whether every child was shown current by the cache, and nothing else came of it.
-    fn all_current(&self) -> bool {
-        self.config_ready && !self.unsettled && self.conflicts.is_empty() && self.problems.is_empty()
-    }
-
+impl Record for ChildrenReport {
     /// Records the outcome of one apply of `what` (`<Kind> <name>`); a lost leadership stops
     /// the reconcile.
     fn record(&mut self, what: impl FnOnce() -> String, outcome: Result<apply::Applied>) -> Result<bool> {
@@ -195,7 +171,7 @@ async fn apply_all(
 /// record, what `<name>-endpoints` and `<name>-client` tell. Read before `<name>-client` is
 /// written: it is one of the two objects read.
 fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> i32 {
-    crate::resize::published_for_children(cluster, super::observation::told(ctx, cluster, ns))
+    crate::decide::resize::published_for_children(cluster, super::observation::told(ctx, cluster, ns))
 }
 
 /// The three Secrets of `credentials`, in the order that keeps every password on record

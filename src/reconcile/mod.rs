@@ -9,7 +9,7 @@
 //! 4. [`observation`]: pods (by name when the cache shows none), probes, TTL audit;
 //!    then [`passwords`]: a client password rotation's next step (Secrets first, then the
 //!    processes' passwords; never `on`/`off`);
-//! 5. [`decide`]: pure: status, pod changes, fences, releases, events, when to look again;
+//! 5. [`crate::decide::decide`]: pure: status, pod changes, fences, releases, events, when to look again;
 //! 6. fences, at once (`act::fence_ahead`): nothing waits for a status write or the watch;
 //! 7. [`persist`]: the status goes on record (write-ahead) and yields an `OnRecord`; only a
 //!    release whose hold is on record in this process's own last write, with nothing newer,
@@ -51,7 +51,6 @@ pub mod ttl_sampling;
 
 mod act;
 mod children;
-pub mod decide;
 mod inputs;
 mod kubelet_pods;
 mod observation;
@@ -68,8 +67,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-pub use children::ChildrenReport;
-pub use observation::Observation;
 pub use persist::status_patch;
 
 use crate::crd::conditions::{self, ConditionType};
@@ -205,9 +202,9 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
     let owed = crate::decide::plan::still_owed(&ctx.memory.owed_releases.of(&uid), &observation.slots);
     ctx.memory.owed_releases.settle(&uid, owed.clone());
     let nonce = crate::decide::resize::new_nonce();
-    let decision = decide::decide(
+    let decision = crate::decide::decide(
         cluster,
-        &decide::Facts {
+        &crate::decide::Facts {
             rejections: &inputs.rejections,
             children: &children,
             observation: &observation,

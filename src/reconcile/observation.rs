@@ -17,6 +17,7 @@ use crate::clock::record;
 use crate::crd::ClockRecord;
 use crate::crd::model::Slot;
 use crate::crd::{FailureDomains, RedlockCluster};
+use crate::decide::Observation;
 use crate::decide::failure_domains;
 use crate::decide::observe::{self, PodState, Probe, SlotObservation};
 use crate::decide::silences::Heard;
@@ -25,28 +26,6 @@ use crate::hold::ttl_audit;
 use crate::reconcile::context::Context;
 use crate::reconcile::ttl_sampling;
 use crate::redis::admin::{AdminAccess, ProbeFailure};
-
-pub struct Observation {
-    pub slots: BTreeMap<Slot, SlotObservation>,
-    /// `None` until the audit has swept a member once.
-    pub ttl: Option<ttl_audit::Report>,
-    /// When the next TTL audit period starts.
-    pub next_audit: Duration,
-    pub failure_domains: FailureDomains,
-    /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
-    /// left by an earlier incarnation of the cluster: its clients were told that).
-    pub published_ttl: Option<Duration>,
-    /// The maxLockTTL that ConfigMap says holds used when it was written
-    /// (`holdMaxLockTTLMillis`): longer than `published_ttl` while a lowering was pending.
-    pub published_hold_ttl: Option<Duration>,
-    /// What that ConfigMap and `<name>-client` tell clients (the lists and the
-    /// confirmation), the second record of a resize.
-    pub told: crate::decide::resize::Told,
-    /// What to remember of each probed member's clock once this observation's verdicts are on
-    /// record: kept before then, a jump found by a reconcile whose status write fails would
-    /// be judged against the post-jump sample next time, and never reported.
-    pub clock_tracks: Vec<(ClockKey, ClockTrack)>,
-}
 
 pub async fn observe(
     ctx: &Context,
@@ -331,12 +310,17 @@ fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> 
 
 /// What `<name>-endpoints` and `<name>-client` tell clients (the operator's caches): the
 /// resize's second record, read by the children step too, before it writes `<name>-client`.
-pub fn told(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::resize::Told {
+pub fn told(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::decide::resize::Told {
     told_by(&published(ctx, cluster, ns), ctx, cluster, ns)
 }
 
-fn told_by(published: &Published, ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::resize::Told {
-    crate::resize::Told {
+fn told_by(
+    published: &Published,
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+) -> crate::decide::resize::Told {
+    crate::decide::resize::Told {
         servers: published.servers,
         confirmed: published.confirmed,
         client_servers: client_servers(ctx, cluster, ns),

@@ -15,10 +15,10 @@
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
-use super::decide::Decision;
 use crate::children::names::FIELD_MANAGER;
 use crate::crd::model::Slot;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
+use crate::decide::Decision;
 use crate::error::Result;
 use crate::hold::release_ahead;
 use crate::reconcile::context::Context;

@@ -7,13 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PROFILE=${PROFILE:-dev}
-RULES=${RULES:-first-process lowering release-ahead evidence clock}
+RULES=${RULES:-first-process lowering release-ahead evidence clock member-clock}
 dir=$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 bin=${CARGO_TARGET_DIR:-target}/$dir/model-check
 applied=""
 revert() { [ -n "$applied" ] && git apply -R "tests/model/mutations/$applied.patch"; applied=""; }
-trap revert EXIT
 build() { ${CARGO:-cargo} build -q --profile "$PROFILE" -p redlock-model --bin model-check; }
+# Reverted and built again whatever happens: the checker left behind is the unmutated one (a
+# later `model-check` must not check a mutant).
+trap 'revert; build' EXIT
 # The focused bounds hold as the code is (BASELINE=0 skips this).
 build
 for rule in $([ "${BASELINE:-1}" = 1 ] && echo "$RULES"); do

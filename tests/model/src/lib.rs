@@ -99,7 +99,13 @@ pub fn summary(s: &State) -> String {
             None => "-".into(),
             Some(p) => match &p.process {
                 None => "down".into(),
-                Some(p) => format!("r{}{}", p.run, if p.serving { "+" } else { "" }),
+                // `+` serving; `!` its clock jumped and no write that judged it landed yet.
+                Some(p) => format!(
+                    "r{}{}{}",
+                    p.run,
+                    if p.serving { "+" } else { "" },
+                    if p.jump_unrecorded { "!" } else { "" }
+                ),
             },
         })
         .collect();
@@ -135,6 +141,7 @@ pub fn summary(s: &State) -> String {
 mod tests {
     use super::*;
     use model::Start;
+    use operator::MemberState;
 
     #[test]
     fn the_starts_are_reached_by_the_operator() {
@@ -284,5 +291,88 @@ mod tests {
             "serves within its hold:\n{}",
             format_trace(&bounds, &start, &trace)
         );
+    }
+
+    /// Client 0 takes the lock on members 0 and 1; then member 0's clock jumps.
+    fn locked_then_jumped() -> [Action; 2] {
+        [
+            Action::Lock {
+                client: 0,
+                slots: vec![0, 1],
+                old: None,
+            },
+            Action::MemberClockJump(0),
+        ]
+    }
+
+    /// A member clock's jump (docs/design.md §9.3) as the model has it: the lock key on it is
+    /// gone at once, which the properties leave alone until a probe has looked at it (the
+    /// limit of the claim) and count from then on.
+    #[test]
+    fn a_key_a_clock_jump_expired_counts_as_lost_once_a_probe_looked() {
+        let bounds = Bounds::named("member-clock").expect("a bound");
+        let (start, _) = serving(&bounds);
+        let mut end = replay(bounds.clone(), &start, &locked_then_jumped());
+        assert!(!model::serves_within_hold(&end), "{}", summary(&end));
+        let p = end.pods[0]
+            .as_mut()
+            .and_then(|p| p.process.as_mut())
+            .expect("a process");
+        assert!(
+            p.serving && p.key.is_none() && p.jump_unprobed,
+            "{}",
+            summary(&end)
+        );
+        p.jump_unprobed = false;
+        assert!(model::serves_within_hold(&end), "{}", summary(&end));
+    }
+
+    /// The jump is fenced by the first probe that sees it and held in full from then; the
+    /// status write that records it is refused and the operator restarts before another, so
+    /// the next leader sees the jump again (its probes report it until a write judged it) and
+    /// holds the member anew. No second client gets the lock while the first one's is valid.
+    #[test]
+    fn a_member_clock_jump_is_fenced_and_held_across_a_refused_write_and_a_restart() {
+        let bounds = Bounds::named("member-clock").expect("a bound");
+        let (start, reconcile) = serving(&bounds);
+        let refused = Action::Reconcile {
+            unreachable: None,
+            write_refused: true,
+            lagging: false,
+        };
+        let trace = [
+            locked_then_jumped().to_vec(),
+            vec![
+                refused,
+                Action::OperatorRestart,
+                reconcile.clone(),
+                Action::Tick,
+                reconcile.clone(),
+            ],
+        ]
+        .concat();
+        let model = HoldModel::new(bounds.clone());
+        let mut s = start.clone();
+        for a in &trace {
+            s = model.step(&s, a.clone()).expect("possible");
+            assert!(
+                !model::serves_within_hold(&s) && !model::two_holders(&s),
+                "{}",
+                format_trace(&bounds, &start, &trace)
+            );
+        }
+        let p = s.pods[0]
+            .as_ref()
+            .and_then(|p| p.process.as_ref())
+            .expect("a process");
+        assert!(!p.serving && !p.jump_unrecorded, "{}", summary(&s));
+        let held = s.stored.status.0.as_ref().map(|st| st.members[0].state);
+        assert_eq!(held, Some(MemberState::Held), "{}", summary(&s));
+        let second = Action::Lock {
+            client: 1,
+            slots: vec![0, 2],
+            old: None,
+        };
+        assert!(model.step(&s, second).is_none(), "{}", summary(&s));
     }
 }

@@ -41,11 +41,19 @@ impl<T: fmt::Debug> fmt::Debug for Opaque<T> {
 
 /// A Redis process: `run` names it (its run id is `r<run>`); `key` is the one lock key it
 /// holds, by client and expiry (tick).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Process {
     pub run: u16,
     pub serving: bool,
     pub key: Option<(u8, u16)>,
+    /// Its clock jumped forward (its key expired at once) and no probe has looked at it since:
+    /// the window docs/safety.md "Clock jumps" states as the limit of the claim (no lock attempt
+    /// is made in it, and the properties do not count its lost key).
+    pub jump_unprobed: bool,
+    /// Its clock jumped and no status write that judged it has landed: its probes report the
+    /// jump (the operator keeps a clock sample only once the verdict is on record, and a new
+    /// leader compares with the reading on record, `clock::record`).
+    pub jump_unrecorded: bool,
 }
 
 /// A pod of a slot; `process` is `None` while its container does not run.
@@ -163,6 +171,8 @@ pub enum Action {
     CutOff(i32),
     /// The cut-off node comes back: its kubelet stops the process of the deleted pod.
     Heal(i32),
+    /// The slot's serving process's clock jumps forward: its lock key expires at once.
+    MemberClockJump(i32),
     /// One reconcile; the probe of `unreachable` times out; the status write is refused
     /// (an admission policy) when `write_refused`.
     Reconcile {
@@ -227,6 +237,8 @@ pub struct Bounds {
     pub deletes: bool,
     /// A cut-off node may come back (its kubelet then stops the deleted pod's process).
     pub heals: bool,
+    /// A serving member's clock may jump forward.
+    pub member_clock_jumps: bool,
     pub starts: Vec<Start>,
 }
 
@@ -249,6 +261,7 @@ impl Bounds {
             write_refusals: false,
             partitions: false,
             heals: false,
+            member_clock_jumps: false,
             deletes: true,
             starts: vec![Start::Serving, Start::Recreated],
         }
@@ -265,6 +278,7 @@ impl Bounds {
             probe_timeouts: true,
             write_refusals: true,
             partitions: true,
+            member_clock_jumps: true,
             ..Bounds::small()
         }
     }
@@ -310,6 +324,12 @@ impl Bounds {
             },
             "clock" => Bounds {
                 clock_steps: true,
+                ..focused
+            },
+            "member-clock" => Bounds {
+                member_clock_jumps: true,
+                write_refusals: true,
+                operator_restarts: true,
                 ..focused
             },
             // A cut-off node that comes back (docs/model-check.md, "Findings").
@@ -501,6 +521,12 @@ impl HoldModel {
                     o.probe = if unreachable == Some(slot) {
                         Probe::Failed("timed out".into())
                     } else {
+                        if p.jump_unrecorded {
+                            o.clock = Some(Verdict::JumpedForward {
+                                by: Duration::from_secs(15),
+                                unwatched_since: None,
+                            });
+                        }
                         Probe::Answered(RedisInfo {
                             run_id: run_id(p.run),
                             version: "7.0.15".into(),
@@ -568,6 +594,22 @@ impl HoldModel {
         }
     }
 
+    /// The slots whose process a reconcile's probe reaches (all running ones but `unreachable`).
+    fn probed(s: &State, unreachable: Option<i32>) -> Vec<i32> {
+        (0..s.pods.len() as i32)
+            .filter(|&slot| unreachable != Some(slot))
+            .filter(|&slot| {
+                s.pods[slot as usize]
+                    .as_ref()
+                    .is_some_and(|p| p.process.is_some())
+            })
+            .collect()
+    }
+
+    fn process_mut(s: &mut State, slot: i32) -> Option<&mut Process> {
+        s.pods.get_mut(slot as usize)?.as_mut()?.process.as_mut()
+    }
+
     fn reconcile(&self, s: &State, unreachable: Option<i32>, write_refused: bool) -> Option<State> {
         let mut next = s.clone();
         // The guard: never plan from a cache older than this process's own last write.
@@ -590,6 +632,13 @@ impl HoldModel {
         let fenced_processes = fence_ahead::processes(&s.memory.fences.0);
         let hash = spec_hash(&planned.spec);
         let observation = self.observe(s, planned.recorded_members(), unreachable, &hash);
+        // The probes answered: a member clock's jump is now seen (the window of the limit ends).
+        let probed = Self::probed(s, unreachable);
+        for &slot in &probed {
+            if let Some(p) = Self::process_mut(&mut next, slot) {
+                p.jump_unprobed = false;
+            }
+        }
         let children = ChildrenReport {
             config_ready: true,
             ..Default::default()
@@ -680,6 +729,13 @@ impl HoldModel {
         next.memory.releases = Opaque(Vec::new());
         next.memory.fences = Opaque(Vec::new());
         next.memory.timers = Opaque(decision.timers.clone());
+        // The clock samples this write judged are kept now (`reconcile` keeps them only once
+        // on record): a jump they showed is reported no more.
+        for &slot in &probed {
+            if let Some(p) = Self::process_mut(&mut next, slot) {
+                p.jump_unrecorded = false;
+            }
+        }
         // On record: releases, pods, the endpoints.
         for (slot, run) in &decision.plan.releases {
             if !ahead.contains(&(*slot, run.clone())) {
@@ -705,8 +761,7 @@ impl HoldModel {
                     uid: next.next_id,
                     process: Some(Process {
                         run: next.next_id + 1,
-                        serving: false,
-                        key: None,
+                        ..Process::default()
                     }),
                 });
                 next.next_id += 2;
@@ -798,8 +853,7 @@ impl HoldModel {
                 }
                 pod.process = Some(Process {
                     run: next.next_id,
-                    serving: false,
-                    key: None,
+                    ..Process::default()
                 });
                 next.next_id += 1;
             }
@@ -860,6 +914,13 @@ impl HoldModel {
             Action::Heal(slot) => {
                 next.orphans[slot as usize].take()?;
             }
+            Action::MemberClockJump(slot) => {
+                let p = Self::process_mut(&mut next, slot).filter(|p| p.serving && !p.jump_unprobed)?;
+                p.key = None;
+                p.jump_unprobed = true;
+                p.jump_unrecorded = true;
+                next.faults += 1;
+            }
         }
         Some(next)
     }
@@ -891,6 +952,15 @@ impl HoldModel {
             }
             if b.heals && s.orphans[slot as usize].is_some() {
                 actions.push(Action::Heal(slot));
+            }
+            if b.member_clock_jumps
+                && fault
+                && pod
+                    .as_ref()
+                    .and_then(|p| p.process.as_ref())
+                    .is_some_and(|p| p.serving)
+            {
+                actions.push(Action::MemberClockJump(slot));
             }
         }
         let reconcile = |unreachable, write_refused, lagging| Action::Reconcile {
@@ -929,7 +999,15 @@ impl HoldModel {
                 }
             }
         }
-        if let Some(told) = &s.published {
+        // No lock attempt between a member clock's jump and the next probe of it: the limit of
+        // the claim (docs/safety.md "Clock jumps"); what happens after that probe is checked.
+        let in_jump_window = s
+            .pods
+            .iter()
+            .flatten()
+            .filter_map(|p| p.process.as_ref())
+            .any(|p| p.serving && p.jump_unprobed);
+        if let Some(told) = s.published.as_ref().filter(|_| !in_jump_window) {
             let q = quorum(told.list);
             for client in 0..b.clients {
                 // Clients are alike: client c tries only after client c-1 did (one order of
@@ -985,17 +1063,22 @@ pub fn two_holders(s: &State) -> bool {
     })
 }
 
-/// A member serves with a process that came after the one a still valid lock took its key on:
-/// it lets clients in while a lock that relied on its lost keys may still be held.
+/// A member serves without the key a still valid lock set on it: with a process that came
+/// after the one the key was set on, or with that process after its clock jumped (the key
+/// expired early) once a probe has looked at it. It lets clients in while a lock that relied
+/// on its lost key may still be held.
 pub fn serves_within_hold(s: &State) -> bool {
     s.pods.iter().enumerate().any(|(slot, pod)| {
         let Some(Pod { process: Some(p), .. }) = pod else {
             return false;
         };
+        let lost = |l: &Lock, run: u16| {
+            run != p.run || (!p.jump_unprobed && p.key.is_none_or(|(c, _)| c != l.client))
+        };
         p.serving
             && s.locks
                 .iter()
-                .any(|l| l.valid(s.now) && l.members.iter().any(|&(m, run)| m == slot as i32 && run != p.run))
+                .any(|l| l.valid(s.now) && l.members.iter().any(|&(m, run)| m == slot as i32 && lost(l, run)))
     })
 }
 

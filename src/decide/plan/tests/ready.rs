@@ -293,10 +293,10 @@ fn an_owed_release_is_settled_by_its_process_serving_or_gone_and_by_nothing_else
         (4, missing()),                 // no pod: settled
     ]); // slot 5 not observed: settled
     assert_eq!(
-        crate::plan::still_owed(&all, &obs),
+        crate::decide::plan::still_owed(&all, &obs),
         vec![owed(1, "B"), owed(3, "D")]
     );
-    let memory = crate::release_ahead::OwedReleases::default();
+    let memory = crate::hold::release_ahead::OwedReleases::default();
     memory.owe("u", &all[..2]);
     memory.owe("u", &all[1..3]);
     assert_eq!(memory.of("u"), all[..3].to_vec(), "each release owed once");

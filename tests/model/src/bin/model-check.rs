@@ -8,7 +8,7 @@ fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "full".into());
     let Some(mut bounds) = Bounds::named(&which) else {
         eprintln!(
-            "unknown bound {which}: small, full, first-process, lowering, release-ahead, evidence, clock, heal"
+            "unknown bound {which}: small, full, first-process, lowering, release-ahead, evidence, clock, member-clock, heal"
         );
         std::process::exit(2);
     };

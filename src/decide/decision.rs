@@ -6,19 +6,43 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::children::ChildrenReport;
-use super::observation::Observation;
+use super::children_report::ChildrenReport;
 use crate::children::names::slot_name;
 use crate::clock::Reading;
 use crate::clock::timers::{ClusterTimers, TimerKey};
+use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
 use crate::crd::{RedlockCluster, RedlockClusterStatus};
-use crate::decide::observe::PodState;
+use crate::decide::observe::{PodState, SlotObservation};
 use crate::decide::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
 use crate::decide::validate::Rejection;
 use crate::decide::{resize, rollout, status};
 use crate::hold::policy::{self, Change};
 use crate::hold::{self, maintenance};
+
+/// What one reconcile observed of a cluster: each slot's pod and probe, the TTL audit,
+/// placement, and what clients are told (read by `crate::reconcile::observation`).
+pub struct Observation {
+    pub slots: std::collections::BTreeMap<Slot, SlotObservation>,
+    /// `None` until the audit has swept a member once.
+    pub ttl: Option<crate::hold::ttl_audit::Report>,
+    /// When the next TTL audit period starts.
+    pub next_audit: std::time::Duration,
+    pub failure_domains: crate::crd::FailureDomains,
+    /// The maxLockTTL the `<name>-endpoints` ConfigMap tells clients, if it exists (also one
+    /// left by an earlier incarnation of the cluster: its clients were told that).
+    pub published_ttl: Option<std::time::Duration>,
+    /// The maxLockTTL that ConfigMap says holds used when it was written
+    /// (`holdMaxLockTTLMillis`): longer than `published_ttl` while a lowering was pending.
+    pub published_hold_ttl: Option<std::time::Duration>,
+    /// What that ConfigMap and `<name>-client` tell clients (the lists and the
+    /// confirmation), the second record of a resize.
+    pub told: resize::Told,
+    /// What to remember of each probed member's clock once this observation's verdicts are on
+    /// record: kept before then, a jump found by a reconcile whose status write fails would
+    /// be judged against the post-jump sample next time, and never reported.
+    pub clock_tracks: Vec<(crate::clock::member::ClockKey, crate::clock::member::ClockTrack)>,
+}
 
 /// Everything one reconcile will do, decided before anything is written.
 #[derive(Debug, Clone, PartialEq)]

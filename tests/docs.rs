@@ -1,8 +1,9 @@
-//! Docs that cannot rot: every relative link and `#anchor` of README.md, CHANGELOG.md and
-//! docs/*.md resolves (the file exists inside the repository, the anchor is a heading of it by
-//! GitHub's slug rules), every alert's runbook URL in the chart's defaults names a heading of
-//! docs/runbooks.md, docs/spec.md names every field of the CRD, every `make` target they name
-//! exists, and no page cites a commit of this repository or more than three dates.
+//! Docs that cannot rot: every relative link and `#anchor` of README.md, CHANGELOG.md,
+//! CONTRIBUTING.md, SECURITY.md and docs/*.md resolves (the file exists inside the repository,
+//! the anchor is a heading of it by GitHub's slug rules), every alert's runbook URL in the
+//! chart's defaults names a heading of docs/runbooks.md, docs/spec.md names every field of the
+//! CRD, every `make` target they name exists, and no page cites a commit of this repository or
+//! more than three dates.
 //!
 //! Reads files only: no control plane, no Helm (tests/alerts.rs checks the rendered rules'
 //! URLs the same way), so `make check` runs it.
@@ -13,10 +14,13 @@ use redlock_test_support::markdown::{self, GITHUB_BLOB};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The pages a reader follows links through: README.md, CHANGELOG.md and every docs/*.md,
-/// relative to the root.
+/// The pages a reader follows links through: README.md, CHANGELOG.md, CONTRIBUTING.md,
+/// SECURITY.md and every docs/*.md, relative to the root.
 fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![PathBuf::from("README.md"), PathBuf::from("CHANGELOG.md")];
+    let mut pages: Vec<PathBuf> = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md", "SECURITY.md"]
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
     let mut docs: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("docs"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -9,6 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
@@ -20,7 +21,7 @@ use crate::children::names::managed_selector;
 use crate::children::trim::Trim;
 use crate::children::versions::ChildVersions;
 use crate::cli::RunArgs;
-use crate::crd::RedlockCluster;
+use crate::crd::{RedlockCluster, schema_check};
 use crate::error::{Error, Result};
 use crate::reconcile::context::{Caches, Context, Memory, Settings};
 use crate::reconcile::{error_policy, reconcile};
@@ -39,6 +40,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let ns = args.namespace.as_deref();
     let clusters: Api<RedlockCluster> = scoped(&client, ns);
     ensure_crd_installed(&clusters).await?;
+    ensure_crd_current(&client).await?;
 
     let election = election_config(&args, &client)?;
 
@@ -444,6 +446,36 @@ async fn ensure_crd_installed(clusters: &Api<RedlockCluster>) -> Result<()> {
         // An unknown API group answers with a bare 404 ("page not found"), not a Status.
         Err(kube::Error::Api(status)) if status.is_not_found() || status.code == 404 => {
             Err(Error::CrdNotInstalled)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An installed CRD older than this operator would prune fields the operator writes from
+/// every write (`crd::schema_check`): refuse to start, naming them. Without permission to
+/// read CRDs (RBAC kept from an older chart) the check cannot run: said once, and the start
+/// goes on, as it did before the check existed.
+async fn ensure_crd_current(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let ours = crate::crd::crd();
+    let name = ours.metadata.name.as_deref().expect("our CRD has a name");
+    match crds.get(name).await {
+        Ok(installed) => {
+            let missing = schema_check::missing_from_installed(&installed, &ours);
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::CrdOutdated(missing))
+            }
+        }
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                crd = name,
+                "cannot read the installed CRD to check its schema (RBAC: get on \
+                 apiextensions.k8s.io customresourcedefinitions {name}); starting without \
+                 the check: an older CRD would drop fields this operator writes"
+            );
+            Ok(())
         }
         Err(e) => Err(e.into()),
     }

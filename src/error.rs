@@ -14,6 +14,17 @@ pub enum Error {
     )]
     CrdNotInstalled,
 
+    /// The installed CRD's schema lacks fields this operator writes: the API server would
+    /// drop them from every write, and the operator would plan from a record that forgets
+    /// what it wrote (`crd::schema_check`).
+    // The missing paths, only for the message.
+    #[error(
+        "the installed RedlockCluster CRD (redlockclusters.{group}) is older than this operator: its schema lacks {fields}, which the API server would drop from every write; run `kubectl apply -f crds/redlockcluster.yaml` (or `redlock-operator crd | kubectl apply -f -`; `helm upgrade` never upgrades CRDs) and start the operator again",
+        group = crate::crd::GROUP,
+        fields = summarize(.0)
+    )]
+    CrdOutdated(Vec<String>),
+
     /// No kube client could be built (no in-cluster config and no usable KUBECONFIG).
     #[error("cannot configure a Kubernetes client: {0}")]
     ClientConfig(#[source] kube::Error),
@@ -80,6 +91,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubeApi",
             Error::CrdNotInstalled => "CrdNotInstalled",
+            Error::CrdOutdated(_) => "CrdOutdated",
             Error::ClientConfig(_) => "ClientConfig",
             Error::MissingNamespace(_) => "MissingNamespace",
             Error::TlsSecret(_) => "TlsSecret",
@@ -91,6 +103,16 @@ impl Error {
             Error::Http { .. } => "Http",
         }
     }
+}
+
+/// The first few missing paths and how many more: the error stays one readable line.
+fn summarize(missing: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = missing[..missing.len().min(SHOWN)].join(", ");
+    if missing.len() > SHOWN {
+        text.push_str(&format!(" and {} more", missing.len() - SHOWN));
+    }
+    text
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -105,5 +127,21 @@ mod tests {
         assert!(msg.contains("redlockclusters.redlock.dev"), "{msg}");
         assert!(msg.contains("kubectl apply -f crds/redlockcluster.yaml"), "{msg}");
         assert!(!msg.contains('\n'), "must be one line: {msg}");
+    }
+
+    #[test]
+    fn crd_outdated_message_names_the_fields_and_the_fix() {
+        let one = Error::CrdOutdated(vec!["v1alpha1: status.members[].unstopped".into()]);
+        let msg = one.to_string();
+        assert!(
+            msg.contains("lacks v1alpha1: status.members[].unstopped, which"),
+            "{msg}"
+        );
+        assert!(msg.contains("kubectl apply -f crds/redlockcluster.yaml"), "{msg}");
+        assert!(!msg.contains('\n'), "must be one line: {msg}");
+        let many = Error::CrdOutdated((0..8).map(|i| format!("v1alpha1: spec.f{i}")).collect());
+        let msg = many.to_string();
+        assert!(msg.contains("spec.f4 and 3 more"), "{msg}");
+        assert!(!msg.contains("spec.f5"), "{msg}");
     }
 }

@@ -108,10 +108,11 @@ fn default_render_is_restricted_and_highly_available() {
     );
 }
 
-/// Every rule of the chart, flattened to (apiGroup, resource, verb, resourceNames).
+/// Every rule the chart grants the operator, flattened to (apiGroup, resource, verb,
+/// resourceNames).
 fn rules(docs: &[Value]) -> Vec<(String, String, String, Vec<String>)> {
     let mut out = Vec::new();
-    for role in kind(docs, "ClusterRole").into_iter().chain(kind(docs, "Role")) {
+    for role in std::iter::once(helm_chart::operator_cluster_role(docs)).chain(kind(docs, "Role")) {
         for rule in role["rules"].as_sequence().unwrap() {
             for g in strings(&rule["apiGroups"]) {
                 for r in strings(&rule["resources"]) {
@@ -147,6 +148,7 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
     let audited: &[(&str, &str, &str)] = &[
         ("redlock.dev", "redlockclusters", "list,watch"),
         ("redlock.dev", "redlockclusters/status", "patch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
         ("", "pods", "get,list,watch,create,delete"),
         ("", "pods/status", "patch"),
         ("", "services", "get,list,watch,create,patch,delete"),
@@ -178,6 +180,10 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
     expected.sort();
     got.sort();
     assert_eq!(got, expected);
+    // Reading CRDs is limited to ours (the start-up schema check).
+    for (g, r, v, names) in rules.iter().filter(|(g, ..)| g == "apiextensions.k8s.io") {
+        assert_eq!(names, &["redlockclusters.redlock.dev".to_owned()], "{g}/{r} {v}");
+    }
     // The Lease is the only namespaced grant, and renewing it is limited to its name (reading
     // is not: another operator's Lease that a cluster's status names is read, N6).
     let role = one(&docs, "Role");
@@ -187,6 +193,108 @@ fn rbac_has_no_wildcards_and_nothing_beyond_the_audited_list() {
             assert_eq!(names, &["redlock-operator".to_owned()], "{g} {v}");
         }
     }
+}
+
+/// Users' access to RedlockClusters comes with Kubernetes' default roles (a namespace's `edit`
+/// may create and edit them, `view` may read them), through aggregation labels; nothing else
+/// is granted to anybody, and the roles can be left out.
+#[test]
+fn redlockclusters_join_the_default_view_edit_and_admin_roles() {
+    let docs = template(&[]).unwrap();
+    let aggregated: Vec<&Value> = kind(&docs, "ClusterRole")
+        .into_iter()
+        .filter(|r| !std::ptr::eq(*r, helm_chart::operator_cluster_role(&docs)))
+        .collect();
+    let to = |role: &Value, default: &str| {
+        role["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{default}").as_str()]
+            == "true"
+    };
+    let mut seen = Vec::new();
+    for role in &aggregated {
+        for rule in role["rules"].as_sequence().unwrap() {
+            assert_eq!(strings(&rule["apiGroups"]), ["redlock.dev"], "{role:?}");
+            for verb in strings(&rule["verbs"]) {
+                let readonly = matches!(verb.as_str(), "get" | "list" | "watch");
+                // A write verb never reaches `view`.
+                assert!(readonly || !to(role, "view"), "{verb} in view: {role:?}");
+                assert!(to(role, "edit") && to(role, "admin"), "{role:?}");
+                for r in strings(&rule["resources"]) {
+                    seen.push(format!("{r} {verb} view={}", to(role, "view")));
+                }
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "redlockclusters create view=false",
+            "redlockclusters delete view=false",
+            "redlockclusters deletecollection view=false",
+            "redlockclusters get view=true",
+            "redlockclusters list view=true",
+            "redlockclusters patch view=false",
+            "redlockclusters update view=false",
+            "redlockclusters watch view=true",
+            "redlockclusters/status get view=true",
+            "redlockclusters/status list view=true",
+            "redlockclusters/status watch view=true",
+        ]
+    );
+    // No binding names them: the API server aggregates them into the default roles.
+    for binding in kind(&docs, "ClusterRoleBinding")
+        .into_iter()
+        .chain(kind(&docs, "RoleBinding"))
+    {
+        assert!(
+            aggregated
+                .iter()
+                .all(|r| r["metadata"]["name"] != binding["roleRef"]["name"]),
+            "{binding:?}"
+        );
+    }
+    let without = template(&["rbac.aggregateToDefaultRoles=false"]).unwrap();
+    assert_eq!(kind(&without, "ClusterRole").len(), 1);
+}
+
+/// Operator flags and environment the chart has no value of its own for, and a security
+/// context for platforms that assign their own UID (OpenShift's restricted SCC).
+#[test]
+fn extra_flags_environment_and_security_contexts_reach_the_operator() {
+    let docs = template(&[
+        "extraArgs={--probe-period-ms=2000,--max-clock-offset-ms=3000}",
+        "extraEnv[0].name=TZ",
+        "extraEnv[0].value=UTC",
+        "podSecurityContext.runAsUser=null",
+        "podSecurityContext.runAsGroup=null",
+    ])
+    .unwrap();
+    let spec = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    let args = strings(&c["args"]);
+    assert_eq!(args[0], "run");
+    assert!(
+        args.ends_with(&[
+            "--probe-period-ms=2000".to_owned(),
+            "--max-clock-offset-ms=3000".to_owned()
+        ]),
+        "{args:?}"
+    );
+    let env = c["env"].as_sequence().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "TZ" && e["value"] == "UTC"),
+        "{env:?}"
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_IP"),
+        "the chart's own stay: {env:?}"
+    );
+    let pod_security = &spec["securityContext"];
+    assert!(pod_security["runAsUser"].is_null(), "{pod_security:?}");
+    assert!(pod_security["runAsGroup"].is_null(), "{pod_security:?}");
+    assert_eq!(pod_security["runAsNonRoot"], true);
+    assert_eq!(pod_security["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
 }
 
 #[test]
@@ -211,6 +319,9 @@ fn bad_values_are_refused() {
         ("networkPolicy.apiServerPorts={}", "apiServerPorts"),
         ("unknownKey=1", "unknownKey"),
         ("rbac.create=maybe", "create"),
+        ("rbac.aggregateToDefaultRoles=maybe", "aggregateToDefaultRoles"),
+        ("extraArgs={probe-period-ms=2000}", "extraArgs"),
+        ("extraEnv[0].value=UTC", "name"),
     ];
     for (set, mentions) in cases {
         match template(&[set]) {

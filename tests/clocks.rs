@@ -122,15 +122,19 @@ async fn a_forward_step_of_the_leaders_clock_mid_hold_does_not_shorten_it() {
         recorded.duration_since(until).as_secs_f64() >= 29.0,
         "{recorded} vs {until}"
     );
-    // The gauge is refreshed every clock-check period (10 s): on real nodes, whose kubelet
+    // The counter is refreshed every clock-check period (10 s): on real nodes, whose kubelet
     // restarts the container later, the hold can be extended before the next refresh. Before
     // that it may show milliseconds (a delayed clock read counts as a step: `clock.rs`,
     // `narrow_reading`), so wait for a whole second or more.
     let steps = wait_for(
-        "the step in redlock_operator_clock_forward_steps_seconds",
+        "the step in redlock_operator_clock_forward_steps_seconds_total",
         Duration::from_secs(15),
         async || {
-            let s = metric(&env.operator, "redlock_operator_clock_forward_steps_seconds").await;
+            let s = metric(
+                &env.operator,
+                "redlock_operator_clock_forward_steps_seconds_total",
+            )
+            .await;
             Ok((s >= 1.0).then_some(s))
         },
     )

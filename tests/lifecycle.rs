@@ -735,7 +735,7 @@ async fn an_operator_that_may_not_open_readiness_gates_says_so() {
     // The chart's ClusterRole without its pods/status rule, bound to a user of its own.
     let user = "operator-old-rbac";
     let docs = redlock_test_support::helm_chart::template("rl", "redlock-system", &[]).unwrap();
-    let chart_role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let chart_role = redlock_test_support::helm_chart::operator_cluster_role(&docs);
     let mut role: serde_json::Value = serde_json::to_value(chart_role).unwrap();
     role["metadata"] = json!({"name": user});
     let rules = role["rules"].as_array_mut().unwrap();

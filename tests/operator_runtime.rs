@@ -1,4 +1,5 @@
-//! The operator runtime against a real kube-apiserver: refusing to start without the CRD,
+//! The operator runtime against a real kube-apiserver: refusing to start without the CRD or
+//! against an older one,
 //! status written once per change, health endpoints, graceful shutdown, API-server validation.
 
 use std::time::Duration;
@@ -33,6 +34,15 @@ fn cluster(name: &str, instances: i32) -> RedlockCluster {
 #[tokio::test]
 async fn refuses_to_start_without_the_crd() {
     let cp = control_plane().await;
+    let (line, _) = refused_start(&cp).await;
+    assert!(
+        line.contains("kubectl apply -f crds/redlockcluster.yaml"),
+        "{line}"
+    );
+}
+
+/// Starts the operator and waits for it to exit non-zero: its `error: ` line, and its log.
+async fn refused_start(cp: &ControlPlane) -> (String, String) {
     let log = cp.dir().join("operator.log");
     let mut op = OperatorProcess::start(&operator_bin(), cp.kubeconfig(), &log, &[]).unwrap();
     let status = op.wait_exit(Duration::from_secs(30)).await.unwrap();
@@ -41,11 +51,38 @@ async fn refuses_to_start_without_the_crd() {
     let line = out
         .lines()
         .find(|l| l.starts_with("error: "))
-        .unwrap_or_else(|| panic!("no error line in:\n{out}"));
+        .unwrap_or_else(|| panic!("no error line in:\n{out}"))
+        .to_owned();
+    (line, out)
+}
+
+/// Helm never upgrades CRDs: a new operator against the CRD of an older release would have
+/// the API server prune what the old schema lacks from every status write (safety review N2).
+/// Here the installed CRD is ours without a member's `unstopped`, a field the hold rule
+/// relies on: the operator must refuse to start and name it.
+#[tokio::test]
+async fn refuses_to_start_against_an_older_crd_and_names_what_it_lacks() {
+    let cp = control_plane().await;
+    let mut older = serde_json::to_value(redlock_operator::crd::crd()).unwrap();
+    older
+        .pointer_mut(
+            "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/members/items/properties",
+        )
+        .and_then(|p| p.as_object_mut())
+        .and_then(|p| p.remove("unstopped"))
+        .expect("our CRD has status.members[].unstopped");
+    cp.install_crd(&serde_json::from_value(older).unwrap())
+        .await
+        .unwrap();
+    let (line, out) = refused_start(&cp).await;
+    assert!(line.contains("v1alpha1: status.members[].unstopped"), "{line}");
     assert!(
         line.contains("kubectl apply -f crds/redlockcluster.yaml"),
         "{line}"
     );
+    // Nothing was acted on: the operator stopped before the election and the watches.
+    assert!(!out.contains("acquired the leader lease"), "{out}");
+    assert!(!out.contains("operator started"), "{out}");
 }
 
 #[tokio::test]

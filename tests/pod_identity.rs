@@ -376,11 +376,12 @@ async fn a_kept_probe_connection_reads_its_process_once_and_a_restart_is_a_new_p
         .await
         .unwrap();
     let (again, _) = access.probe_kept(ip, &kept, "uid").await.unwrap();
-    // Since then: the INFO that counted `calls`, and the probe's own `INFO stats` (its
-    // `evicted_keys`, read every probe); no `INFO server` on the kept connection.
+    // Since then: the INFO that counted `calls`, and the probe's own `INFO stats` and `INFO
+    // commandstats` (`evicted_keys` and the key-dropping commands, read every probe); no
+    // `INFO server` on the kept connection.
     assert_eq!(
         info_calls(port).await,
-        calls + 2,
+        calls + 3,
         "no INFO server on the kept connection"
     );
     assert_eq!(again.run_id, first.run_id);

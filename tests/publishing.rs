@@ -846,6 +846,106 @@ async fn a_hung_member_leaves_its_services_until_it_answers_again() {
     );
 }
 
+/// `SET key value NX PX ttl` as a lock client on the member at `ip`: whether it granted it
+/// (a refused login, a fenced or stopped member, counts as not granted).
+async fn lock_on(ip: std::net::IpAddr, client: &Login, key: &str, value: &str, ttl_ms: u64) -> bool {
+    let Ok(mut c) = connect(ip, client).await else {
+        return false;
+    };
+    let reply: redis::RedisResult<Option<String>> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(&mut c)
+        .await;
+    matches!(reply, Ok(Some(ok)) if ok == "OK")
+}
+
+/// Safety review 3, N1: a `FLUSHALL` on a serving member drops the locks it granted without a
+/// restart. Neither a lock client nor the operator's own user may send one, so an insider
+/// widens the operator's user first. The probe reads the command's calls: the member is fenced
+/// before a second client can take a majority with it, and its pod is replaced.
+#[tokio::test]
+async fn a_member_flushed_while_it_serves_is_fenced_before_a_second_client_takes_a_majority() {
+    let env = Env::start(4).await;
+    env.create_cluster(
+        NAME,
+        json!({"instances": 3, "maxLockTTL": "10s", "holdMargin": "0s"}),
+    )
+    .await;
+    env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
+    let before = env.member(NAME, 1).await.unwrap();
+    let client = env.client_login(NAME).await;
+    let mut ips = Vec::new();
+    for slot in 0..3 {
+        ips.push(env.pod_ip(NAME, slot).await);
+    }
+    // Client A holds L on a bare majority: members 0 and 1.
+    let ttl_ms = 10_000;
+    assert!(lock_on(ips[0], &client, "L", "A", ttl_ms).await);
+    assert!(lock_on(ips[1], &client, "L", "A", ttl_ms).await);
+    let ip = ips[1];
+    let admin = env.admin_login(NAME).await;
+    let mut a = connect(ip, &admin).await.unwrap();
+    let refused: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut a).await;
+    assert!(refused.is_err(), "the operator's user may not FLUSHALL");
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&admin.user)
+        .arg("+flushall")
+        .query_async(&mut a)
+        .await
+        .unwrap();
+    let () = redis::cmd("FLUSHALL").query_async(&mut a).await.unwrap();
+    let flushed = std::time::Instant::now();
+    wait_for("the flushed process fenced", Duration::from_secs(8), async || {
+        Ok(connect(ip, &client).await.is_err().then_some(()))
+    })
+    .await;
+    println!("fenced {:?} after the flush", flushed.elapsed());
+    // Client B tries every member while A's lock is valid: member 0 has A's key, member 1 is
+    // fenced, so B gets member 2 alone.
+    let mut granted = Vec::new();
+    for (slot, ip) in ips.iter().enumerate() {
+        if lock_on(*ip, &client, "L", "B", ttl_ms).await {
+            granted.push(slot);
+        }
+    }
+    let mut c0 = connect(ips[0], &client).await.unwrap();
+    let left: i64 = redis::cmd("PTTL").arg("L").query_async(&mut c0).await.unwrap();
+    assert!(
+        left > 0,
+        "A's lock expired before B tried: the test proves nothing"
+    );
+    assert_eq!(
+        granted,
+        [2],
+        "B must not get a majority while A holds L ({left} ms left)"
+    );
+    env.wait_event("ProcessTampered").await;
+    let events: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cp.client(), &env.ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+    let notes: Vec<&str> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ProcessTampered"))
+        .filter_map(|e| e.note.as_deref())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("flushall ran 1 times")),
+        "the event names the flush: {notes:?}"
+    );
+    env.wait_member(NAME, 1, "replaced and released", Duration::from_secs(90), |m| {
+        m.state == redlock_operator::crd::MemberState::Ready && m.run_id != before.run_id
+    })
+    .await;
+}
+
 /// Safety review 3, N1: a member whose settings are changed while it runs (here eviction
 /// switched on, by an insider who first widened the operator's own ACL user, which may not run
 /// `CONFIG SET` itself) can drop lock keys without a restart. The probe sees it: the process is

@@ -107,6 +107,8 @@ pub fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(10),
             priority_class_name: template.priority_class_name.clone(),
+            image_pull_secrets: (!template.image_pull_secrets.is_empty())
+                .then(|| template.image_pull_secrets.clone()),
             security_context: Some(pod_security(template.security_context.as_ref())),
             node_selector: (!spec.scheduling.node_selector.is_empty())
                 .then(|| spec.scheduling.node_selector.clone()),
@@ -596,6 +598,25 @@ mod tests {
         assert_eq!(sc.supplemental_groups, Some(vec![5]));
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+
+    #[test]
+    fn pod_template_fields_reach_the_pod() {
+        let p = pod(
+            &cluster(json!({"maxLockTTL": "30s", "podTemplate": {
+                "priorityClassName": "locks-critical",
+                "imagePullSecrets": [{"name": "registry-creds"}],
+            }})),
+            Slot::new(0),
+        );
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("locks-critical"));
+        let secrets = spec.image_pull_secrets.unwrap();
+        assert_eq!(secrets.len(), 1);
+        assert_eq!(secrets[0].name, "registry-creds");
+        // None asked for: the field stays out of the pod (no empty list to compare).
+        let plain = pod(&cluster(json!({"maxLockTTL": "30s"})), Slot::new(0));
+        assert_eq!(plain.spec.unwrap().image_pull_secrets, None);
     }
 
     #[test]

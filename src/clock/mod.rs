@@ -117,7 +117,7 @@ const READ_ATTEMPTS: usize = 3;
 /// preemption on a loaded node; libfaketime re-reading its offset file) widens the interval
 /// the true offset is known in; [`StepWatch`] counts the width as a forward step (safe: it
 /// only lengthens holds), and a CI run saw 3 ms of it in
-/// `redlock_operator_clock_forward_steps_seconds` before any step had happened. So a reading
+/// `redlock_operator_clock_forward_steps_seconds_total` before any step had happened. So a reading
 /// wider than [`MAX_READING_WIDTH`] is taken again, at most [`READ_ATTEMPTS`] reads in all,
 /// and the narrowest used.
 pub fn narrow_reading(

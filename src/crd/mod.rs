@@ -9,6 +9,7 @@
 pub mod conditions;
 pub mod model;
 pub mod reasons;
+pub mod schema_check;
 
 mod spec;
 mod status;

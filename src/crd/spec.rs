@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, PodSecurityContext, ResourceRequirements, Toleration, TopologySpreadConstraint,
+    Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, Toleration,
+    TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Duration;
@@ -276,6 +277,12 @@ pub struct PodTemplateSpec {
     /// Pod security context of the instance pods; a restricted one is used when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
+
+    /// Secrets (in the cluster's namespace) the kubelet uses to pull `spec.image` from a
+    /// private registry. A change replaces the pods one at a time, like any pod-shaping field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
 }
 
 fn default_instances() -> i32 {

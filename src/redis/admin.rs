@@ -223,8 +223,8 @@ impl AdminAccess {
         // it could only say again what it said.
         // Then what the hold rule relies on staying as the process started (safety review 3,
         // N1): no eviction, no persistence, a master of its own dataset, nothing evicted. One
-        // `CONFIG GET` each: Redis 6.2 takes one pattern per call.
-        let checks: [&[&str]; 10] = [
+        // `CONFIG GET` each: Redis 6.2 takes one pattern per call (and one `INFO` section).
+        let checks: [&[&str]; 11] = [
             &["ACL", "GETUSER", &self.client_user],
             &["ACL", "GETUSER", self.other_client_user()],
             &["CONFIG", "GET", PROC_TITLE_TEMPLATE],
@@ -235,6 +235,7 @@ impl AdminAccess {
             &["CONFIG", "GET", "appendonly"],
             &["ROLE"],
             &["INFO", "stats"],
+            &["INFO", "commandstats"],
         ];
         let known = conn.process.clone();
         let request = match known {
@@ -300,9 +301,10 @@ impl AdminAccess {
             appendonly,
             role,
             stats,
+            commandstats,
         ] = checks
         else {
-            return Err(ProbeError::Invalid("not ten replies to the checks"));
+            return Err(ProbeError::Invalid("not eleven replies to the checks"));
         };
         let setting = |reply: &Reply<'_>| -> Result<Option<String>, ProbeError> {
             Ok(match reply.checked()?.items()? {
@@ -320,6 +322,7 @@ impl AdminAccess {
             setting(appendonly)?.as_deref(),
             &role,
             stats.checked()?.text()?,
+            commandstats.checked()?.text()?,
         );
         let (user, other_user) = (user.checked()?, other_user.checked()?);
         // `CONFIG GET` answers [name, value], or nothing for an unknown setting.
@@ -667,14 +670,16 @@ pub fn pod_uid_of_title(template: &str) -> Option<String> {
 /// What a probe's settings and counters show that the hold rule cannot stand (pure; see
 /// [`RedisInfo::deviations`]): the settings every process starts with
 /// (`resources::config`: `maxmemory-policy noeviction`, `save ""`, `appendonly no`, a master)
-/// changed while it runs, or keys evicted. A setting the server does not report is no
-/// deviation (every Redis the spec allows reports these).
+/// changed while it runs, keys evicted, or a command run that drops or replaces keys wholesale
+/// ([`KEY_DROPPING_COMMANDS`]). A setting the server does not report is no deviation (every
+/// Redis the spec allows reports these).
 pub fn deviations(
     policy: Option<&str>,
     save: Option<&str>,
     appendonly: Option<&str>,
     role: &str,
     info_stats: &str,
+    info_commandstats: &str,
 ) -> Vec<String> {
     let mut found = Vec::new();
     if let Some(p) = policy.filter(|p| *p != "noeviction") {
@@ -701,7 +706,51 @@ pub fn deviations(
     if evicted > 0 {
         found.push(format!("it evicted {evicted} keys"));
     }
+    for (command, calls) in key_dropping_calls(info_commandstats) {
+        found.push(format!("{command} ran {calls} times"));
+    }
     found
+}
+
+/// Commands that drop, move or replace keys without a lock client's own `DEL` (which a
+/// release script sends and the counters cannot tell apart): neither a lock client (its ACL
+/// has `-@dangerous -flushall -flushdb -swapdb -replicaof -slaveof -debug`) nor the operator
+/// (`ADMIN_RULES`) may send one, so a call on record means an insider widened a user. Every
+/// process starts with all counters at zero, and a process found with one is never released
+/// again (`plan::tampered`), so a counter that stays up costs nothing more. `CONFIG SET` is not
+/// here: Redis 6.2 counts it together with the operator's own `CONFIG GET`, and what it could
+/// change is read directly.
+pub const KEY_DROPPING_COMMANDS: [&str; 9] = [
+    "flushall",
+    "flushdb",
+    "swapdb",
+    "restore",
+    "restore-asking",
+    "migrate",
+    "debug",
+    "replicaof",
+    "slaveof",
+];
+
+/// `(command, calls)` of every [`KEY_DROPPING_COMMANDS`] entry `INFO commandstats` shows run
+/// (`cmdstat_flushall:calls=1,usec=…`). Calls an ACL refused are not `calls` (newer servers
+/// count them as `rejected_calls`): only commands that ran count.
+fn key_dropping_calls(commandstats: &str) -> Vec<(&str, u64)> {
+    commandstats
+        .lines()
+        .filter_map(|line| {
+            let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let command = KEY_DROPPING_COMMANDS
+                .iter()
+                .find(|c| c.eq_ignore_ascii_case(name))?;
+            let calls = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse::<u64>()
+                .ok()?;
+            (calls > 0).then_some((*command, calls))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -709,21 +758,46 @@ mod tests {
     #[test]
     fn deviations_from_what_the_hold_rule_relies_on_are_named() {
         let stats = "# Stats\r\nexpired_keys:12\r\nevicted_keys:0\r\n";
-        assert!(deviations(Some("noeviction"), Some(""), Some("no"), "master", stats).is_empty());
+        // What the operator and lock clients send, and a FLUSHALL an ACL refused (counted as
+        // rejected, not as a call).
+        let commands = "# Commandstats\r\n\
+            cmdstat_set:calls=40,usec=80,usec_per_call=2.00,rejected_calls=0,failed_calls=3\r\n\
+            cmdstat_evalsha:calls=12,usec=60,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_del:calls=7,usec=7,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_flushall:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n";
+        let clean = |commands: &str| {
+            deviations(
+                Some("noeviction"),
+                Some(""),
+                Some("no"),
+                "master",
+                stats,
+                commands,
+            )
+        };
+        assert!(clean(commands).is_empty(), "{:?}", clean(commands));
         let all = deviations(
             Some("allkeys-lru"),
             Some("3600 1"),
             Some("yes"),
             "slave",
             "evicted_keys:3\r\n",
+            "cmdstat_flushdb:calls=2,usec=9,usec_per_call=4.50\r\n",
         );
-        assert_eq!(all.len(), 5, "{all:?}");
+        assert_eq!(all.len(), 6, "{all:?}");
         assert!(
-            all[0].contains("allkeys-lru") && all[4].contains("evicted 3 keys"),
+            all[0].contains("allkeys-lru")
+                && all[4].contains("evicted 3 keys")
+                && all[5] == "flushdb ran 2 times",
             "{all:?}"
         );
+        // Lines without rejected_calls (older servers), and every command of the list.
+        for command in KEY_DROPPING_COMMANDS {
+            let line = format!("cmdstat_{command}:calls=1,usec=3,usec_per_call=3.00\r\n");
+            assert_eq!(clean(&line), [format!("{command} ran 1 times")], "{line}");
+        }
         // Settings a server does not report prove nothing either way.
-        assert!(deviations(None, None, None, "", "").is_empty());
+        assert!(deviations(None, None, None, "", "", "").is_empty());
     }
 
     #[test]
@@ -809,6 +883,7 @@ mod tests {
             Reply::Array(vec![Reply::Bulk(b"appendonly"), Reply::Bulk(b"no")]),
             Reply::Array(vec![Reply::Bulk(b"master"), Reply::Int(0), Reply::Array(vec![])]),
             Reply::Bulk(b"# Stats\r\nevicted_keys:0\r\n"),
+            Reply::Bulk(b"# Commandstats\r\ncmdstat_time:calls=4,usec=4,usec_per_call=1.00\r\n"),
         ];
         let (info, micros) = access.read_probe(&replies, None).unwrap();
         assert!(info.deviations.is_empty(), "{:?}", info.deviations);

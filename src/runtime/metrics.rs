@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::crd::conditions::ConditionType;
 use crate::crd::{MemberState, RedlockClusterStatus};
 use crate::error::Error;
 
@@ -38,6 +39,24 @@ struct MemberLabels {
     namespace: String,
     cluster: String,
     member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    namespace: String,
+    cluster: String,
+    condition: &'static str,
+    status: &'static str,
+}
+
+/// The values a condition's status takes: its series are 1 for the one it has, 0 for the others
+/// (as kube-state-metrics shows conditions), so an alert reads `== 1` for the case it is about.
+const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    arch: &'static str,
 }
 
 const STATES: [(MemberState, &str); 4] = [
@@ -62,6 +81,7 @@ struct ClusterSeries {
     in_maintenance: Family<ClusterLabels, Gauge>,
     release_overdue: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     release_lateness: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+    conditions: Family<ConditionLabels, Gauge>,
     /// Member names with a hold-remaining series, per (namespace, cluster).
     known_members: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
     /// What `observe_members` last set, per namespace and cluster, while none of it depended
@@ -71,10 +91,13 @@ struct ClusterSeries {
 }
 
 /// What `observe_members` sets from a status with no member held: the members' names, slots,
-/// states and maintenance, and the instances and quorum.
+/// states and maintenance, the instances and quorum, and the conditions.
 fn series_fingerprint(status: &RedlockClusterStatus, instances: i32) -> u64 {
     let mut h = DefaultHasher::new();
     (instances, status.quorum).hash(&mut h);
+    for c in &status.conditions {
+        (&c.type_, &c.status).hash(&mut h);
+    }
     for m in &status.members {
         (
             &m.name,
@@ -117,7 +140,7 @@ pub struct Metrics {
     clusters: ClusterSeries,
     clock_offset: Gauge<f64, AtomicU64>,
     clock_offset_uncertainty: Gauge<f64, AtomicU64>,
-    clock_steps: Gauge<f64, AtomicU64>,
+    clock_steps: Counter<f64, AtomicU64>,
     clock_offset_limit: Gauge<f64, AtomicU64>,
     leader: Gauge,
 }
@@ -160,6 +183,7 @@ impl Default for Metrics {
             in_maintenance: Family::default(),
             release_overdue: Family::default(),
             release_lateness: Family::new_with_constructor(release_lateness_histogram),
+            conditions: Family::default(),
             known_members: Mutex::default(),
             observed: Mutex::default(),
         };
@@ -228,9 +252,26 @@ impl Default for Metrics {
             "Release time minus the end of the hold it ended",
             clusters.release_lateness.clone(),
         );
+        registry.register(
+            "cluster_condition",
+            "Each condition of each RedlockCluster: 1 on the status it has (True, False or Unknown), 0 on the others",
+            clusters.conditions.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                arch: std::env::consts::ARCH,
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "The operator's version and CPU architecture (always 1)",
+            build,
+        );
         let clock_offset = Gauge::<f64, AtomicU64>::default();
         let clock_offset_uncertainty = Gauge::<f64, AtomicU64>::default();
-        let clock_steps = Gauge::<f64, AtomicU64>::default();
+        let clock_steps = Counter::<f64, AtomicU64>::default();
         registry.register(
             "operator_clock_offset_seconds",
             "The operator's wall clock minus the API server's (middle of the measured interval)",
@@ -297,8 +338,13 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
+    /// The sum of the wall clock's forward steps since the start (`skipped`, which only grows):
+    /// the counter goes up by what is new.
     pub fn clock_steps(&self, skipped: f64) {
-        self.clock_steps.set(skipped);
+        let new = skipped - self.clock_steps.get();
+        if new > 0.0 {
+            self.clock_steps.inc_by(new);
+        }
     }
 
     pub fn reconcile_failed(&self, error: &Error) {
@@ -350,6 +396,27 @@ impl Metrics {
             c.quorum.get_or_create(&labels).set(i64::from(q));
         }
         c.instances.get_or_create(&labels).set(i64::from(instances));
+        for condition in ConditionType::ALL {
+            let has = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition.as_str())
+                .map(|c| c.status.as_str());
+            for value in CONDITION_STATUSES {
+                let series = condition_labels(ns, cluster, condition, value);
+                match has {
+                    Some(status) => {
+                        c.conditions
+                            .get_or_create(&series)
+                            .set(i64::from(status == value));
+                    }
+                    // Not (or no longer) on the cluster: no series rather than a made-up value.
+                    None => {
+                        c.conditions.remove(&series);
+                    }
+                }
+            }
+        }
         let in_maintenance = members.iter().filter(|m| m.maintenance.is_some()).count();
         c.in_maintenance.get_or_create(&labels).set(in_maintenance as i64);
         let mut known = c.known_members.lock().expect("metrics lock is never poisoned");
@@ -477,6 +544,12 @@ impl Metrics {
         c.instances.remove(&labels);
         c.in_maintenance.remove(&labels);
         c.release_lateness.remove(&labels);
+        for condition in ConditionType::ALL {
+            for value in CONDITION_STATUSES {
+                c.conditions
+                    .remove(&condition_labels(ns, cluster, condition, value));
+            }
+        }
     }
 
     /// The OpenMetrics text exposition of every registered metric.
@@ -492,6 +565,20 @@ fn cluster_labels(ns: &str, cluster: &str) -> ClusterLabels {
     ClusterLabels {
         namespace: ns.into(),
         cluster: cluster.into(),
+    }
+}
+
+fn condition_labels(
+    ns: &str,
+    cluster: &str,
+    condition: ConditionType,
+    status: &'static str,
+) -> ConditionLabels {
+    ConditionLabels {
+        namespace: ns.into(),
+        cluster: cluster.into(),
+        condition: condition.as_str(),
+        status,
     }
 }
 
@@ -622,6 +709,93 @@ mod tests {
         assert!(!m.render().contains(r#"member="locks-1""#));
         m.forget_cluster("ns", "locks");
         assert!(!m.render().contains(r#"cluster="locks""#), "{}", m.render());
+    }
+
+    fn condition(type_: &str, status: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Test".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    /// Conditions alert only as metrics: a rejected spec, a conflict or shared failure domains
+    /// show as `redlock_cluster_condition{...} 1` on their status, and go with the cluster.
+    #[test]
+    fn conditions_are_series_one_on_their_status_and_go_with_the_cluster() {
+        let m = Metrics::default();
+        let mut st = status(&[], 1);
+        st.conditions = vec![condition("SpecAccepted", "False"), condition("Available", "True")];
+        m.observe_members("ns", "locks", &st, 1, Timestamp::now());
+        let text = m.render();
+        let series = |c: &str, s: &str| {
+            format!(
+                "redlock_cluster_condition{{namespace=\"ns\",cluster=\"locks\",condition=\"{c}\",status=\"{s}\"}}"
+            )
+        };
+        for (c, s, v) in [
+            ("SpecAccepted", "False", 1),
+            ("SpecAccepted", "True", 0),
+            ("SpecAccepted", "Unknown", 0),
+            ("Available", "True", 1),
+            ("Available", "False", 0),
+        ] {
+            assert!(
+                text.contains(&format!("{} {v}\n", series(c, s))),
+                "{c} {s} {v}:\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("condition=\"Degraded\""),
+            "a condition the cluster lacks: {text}"
+        );
+        // The spec fixed: the same series flip (the memo must not keep the old ones).
+        st.conditions = vec![condition("SpecAccepted", "True"), condition("Available", "True")];
+        m.observe_members("ns", "locks", &st, 1, Timestamp::now());
+        let text = m.render();
+        assert!(
+            text.contains(&format!("{} 1\n", series("SpecAccepted", "True"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 0\n", series("SpecAccepted", "False"))),
+            "{text}"
+        );
+        m.forget_cluster("ns", "locks");
+        assert!(
+            !m.render().contains("redlock_cluster_condition{"),
+            "{}",
+            m.render()
+        );
+    }
+
+    #[test]
+    fn build_info_and_the_clock_step_counter() {
+        let m = Metrics::default();
+        let text = m.render();
+        let info = format!(
+            "redlock_build_info{{version=\"{}\",arch=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        );
+        assert!(text.contains(&info), "{text}");
+        // The clock check reports the growing sum; the counter follows it and never falls.
+        m.clock_steps(0.0);
+        m.clock_steps(1.5);
+        m.clock_steps(4.0);
+        m.clock_steps(4.0);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE redlock_operator_clock_forward_steps_seconds counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("redlock_operator_clock_forward_steps_seconds_total 4.0\n"),
+            "{text}"
+        );
     }
 
     /// The lateness objective (p99 <= 100 ms) is a bucket bound, so the histogram tells

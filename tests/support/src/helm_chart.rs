@@ -51,3 +51,20 @@ pub fn template(release: &str, namespace: &str, sets: &[&str]) -> Result<Vec<Val
         .filter(|v: &Value| !v.is_null())
         .collect())
 }
+
+/// The ClusterRole the chart binds to the operator's ServiceAccount (the one a
+/// ClusterRoleBinding names), not the roles it adds to Kubernetes' `view`/`edit`/`admin`.
+pub fn operator_cluster_role(docs: &[Value]) -> &Value {
+    let bound: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .filter_map(|d| d["roleRef"]["name"].as_str())
+        .collect();
+    let roles: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .filter(|d| d["metadata"]["name"].as_str().is_some_and(|n| bound.contains(&n)))
+        .collect();
+    assert_eq!(roles.len(), 1, "one ClusterRole bound to the operator: {bound:?}");
+    roles[0]
+}

@@ -781,20 +781,31 @@ impl Env {
 
 /// The shell lines between the README's `install-steps` markers.
 pub fn install_steps() -> Vec<String> {
+    readme_block("install-steps")
+}
+
+/// The shell lines between the README's `tour-steps` markers (the five-minute tour).
+pub fn tour_steps() -> Vec<String> {
+    readme_block("tour-steps")
+}
+
+/// The lines of the ```sh block between `<!-- {marker}` and `<!-- /{marker} -->`: blank and
+/// comment-only lines dropped, trailing `# ...` remarks kept (the shell ignores them).
+fn readme_block(marker: &str) -> Vec<String> {
     let readme = include_str!("../../../README.md");
     let start = readme
-        .find("<!-- install-steps")
-        .expect("README has an install-steps block");
+        .find(&format!("<!-- {marker}"))
+        .unwrap_or_else(|| panic!("README has a {marker} block"));
     let end = readme[start..]
-        .find("<!-- /install-steps -->")
-        .expect("install-steps block is closed")
+        .find(&format!("<!-- /{marker} -->"))
+        .unwrap_or_else(|| panic!("{marker} block is closed"))
         + start;
     let block = &readme[start..end];
     let code = block
         .split_once("```sh\n")
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(code, _)| code)
-        .expect("install-steps holds a ```sh block");
+        .unwrap_or_else(|| panic!("{marker} holds a ```sh block"));
     code.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

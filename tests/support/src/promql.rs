@@ -72,6 +72,14 @@ fn metrics_with_every_family() -> Metrics {
     let status = RedlockClusterStatus {
         members: vec![MemberStatus::new("locks-0".into(), 0, MemberState::Held)],
         quorum: Some(1),
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "SpecAccepted".into(),
+            status: "True".into(),
+            reason: "Valid".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+            observed_generation: None,
+        }],
         ..RedlockClusterStatus::default()
     };
     m.observe_members("ns", "locks", &status, 1, Timestamp::now());

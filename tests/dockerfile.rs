@@ -61,9 +61,13 @@ fn builds_statically_and_ships_a_shell_less_non_root_image() {
         let line = last.iter().find(|l| l.starts_with(key)).unwrap();
         assert!(line.contains('['), "{key} in exec form (no shell): {line}");
     }
-    // The chart's pods run as this user with runAsNonRoot.
-    let deployment = include_str!("../charts/redlock-operator/templates/deployment.yaml");
-    assert!(deployment.contains(&format!("runAsUser: {}", user.split(':').next().unwrap())));
+    // The chart's pods run as this user with runAsNonRoot (its default pod security context).
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../charts/redlock-operator/values.yaml")).unwrap();
+    let pod = &values["podSecurityContext"];
+    assert_eq!(pod["runAsNonRoot"], true, "{pod:?}");
+    let uid: u64 = user.split(':').next().unwrap().parse().unwrap();
+    assert_eq!(pod["runAsUser"].as_u64(), Some(uid), "{pod:?}");
 }
 
 /// The last stage's value of a Dockerfile instruction (`USER`, `ENTRYPOINT`, …).

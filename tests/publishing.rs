@@ -846,23 +846,6 @@ async fn a_hung_member_leaves_its_services_until_it_answers_again() {
     );
 }
 
-/// `SET key value NX PX ttl` as a lock client on the member at `ip`: whether it granted it
-/// (a refused login, a fenced or stopped member, counts as not granted).
-async fn lock_on(ip: std::net::IpAddr, client: &Login, key: &str, value: &str, ttl_ms: u64) -> bool {
-    let Ok(mut c) = connect(ip, client).await else {
-        return false;
-    };
-    let reply: redis::RedisResult<Option<String>> = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .query_async(&mut c)
-        .await;
-    matches!(reply, Ok(Some(ok)) if ok == "OK")
-}
-
 /// Safety review 3, N1: a `FLUSHALL` on a serving member drops the locks it granted without a
 /// restart. Neither a lock client nor the operator's own user may send one, so an insider
 /// widens the operator's user first. The probe reads the command's calls: the member is fenced
@@ -883,9 +866,9 @@ async fn a_member_flushed_while_it_serves_is_fenced_before_a_second_client_takes
         ips.push(env.pod_ip(NAME, slot).await);
     }
     // Client A holds L on a bare majority: members 0 and 1.
-    let ttl_ms = 10_000;
-    assert!(lock_on(ips[0], &client, "L", "A", ttl_ms).await);
-    assert!(lock_on(ips[1], &client, "L", "A", ttl_ms).await);
+    let ttl = Duration::from_secs(10);
+    assert!(lock(ips[0], &client, "L", "A", ttl).await.unwrap());
+    assert!(lock(ips[1], &client, "L", "A", ttl).await.unwrap());
     let ip = ips[1];
     let admin = env.admin_login(NAME).await;
     let mut a = connect(ip, &admin).await.unwrap();
@@ -909,7 +892,8 @@ async fn a_member_flushed_while_it_serves_is_fenced_before_a_second_client_takes
     // fenced, so B gets member 2 alone.
     let mut granted = Vec::new();
     for (slot, ip) in ips.iter().enumerate() {
-        if lock_on(*ip, &client, "L", "B", ttl_ms).await {
+        // A refused login (the fenced member) is no grant.
+        if lock(*ip, &client, "L", "B", ttl).await.unwrap_or(false) {
             granted.push(slot);
         }
     }

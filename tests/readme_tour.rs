@@ -70,32 +70,36 @@ async fn the_readme_tour_runs_as_written() {
 
     let mut before_kill = true;
     for line in runnable() {
-        if line.starts_with("kubectl get rlc locks -o jsonpath") {
-            // Typed right after the kill: the operator's next probe (a second) finds the loss.
-            let out = wait_for(
+        // Typed right after the kill, these two show what the operator's next probe (a second)
+        // finds and the events that follow its status write: run until they show it.
+        let out = if line.starts_with("kubectl get rlc locks -o jsonpath") {
+            let out = step_until(
+                &cp,
+                &line,
                 "the tour's member shown Held",
                 Duration::from_secs(20),
-                async || {
-                    let (ok, out) = step(&cp, &line).await;
-                    if !(ok && out.contains(r#""state":"Held""#)) {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        return Ok(None);
-                    }
-                    Ok(Some(out))
-                },
+                |out| out.contains(r#""state":"Held""#),
             )
             .await;
             assert!(out.contains("heldUntil"), "{out}");
-            println!("$ {line}\n{out}");
-            continue;
-        }
-        let (ok, out) = step(&cp, &line).await;
+            out
+        } else if line.starts_with("kubectl describe rlc ") {
+            let out = step_until(&cp, &line, "the loss's events", Duration::from_secs(10), |out| {
+                out.contains("InstanceLost")
+            })
+            .await;
+            assert!(out.contains("HoldStarted"), "{out}");
+            out
+        } else {
+            let (ok, out) = step(&cp, &line).await;
+            assert!(
+                ok,
+                "tour line failed: {line}\n{out}\noperator log:\n{}",
+                operator.log()
+            );
+            out
+        };
         println!("$ {line}\n{out}");
-        assert!(
-            ok,
-            "tour line failed: {line}\n{out}\noperator log:\n{}",
-            operator.log()
-        );
         if line.starts_with("kubectl wait ") {
             assert!(out.contains("condition met"), "{out}");
         }
@@ -104,35 +108,43 @@ async fn the_readme_tour_runs_as_written() {
         }
         if line.starts_with("kubectl redlock status ") {
             assert!(!before_kill);
-            let member = out.lines().find(|l| l.contains("locks-0")).unwrap_or_default();
-            assert!(member.contains("Held"), "locks-0 is held:\n{out}");
-        }
-        if line.starts_with("kubectl describe rlc ") {
-            // The events follow the status write that made the member Held.
-            let out = wait_for("the loss's events", Duration::from_secs(10), async || {
-                let (ok, out) = step(&cp, &line).await;
-                if !(ok && out.contains("InstanceLost")) {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    return Ok(None);
-                }
-                Ok(Some(out))
-            })
-            .await;
-            assert!(out.contains("HoldStarted"), "{out}");
+            assert!(member_row(&out).contains("Held"), "locks-0 is held:\n{out}");
         }
     }
     // "Ready once it has run": the hold (31.3 s for the example) ends and locks-0 serves again.
     // (Every slot's first process was held and released too, so an InstanceReleased event
     // alone would prove nothing: the member's own row says it.)
-    let out = wait_for("locks-0 Ready again", Duration::from_secs(60), async || {
-        let (ok, out) = step(&cp, "kubectl redlock status locks").await;
-        let member = out.lines().find(|l| l.contains("locks-0")).unwrap_or_default();
-        if !(ok && member.contains("Ready")) {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return Ok(None);
-        }
-        Ok(Some(out))
-    })
+    let out = step_until(
+        &cp,
+        "kubectl redlock status locks",
+        "locks-0 Ready again",
+        Duration::from_secs(60),
+        |out| member_row(out).contains("Ready"),
+    )
     .await;
     println!("{out}");
+}
+
+/// `line` run every half second until it succeeds with an output `done` accepts: that output.
+async fn step_until(
+    cp: &ControlPlane,
+    line: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    wait_for(what, timeout, async || {
+        let (ok, out) = step(cp, line).await;
+        if ok && done(&out) {
+            return Ok(Some(out));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(None)
+    })
+    .await
+}
+
+/// The row of `kubectl redlock status` that shows locks-0 (its members table comes first).
+fn member_row(out: &str) -> &str {
+    out.lines().find(|l| l.contains("locks-0")).unwrap_or_default()
 }

@@ -43,3 +43,27 @@ pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
         ..Default::default()
     }
 }
+
+/// A ledger (`crate::hold::ledger`) naming each process that answers in `observed`, as `act`
+/// writes it once they are identified.
+pub fn ledger_naming_answering(
+    observed: &std::collections::BTreeMap<crate::crd::model::Slot, SlotObservation>,
+) -> crate::hold::ledger::Ledger {
+    observed
+        .iter()
+        .filter_map(|(slot, o)| {
+            let r = o.probe.answered()?;
+            Some((
+                *slot,
+                crate::crd::UnstoppedProcess {
+                    run_id: r.run_id.clone(),
+                    pod_ip: o.pod_ip.map_or("10.0.0.1".into(), |ip| ip.to_string()),
+                    listener: None,
+                    fenced: false,
+                    pod_uid: o.pod_uid.clone(),
+                    node: o.node.clone(),
+                },
+            ))
+        })
+        .collect()
+}

@@ -1185,24 +1185,7 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
     let cm_name = format!("{NAME}-endpoints");
     let policy = refuse(&env, "freeze", "UPDATE", "configmaps", &cm_name).await;
     let cms = Api::<ConfigMap>::namespaced(env.cp.client(), &env.ns);
-    // The policy takes effect within a second or two: wait until an update is refused.
-    wait_for(
-        "the policy refuses updates",
-        Duration::from_secs(20),
-        async || {
-            let probe = cms
-                .patch(
-                    &cm_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"metadata": {"annotations": {"probe": Timestamp::now().to_string()}}}),
-                    ),
-                )
-                .await;
-            Ok(probe.is_err().then_some(()))
-        },
-    )
-    .await;
+    wait_until_updates_refused(&cms, &cm_name).await;
 
     let before = env.member(NAME, 1).await.unwrap();
     kill(&env, 1).await;
@@ -1232,6 +1215,78 @@ async fn a_refused_endpoints_config_map_is_reported_and_written_again() {
         async || {
             let cm = cms.get(&cm_name).await?;
             Ok((ready(&cm) == 2).then_some(()))
+        },
+    )
+    .await;
+}
+
+/// The ledger (`<name>-ledger`, docs/design.md §9.5) must name a process before it is let in
+/// to lock clients. With its updates refused (an admission policy), a member killed and
+/// restarted stays held past its hold, says why (its message, Warning `LedgerNotWritten`), and
+/// a lock client cannot log in to it; once the refusal ends it is released.
+#[tokio::test]
+async fn a_process_the_ledger_cannot_name_is_not_released() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = Env::start(3).await;
+    env.serving_with_ttl(NAME, 3, "3s").await;
+    let cm_name = format!("{NAME}-ledger");
+    let policy = refuse(&env, "ledger", "UPDATE", "configmaps", &cm_name).await;
+    let cms = Api::<ConfigMap>::namespaced(env.cp.client(), &env.ns);
+    wait_until_updates_refused(&cms, &cm_name).await;
+    let login = env.client_login(NAME).await;
+    let before = env.member(NAME, 1).await.unwrap();
+    kill(&env, 1).await;
+    let (_, until) = wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
+    env.wait_event("LedgerNotWritten").await;
+    let ip = env.pod_ip(NAME, 1).await;
+    // Well past its hold's end (a 3 s hold): still held, saying why, and no client gets in.
+    let past = until + k8s_openapi::jiff::SignedDuration::from_secs(4);
+    tokio::time::sleep(Duration::try_from(past.duration_since(Timestamp::now())).unwrap_or_default()).await;
+    let held = env.member(NAME, 1).await.unwrap();
+    assert!(
+        connect(ip, &login).await.is_err(),
+        "released without the ledger naming it: {held:?}"
+    );
+    assert!(
+        held.state.is_holding()
+            && held
+                .message
+                .as_deref()
+                .is_some_and(|t| t.contains("ledger (<name>-ledger) does not name this process")),
+        "{held:?}"
+    );
+    policy.lift().await;
+    env.wait_member(
+        NAME,
+        1,
+        "released once the ledger names it",
+        Duration::from_secs(30),
+        |m| m.state == MemberState::Ready && m.run_id == held.run_id,
+    )
+    .await;
+    wait_for("lock clients let in", Duration::from_secs(10), async || {
+        Ok(connect(ip, &login).await.ok())
+    })
+    .await;
+}
+
+/// Waits until an update of the ConfigMap `name` is refused: a policy takes effect within a
+/// second or two.
+async fn wait_until_updates_refused(cms: &Api<k8s_openapi::api::core::v1::ConfigMap>, name: &str) {
+    wait_for(
+        "the policy refuses updates",
+        Duration::from_secs(20),
+        async || {
+            let probe = cms
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"probe": Timestamp::now().to_string()}}}),
+                    ),
+                )
+                .await;
+            Ok(probe.is_err().then_some(()))
         },
     )
     .await;

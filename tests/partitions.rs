@@ -180,7 +180,6 @@ async fn a_slot_whose_old_process_cannot_be_reached_stays_held_until_it_is_found
 /// replacement is released after a new hold.
 #[tokio::test]
 async fn a_wiped_status_keeps_a_replacement_held_while_its_old_process_may_serve() {
-    use kube::api::{Patch, PatchParams};
     let env = Env::start(4).await;
     let (old, old_run, _node) = serving_then_partitioned(&env, "3s").await;
     let login = env.client_login(NAME).await;
@@ -201,31 +200,9 @@ async fn a_wiped_status_keeps_a_replacement_held_while_its_old_process_may_serve
     .await;
     assert!(predecessor.contains(&old_run), "{predecessor}");
 
-    env.clusters()
-        .patch_status(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": null})),
-        )
-        .await
-        .unwrap();
-    // Planned anew from the pods alone. Its hold (3 s) long over, with nothing found: still
-    // held, and no client gets in.
-    env.wait_member(NAME, 1, "a record made anew", Duration::from_secs(30), |m| {
-        m.run_id.as_deref().is_some_and(|r| r != old_run)
-    })
-    .await;
-    let new_ip = env.pod_ip(NAME, 1).await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let recalled = env.member(NAME, 1).await.unwrap();
-    assert!(
-        connect(new_ip, &login).await.is_err(),
-        "the replacement lets lock clients in while the old process may serve: {recalled:?}"
-    );
-    assert!(
-        recalled.state.is_holding(),
-        "released without evidence after a wipe: {recalled:?}"
-    );
+    wipe_status(&env).await;
+    // Planned anew from the pods alone.
+    let recalled = replacement_held_past_its_hold(&env, &old_run, &login).await;
     // What kept it held: the old process, taken back from the pod's record (the wiped
     // status had none), and not found.
     assert!(
@@ -247,6 +224,99 @@ async fn a_wiped_status_keeps_a_replacement_held_while_its_old_process_may_serve
         m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != Some(old_run.clone())
     })
     .await;
+}
+
+/// The model check's third finding (docs/model-check.md): the old process of slot 1 outlives
+/// its force-deleted pod, unreachable (paused, its node cut off), and the status is wiped
+/// before any reconcile saw the pod vanish (here the operator is down meanwhile), so no
+/// replacement records it and the status says nothing of the slot. The ledger
+/// (`<name>-ledger`, written before the old process was released) names it: the operator
+/// takes it back as a process that outlived its pod, holds the replacement past its hold,
+/// and no lock client gets in until the old process is found and fenced.
+#[tokio::test]
+async fn a_status_wiped_before_a_cut_off_pod_is_seen_gone_keeps_the_ledgers_process_looked_for() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let mut env = Env::start(4).await;
+    let (old, old_run, _node) = serving_then_partitioned(&env, "3s").await;
+    let login = env.client_login(NAME).await;
+    let ledger = Api::<ConfigMap>::namespaced(env.cp.client(), &env.ns)
+        .get(&format!("{NAME}-ledger"))
+        .await
+        .unwrap();
+    let processes = ledger
+        .data
+        .unwrap_or_default()
+        .remove("processes")
+        .unwrap_or_default();
+    assert!(
+        processes.contains(&old_run),
+        "the ledger names the serving process: {processes}"
+    );
+
+    env.operator.kill().unwrap();
+    let pid = pause_and_force_delete_member_1(&env).await;
+    wipe_status(&env).await;
+    env.operator = start_operator(&env.cp, "operator-2.log").await;
+
+    // Planned anew with no status and no pod for slot 1.
+    let held = replacement_held_past_its_hold(&env, &old_run, &login).await;
+    // What kept it held: the ledger's process, taken back (nothing else recorded it).
+    assert!(
+        held.unstopped
+            .as_ref()
+            .is_some_and(|u| u.run_id == old_run && !u.fenced)
+            && held.message.as_deref().is_some_and(|t| t.contains(&old_run)),
+        "{held:?}"
+    );
+
+    resume_and_see_it_fenced(&env, pid, old[1], &login).await;
+    env.wait_member(NAME, 1, "replacement released", Duration::from_secs(60), |m| {
+        m.state == MemberState::Ready && m.run_id.is_some() && m.run_id != Some(old_run.clone())
+    })
+    .await;
+}
+
+/// The cluster's status wiped (a backup restored without it).
+async fn wipe_status(env: &Env) {
+    use kube::api::{Patch, PatchParams};
+    env.clusters()
+        .patch_status(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": null})),
+        )
+        .await
+        .unwrap();
+}
+
+/// After a wiped status, once slot 1's replacement (a process other than `old_run`) is
+/// identified: its hold (3 s) long over with the old process not found, it is still held and
+/// lets no lock client in. Returns its record.
+async fn replacement_held_past_its_hold(
+    env: &Env,
+    old_run: &str,
+    login: &Login,
+) -> redlock_operator::crd::MemberStatus {
+    env.wait_member(
+        NAME,
+        1,
+        "a replacement identified",
+        Duration::from_secs(60),
+        |m| m.run_id.as_deref().is_some_and(|r| r != old_run),
+    )
+    .await;
+    let new_ip = env.pod_ip(NAME, 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let held = env.member(NAME, 1).await.unwrap();
+    assert!(
+        connect(new_ip, login).await.is_err(),
+        "the replacement lets lock clients in while the old process may serve: {held:?}"
+    );
+    assert!(
+        held.state.is_holding(),
+        "released without evidence after a wipe: {held:?}"
+    );
+    held
 }
 
 /// Audit finding D: a scale-down 5 → 3 while the two removed members' node is cut off, and

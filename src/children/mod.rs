@@ -14,6 +14,7 @@ pub mod versions;
 pub mod config;
 pub mod endpoints;
 pub mod hash;
+pub mod ledger;
 pub mod names;
 pub mod network_policy;
 pub mod pdb;

@@ -62,6 +62,11 @@ pub fn endpoints_config_map_name(cluster: &str) -> String {
     format!("{cluster}-endpoints")
 }
 
+/// The ConfigMap of the operator's ledger (`crate::hold::ledger`): not for clients.
+pub fn ledger_config_map_name(cluster: &str) -> String {
+    format!("{cluster}-ledger")
+}
+
 /// Label selector matching every object this operator manages.
 pub fn managed_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY}")

@@ -107,6 +107,8 @@ pub enum ClusterReason {
     ChildRestored,
     // Inputs and writes the reconcile cannot do without.
     EndpointsNotPublished,
+    /// `<name>-ledger` refused: no process is released until it names it.
+    LedgerNotWritten,
     TlsSecretInvalid,
     CredentialsMissing,
     CredentialsMismatch,
@@ -130,7 +132,7 @@ pub enum ClusterReason {
 }
 
 impl ClusterReason {
-    pub const ALL: [ClusterReason; 26] = [
+    pub const ALL: [ClusterReason; 27] = [
         Self::SpecRejected,
         Self::SpecAccepted,
         Self::TtlPolicyViolated,
@@ -141,6 +143,7 @@ impl ClusterReason {
         Self::ChildrenApplied,
         Self::ChildRestored,
         Self::EndpointsNotPublished,
+        Self::LedgerNotWritten,
         Self::TlsSecretInvalid,
         Self::CredentialsMissing,
         Self::CredentialsMismatch,
@@ -171,6 +174,7 @@ impl ClusterReason {
             Self::ChildrenApplied => "ChildrenApplied",
             Self::ChildRestored => "ChildRestored",
             Self::EndpointsNotPublished => "EndpointsNotPublished",
+            Self::LedgerNotWritten => "LedgerNotWritten",
             Self::TlsSecretInvalid => "TLSSecretInvalid",
             Self::CredentialsMissing => "CredentialsMissing",
             Self::CredentialsMismatch => "CredentialsMismatch",
@@ -238,6 +242,7 @@ mod tests {
             "ChildrenApplied",
             "ChildRestored",
             "EndpointsNotPublished",
+            "LedgerNotWritten",
             "TLSSecretInvalid",
             "CredentialsMissing",
             "CredentialsMismatch",

@@ -294,6 +294,19 @@ pub struct Listener {
 }
 
 impl MemberStatus {
+    /// The process this record is about, as a process that may outlive its pod is recorded
+    /// (`unstopped`, the ledger), if its run id and address are known.
+    pub fn process_record(&self) -> Option<UnstoppedProcess> {
+        Some(UnstoppedProcess {
+            run_id: self.run_id.clone()?,
+            pod_ip: self.pod_ip.clone()?,
+            listener: self.listener.clone(),
+            fenced: false,
+            pod_uid: self.pod_uid.clone(),
+            node: self.node.clone(),
+        })
+    }
+
     /// `Lost` on a refusal (`refusedSince`, no hold): shown out of service, but the released
     /// process may still serve (the refusal may come from a rule against the operator alone),
     /// so every decision treats it as the `Ready` member it was (`plan::ready::refused`).

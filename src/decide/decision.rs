@@ -18,7 +18,7 @@ use crate::decide::plan::{self, MemberEvent, Plan, PlanInput, Timing, plan};
 use crate::decide::validate::Rejection;
 use crate::decide::{resize, rollout, status};
 use crate::hold::policy::{self, Change};
-use crate::hold::{self, maintenance};
+use crate::hold::{self, ledger, maintenance};
 
 /// What one reconcile observed of a cluster: each slot's pod and probe, the TTL audit,
 /// placement, and what clients are told (read by `crate::reconcile::observation`).
@@ -42,6 +42,9 @@ pub struct Observation {
     /// record: kept before then, a jump found by a reconcile whose status write fails would
     /// be judged against the post-jump sample next time, and never reported.
     pub clock_tracks: Vec<(crate::clock::member::ClockKey, crate::clock::member::ClockTrack)>,
+    /// What the `<name>-ledger` ConfigMap records of each slot's last identified process
+    /// (`crate::hold::ledger`); `None` when it does not exist or does not read.
+    pub ledger: Option<crate::hold::ledger::Ledger>,
 }
 
 /// Everything one reconcile will do, decided before anything is written.
@@ -65,6 +68,9 @@ pub struct Decision {
     pub ttl_violations: Option<u64>,
     /// This process's timers for the deadlines in `status`, kept once it is on record.
     pub timers: ClusterTimers,
+    /// The ledger to write (`crate::hold::ledger::desired`) when it differs from the one
+    /// observed. No process is released before the ledger on the API server names it.
+    pub ledger: Option<crate::hold::ledger::Ledger>,
 }
 
 /// What `decide` needs besides the cluster and the clock.
@@ -122,14 +128,15 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
             .and_then(|a| a.get(plan::PROCESSES_GONE))
             .map(String::as_str),
     );
+    let instances = if accepted {
+        cluster.spec.instances
+    } else {
+        limits.published
+    };
     let mut plan = plan(
         &PlanInput {
             cluster: &name,
-            instances: if accepted {
-                cluster.spec.instances
-            } else {
-                limits.published
-            },
+            instances,
             members: &previous.members,
             now,
             hold,
@@ -144,6 +151,7 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
             },
             maintenance: &fence_request.slots,
             gone_asserted: &gone_asserted,
+            ledger: obs.ledger.as_ref(),
         },
         &obs.slots,
     );
@@ -186,8 +194,11 @@ pub fn decide(cluster: &RedlockCluster, facts: &Facts<'_>, clock: Reading) -> De
     let timers = facts
         .timers
         .next(plan::hold_timer_keys(&plan.members, hold).chain(lowering), clock);
+    let ledger = Some(ledger::desired(obs.ledger.as_ref(), &plan.members, instances))
+        .filter(|l| Some(l) != obs.ledger.as_ref());
     Decision {
         status,
+        ledger,
         plan,
         cluster_events: policy.changes,
         hold,
@@ -401,6 +412,7 @@ mod tests {
 
     fn observation(slots: BTreeMap<Slot, SlotObservation>, published_ms: Option<u64>) -> Observation {
         Observation {
+            ledger: Some(crate::fixtures::ledger_naming_answering(&slots)),
             slots,
             ttl: None,
             next_audit: Duration::from_secs(10),

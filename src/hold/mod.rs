@@ -6,9 +6,11 @@
 //!
 //! This folder is the rule and what keeps it, pure: [`policy`] (the `maxLockTTL` in force),
 //! [`release_ahead`] and [`fence_ahead`] (releases and fences ahead of their status write),
-//! [`maintenance`] (members fenced on purpose), [`ttl_audit`] (no TTL above `maxLockTTL`).
+//! [`ledger`] (which process each slot ran, outside the status), [`maintenance`] (members
+//! fenced on purpose), [`ttl_audit`] (no TTL above `maxLockTTL`).
 
 pub mod fence_ahead;
+pub mod ledger;
 pub mod maintenance;
 pub mod policy;
 pub mod release_ahead;

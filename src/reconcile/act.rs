@@ -25,6 +25,7 @@ use crate::decide::observe::SlotObservation;
 use crate::decide::plan::MemberEvent;
 use crate::decide::serving_gate;
 use crate::error::Result;
+use crate::hold::ledger::Ledger;
 use crate::hold::release_ahead::Released;
 use crate::reconcile::apply;
 use crate::reconcile::context::Context;
@@ -46,20 +47,24 @@ const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 /// Sends the releases `ahead` allows before the decision's status write (`persist::ahead_of_write`
 /// says which may); returns those done. One not done is sent again after the write, as any other.
 /// Their events wait for the write (`act`): an event is a request too.
+/// `ledger`: the ledger the cache shows (a cache shows only what was written), which must name
+/// each process released.
 pub async fn release_ahead(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
+    ledger: Option<&Ledger>,
     ahead: &AheadOfWrite,
 ) -> Result<Vec<Released>> {
-    release_each(ctx, cluster, ns, inputs, observed, ahead.releases(), true).await
+    release_each(ctx, cluster, ns, inputs, observed, ledger, ahead.releases(), true).await
 }
 
 /// Acts on `on_record`, the one input only `persist` can produce: nothing here happens before
 /// the decision's status is on record. Each step below takes it too, for the same reason.
-/// `released_ahead`: releases already sent before the write (`release_ahead`).
+/// `released_ahead`: releases already sent before the write (`release_ahead`); `ledger`: the
+/// ledger the cache shows.
 #[allow(clippy::too_many_arguments)] // the pipeline's stages, each named where it is used
 pub async fn act(
     ctx: &Context,
@@ -67,6 +72,7 @@ pub async fn act(
     ns: &str,
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
+    ledger: Option<&Ledger>,
     on_record: OnRecord,
     released_ahead: &[Released],
     now: Timestamp,
@@ -74,12 +80,25 @@ pub async fn act(
     // The decision's fences were sent before its write (`fence_ahead`).
     report(ctx, cluster, ns, &on_record, now).await;
     publish_released(ctx, cluster, released_ahead).await;
+    // The ledger before any release: a release needs it to name the process on the server.
+    let (ledger, ledger_retry) =
+        record_ledger(ctx, cluster, ns, ledger, on_record.decision().ledger.as_ref()).await;
     let endpoints_retry = if inputs.accepted() {
         publish_endpoints(ctx, cluster, ns, observed, &on_record).await
     } else {
         None
     };
-    let released_now = release(ctx, cluster, ns, inputs, observed, &on_record, released_ahead).await?;
+    let released_now = release(
+        ctx,
+        cluster,
+        ns,
+        inputs,
+        observed,
+        ledger,
+        &on_record,
+        released_ahead,
+    )
+    .await?;
     let all_released: Vec<Released> = released_ahead.iter().chain(&released_now).cloned().collect();
     let released = !all_released.is_empty();
     // Readiness gates after the fences and releases they report on: a gate opens only on a
@@ -89,7 +108,10 @@ pub async fn act(
     // Pod changes last: a failed create (quota, a name taken meanwhile) must not keep the
     // fences and releases above from happening.
     let pod_retry = change_pods(ctx, cluster, ns, &on_record.decision().plan, observed).await?;
-    let retry = [endpoints_retry, pod_retry].into_iter().flatten().min();
+    let retry = [endpoints_retry, ledger_retry, pod_retry]
+        .into_iter()
+        .flatten()
+        .min();
     Ok(Acted { released, retry })
 }
 
@@ -385,14 +407,66 @@ async fn set_serving_gates(
     Ok(())
 }
 
+/// How soon a refused ledger is written again.
+const LEDGER_RETRY: Duration = Duration::from_secs(2);
+
+/// Writes the decision's ledger (`desired`), conditional on the version the cache showed
+/// (`observed` was read from it), so that a reconcile planned from an older ledger cannot undo
+/// a newer entry. Returns the ledger now on the API server as far as this process knows it
+/// (the one written, else the one the cache shows), which releases are checked against, and
+/// when to try again if the write was refused (reported: event, error metric, log).
+async fn record_ledger<'a>(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    observed: Option<&'a Ledger>,
+    desired: Option<&'a Ledger>,
+) -> (Option<&'a Ledger>, Option<Duration>) {
+    let Some(desired) = desired else {
+        return (observed, None);
+    };
+    let name = crate::children::names::ledger_config_map_name(&cluster.name_any());
+    let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let cached = ctx
+        .caches
+        .config_maps
+        .get(&ObjectRef::<ConfigMap>::new(&name).within(ns));
+    // The cache moved on since the observation `desired` was planned from: planned again.
+    if cached
+        .as_deref()
+        .and_then(|cm| crate::children::ledger::read(cm).ok())
+        .as_ref()
+        != observed
+    {
+        return (observed, Some(LEDGER_RETRY));
+    }
+    let read_at = cached.and_then(|cm| cm.metadata.resource_version.clone());
+    let built = crate::children::ledger::ledger_config_map(cluster, desired);
+    let e =
+        match apply::apply_if_changed_at(&cm_api, &ctx.caches.config_maps, built, read_at.as_deref()).await {
+            Ok(_) => return (Some(desired), None),
+            Err(e) => e,
+        };
+    ctx.metrics.reconcile_failed(&e);
+    let msg = format!(
+        "{name}: cannot write the ledger of the processes each slot ran: {e}; no process it does not name is released; tried again in {}s",
+        LEDGER_RETRY.as_secs()
+    );
+    tracing::warn!("{msg}");
+    events::publish_for_cluster(&ctx.recorder, cluster, ClusterReason::LedgerNotWritten, msg, true).await;
+    (observed, Some(LEDGER_RETRY))
+}
+
 /// Lets lock clients into each process whose hold has run and was not released ahead of the
 /// write; those released.
+#[allow(clippy::too_many_arguments)] // the pipeline's stages, each named where it is used
 async fn release(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
+    ledger: Option<&Ledger>,
     on_record: &OnRecord,
     released_ahead: &[Released],
 ) -> Result<Vec<Released>> {
@@ -408,7 +482,7 @@ async fn release(
         })
         .cloned()
         .collect();
-    let done = release_each(ctx, cluster, ns, inputs, observed, &due, false).await?;
+    let done = release_each(ctx, cluster, ns, inputs, observed, ledger, &due, false).await?;
     publish_released(ctx, cluster, &done).await;
     Ok(done)
 }
@@ -434,20 +508,29 @@ pub async fn publish_released(ctx: &Context, cluster: &RedlockCluster, released:
     }
 }
 
-/// Releases each of `releases` (`ahead`: before the status write); returns those done, and
-/// when each was answered.
+/// Releases each of `releases` (`ahead`: before the status write) that `ledger` names
+/// (`crate::hold::ledger`: a process may serve only once a record outside the status names
+/// it); returns those done, and when each was answered. One the ledger does not name is not
+/// sent, as if it had failed: it stays owed, and the next reconcile, with the ledger written,
+/// sends it.
+#[allow(clippy::too_many_arguments)] // the pipeline's stages, each named where it is used
 async fn release_each(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
     inputs: &Inputs,
     observed: &BTreeMap<Slot, SlotObservation>,
+    ledger: Option<&Ledger>,
     releases: &[(Slot, String)],
     ahead: bool,
 ) -> Result<Vec<Released>> {
     let name = cluster.name_any();
     let mut done = Vec::new();
     for (slot, run_id) in releases {
+        if !crate::hold::ledger::names(ledger, *slot, run_id) {
+            tracing::info!(slot = slot.index(), %run_id, ahead, "release waits for the ledger to name the process");
+            continue;
+        }
         let Some(o) = observed.get(slot) else {
             continue;
         };

@@ -270,8 +270,16 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(ctx.settings.probe_period));
     }
     let ahead = persist::ahead_of_write(&ctx, &with_releases, &decision);
-    let released_ahead =
-        act::release_ahead(&ctx, &with_releases, &ns, &inputs, &observation.slots, &ahead).await?;
+    let released_ahead = act::release_ahead(
+        &ctx,
+        &with_releases,
+        &ns,
+        &inputs,
+        &observation.slots,
+        observation.ledger.as_ref(),
+        &ahead,
+    )
+    .await?;
     let pending = release_ahead::unrecorded(
         with_releases.recorded_members(),
         &decision.status.members,
@@ -321,6 +329,7 @@ pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result
         &ns,
         &inputs,
         &observation.slots,
+        observation.ledger.as_ref(),
         on_record,
         &released_ahead,
         now,

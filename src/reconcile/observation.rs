@@ -58,7 +58,22 @@ pub async fn observe(
         ttl,
         next_audit,
         clock_tracks,
+        ledger: ledger(ctx, cluster, ns),
     })
+}
+
+/// The cluster's ledger as the operator's cache shows it (`crate::hold::ledger`); `None` when
+/// there is none yet, or it does not read (said in the log: it is then written afresh from
+/// the records).
+fn ledger(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Option<crate::hold::ledger::Ledger> {
+    let name = crate::children::names::ledger_config_map_name(&cluster.name_any());
+    let cm = ctx
+        .caches
+        .config_maps
+        .get(&ObjectRef::<ConfigMap>::new(&name).within(ns))?;
+    crate::children::ledger::read(&cm)
+        .inspect_err(|e| tracing::warn!(configmap = %name, error = %e, "the ledger does not read; written afresh from the records"))
+        .ok()
 }
 
 /// "Pod missing" is decided by name, not by the label-filtered cache: every slot that should

@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::clock::timers::ClusterTimers;
 use crate::crd::MemberStatus;
 use crate::crd::model::Slot;
+use crate::hold::ledger::Ledger;
 
 /// The planner's inputs besides the observations.
 pub struct PlanInput<'a> {
@@ -31,6 +32,9 @@ pub struct PlanInput<'a> {
     /// Run ids of processes that outlived their pods which an admin asserts are dead
     /// (annotation [`super::unstopped::PROCESSES_GONE`]).
     pub gone_asserted: &'a BTreeSet<String>,
+    /// The `<name>-ledger` ConfigMap's record of each slot's last identified process
+    /// ([`crate::hold::ledger`]), if it exists and reads.
+    pub ledger: Option<&'a Ledger>,
 }
 
 /// No process asserted dead.

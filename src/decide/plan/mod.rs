@@ -77,24 +77,46 @@ pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -
         // A record about another pod (a status restored from before this one) takes back the
         // process this pod's predecessor left behind, as the pod records it.
         let recalled_record = previous.get(&slot).and_then(|p| unstopped::recalled(p, obs));
-        let prev = recalled_record.as_ref().or(previous.get(&slot).copied());
+        // No record of a slot whose pod is gone (a status wiped before any reconcile saw the
+        // pod vanish): the ledger's process is planned as the released member it may be.
+        let ledger_record = (!previous.contains_key(&slot))
+            .then(|| unrecorded::from_ledger(input, slot, obs))
+            .flatten();
+        let prev = recalled_record
+            .as_ref()
+            .or(ledger_record.as_ref())
+            .or(previous.get(&slot).copied());
         // A process this operator fenced ahead of a status write that did not land is released
         // by no rule until a write that holds it is on record (`crate::hold::fence_ahead`).
-        let fenced_unrecorded;
-        let input = if fenced_unrecorded_here(input, slot, obs) {
-            fenced_unrecorded = PlanInput {
-                timing: Timing {
-                    release_blocked: Some(FENCE_NOT_ON_RECORD),
-                    ..input.timing
-                },
-                ..*input
-            };
-            &fenced_unrecorded
+        // Nor is a process the ledger does not name yet (`crate::hold::ledger`): written as
+        // soon as it is identified, it names a held process long before its hold ends.
+        let blocked = if fenced_unrecorded_here(input, slot, obs) {
+            Some(FENCE_NOT_ON_RECORD)
+        } else if !ledger_names_running(input, slot, obs) {
+            Some(input.timing.release_blocked.unwrap_or(NOT_IN_LEDGER))
         } else {
-            input
+            None
+        };
+        let slot_input;
+        let input = match blocked {
+            Some(why) => {
+                slot_input = PlanInput {
+                    timing: Timing {
+                        release_blocked: Some(why),
+                        ..input.timing
+                    },
+                    ..*input
+                };
+                &slot_input
+            }
+            None => input,
         };
         let step = if slot.within(input.instances) {
-            maintenance(input, slot, prev, step_member(input, slot, prev, obs), obs)
+            let mut step = step_member(input, slot, prev, obs);
+            if let (Some(from), Some(m)) = (&ledger_record, step.member.as_mut()) {
+                m.message = Some(unrecorded::ledger_message(from, m));
+            }
+            maintenance(input, slot, prev, step, obs)
         } else {
             // A member `Lost` on a refusal leaves as the `Ready` member it stands for.
             let planned = prev.map(ready::as_ready);
@@ -212,6 +234,17 @@ fn fence_seen_at(
 
 /// Why a process fenced ahead of a status write that did not land waits for its release.
 pub const FENCE_NOT_ON_RECORD: &str = "this operator fenced this process ahead of a status write that did not land; released once a write that holds it is on record";
+
+/// Why a process the ledger does not name waits for its release.
+pub const NOT_IN_LEDGER: &str = "the ledger (<name>-ledger) does not name this process yet; released once it does (no process serves before a record outside the status names it)";
+
+/// Whether the ledger names the process answering on `slot` (true when none answers: there
+/// is nothing to release then).
+fn ledger_names_running(input: &PlanInput<'_>, slot: Slot, obs: &SlotObservation) -> bool {
+    identity::running_process(obs)
+        .and_then(|p| p.run_id)
+        .is_none_or(|run_id| crate::hold::ledger::names(input.ledger, slot, run_id))
+}
 
 /// Whether the process running on `slot` is one this operator fenced ahead of a status write
 /// that did not land.

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use crate::clock::member::Verdict;
 use crate::crd::reasons::MemberReason;
-use crate::crd::{MemberState, MemberStatus, UnstoppedProcess};
+use crate::crd::{MemberState, MemberStatus};
 use crate::decide::observe::{PodState, Probe, SlotObservation};
 use crate::hold::floor_micros;
 
@@ -184,23 +184,18 @@ fn lost_process(
     step.create_pod = obs.pod == PodState::Missing;
     let mut held = start_hold(input, slot, obs, why, step);
     if (obs.pod == PodState::Missing || obs.stop_unconfirmed)
-        && let (Some(run_id), Some(ip)) = (&prev.run_id, &prev.pod_ip)
+        && let Some(u) = prev.process_record()
     {
         // The pod object is gone (or marked failed by the control plane), but nothing
         // showed its process stop: a node cut off from the API server keeps serving
         // clients that reach it.
-        held.unstopped = Some(UnstoppedProcess {
-            run_id: run_id.clone(),
-            pod_ip: ip.clone(),
-            listener: prev.listener.clone(),
-            fenced: false,
-            pod_uid: prev.pod_uid.clone(),
-            node: prev.node.clone(),
-        });
         held.message = Some(format!(
-            "{}; its process {run_id} was never seen to stop, so it is looked for at {ip} (and fenced if found) before the slot is released",
-            held.message.unwrap_or_default()
+            "{}; its process {} was never seen to stop, so it is looked for at {} (and fenced if found) before the slot is released",
+            held.message.unwrap_or_default(),
+            u.run_id,
+            u.pod_ip
         ));
+        held.unstopped = Some(u);
     }
     carry_earlier_unstopped(prev, &mut held, step);
     fence_if_serving(held, process, step)

@@ -6,6 +6,7 @@ use super::input::PlanInput;
 use super::step::Step;
 use super::unstopped::{predecessor, recalled_message};
 use crate::children::names::slot_name;
+use crate::crd::UnstoppedProcess;
 use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
@@ -61,4 +62,35 @@ fn with_predecessor(mut m: MemberStatus, obs: &SlotObservation) -> MemberStatus 
         m.unstopped = Some(u.clone());
     }
     m
+}
+
+/// The record the ledger gives back for a slot the status has no word of and whose pod is
+/// gone ([`crate::hold::ledger`]): the ledger's process as the released `Ready` member it may
+/// have been, so that planning treats it as any member whose pod vanished unseen (its
+/// process looked for at its last address and fenced if found, a replacement held until it
+/// is found gone). `None` for a slot with a pod (the pod's own records decide), no entry, or
+/// at or above N.
+pub(super) fn from_ledger(input: &PlanInput<'_>, slot: Slot, obs: &SlotObservation) -> Option<MemberStatus> {
+    if obs.pod != PodState::Missing || !slot.within(input.instances) {
+        return None;
+    }
+    let u: &UnstoppedProcess = input.ledger?.get(&slot)?;
+    Some(MemberStatus {
+        run_id: Some(u.run_id.clone()),
+        pod_ip: Some(u.pod_ip.clone()),
+        listener: u.listener.clone(),
+        pod_uid: u.pod_uid.clone(),
+        node: u.node.clone(),
+        ..MemberStatus::new(slot_name(input.cluster, slot), slot, MemberState::Ready)
+    })
+}
+
+/// What a record planned from the ledger's process (`from`) says.
+pub(super) fn ledger_message(from: &MemberStatus, m: &MemberStatus) -> String {
+    format!(
+        "no record of this slot in the status, and its pod is gone; the ledger names process {} at {}, which may still serve: {}",
+        from.run_id.as_deref().unwrap_or_default(),
+        from.pod_ip.as_deref().unwrap_or_default(),
+        m.message.as_deref().unwrap_or_default()
+    )
 }

@@ -108,14 +108,7 @@ pub(super) fn vanished_unfenced(prev: &MemberStatus, obs: &SlotObservation) -> O
     if seen_fenced || !(obs.pod == PodState::Missing || obs.stop_unconfirmed) {
         return None;
     }
-    Some(UnstoppedProcess {
-        run_id: prev.run_id.clone()?,
-        pod_ip: prev.pod_ip.clone()?,
-        listener: prev.listener.clone(),
-        fenced: false,
-        pod_uid: prev.pod_uid.clone(),
-        node: prev.node.clone(),
-    })
+    prev.process_record()
 }
 
 /// What shows that a process which outlived its pod can no longer grant a lock: the only

@@ -145,6 +145,10 @@ pub struct State {
     pub stored: Object,
     /// The operator's watch cache: `stored` at some version, maybe an older one.
     pub cache: Object,
+    /// The `<name>-ledger` ConfigMap (`hold::ledger`): an object of its own, which a status
+    /// wipe leaves alone. The model's cache shows it as written (its writes are conditional
+    /// on the version read, so a stale read can only withhold a release or miss an entry).
+    pub ledger: Opaque<Option<Ledger>>,
     pub published: Option<Published>,
     pub memory: Memory,
     pub locks: Vec<Lock>,
@@ -382,6 +386,7 @@ impl HoldModel {
             next_id: 1,
             stored: empty_object(b),
             cache: empty_object(b),
+            ledger: Opaque(None),
             published: None,
             memory: Memory::fresh(0),
             locks: Vec::new(),
@@ -573,6 +578,7 @@ impl HoldModel {
             published_hold_ttl: s.published.as_ref().map(|p| secs(p.hold_ttl)),
             told,
             clock_tracks: Vec::new(),
+            ledger: s.ledger.0.clone(),
         }
     }
 
@@ -688,7 +694,11 @@ impl HoldModel {
             Vec::new()
         };
         let mut released_ahead = Vec::new();
-        for (slot, run) in &ahead {
+        // As `act::release_each`: only a process the ledger (as the cache shows it) names.
+        for (slot, run) in ahead
+            .iter()
+            .filter(|(slot, run)| ledger::names(s.ledger.0.as_ref(), *slot, run))
+        {
             if Self::set_serving(&mut next, *slot, run, unreachable, true) {
                 released_ahead.push(Released {
                     slot: *slot,
@@ -736,9 +746,14 @@ impl HoldModel {
                 p.jump_unrecorded = false;
             }
         }
-        // On record: releases, pods, the endpoints.
+        // On record: the ledger first, then releases it names, pods, the endpoints.
+        if let Some(l) = &decision.ledger {
+            next.ledger = Opaque(Some(l.clone()));
+        }
         for (slot, run) in &decision.plan.releases {
-            if !ahead.contains(&(*slot, run.clone())) {
+            if !released_ahead.iter().any(|r| r.slot == *slot && &r.run_id == run)
+                && ledger::names(next.ledger.0.as_ref(), *slot, run)
+            {
                 Self::set_serving(&mut next, *slot, run, unreachable, true);
             }
         }

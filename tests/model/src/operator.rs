@@ -16,4 +16,5 @@ pub use redlock_operator::decide::plan::still_owed;
 pub use redlock_operator::decide::resize::Told;
 pub use redlock_operator::decide::{ChildrenReport, Decision, Facts, Observation, decide};
 pub use redlock_operator::hold::fence_ahead::{self, UnrecordedFence, UnrecordedFences};
+pub use redlock_operator::hold::ledger::{self, Ledger};
 pub use redlock_operator::hold::release_ahead::{self, Released, Unrecorded, UnrecordedRelease};

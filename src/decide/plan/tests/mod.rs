@@ -163,6 +163,24 @@ fn finished(reason: &str) -> SlotObservation {
     }
 }
 
+/// The planner as the reconcile runs it once `act` has written the ledger: unless `input`
+/// brings a ledger of its own, one that names every process answering (`act` writes it as
+/// soon as a process is identified, long before its hold ends). The ledger's own rules are
+/// tested with [`super::plan`] itself.
+fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -> Plan {
+    if input.ledger.is_some() {
+        return super::plan(input, observed);
+    }
+    let ledger = crate::fixtures::ledger_naming_answering(observed);
+    super::plan(
+        &PlanInput {
+            ledger: Some(&ledger),
+            ..*input
+        },
+        observed,
+    )
+}
+
 fn input(instances: i32, members: &[MemberStatus], now: Timestamp) -> PlanInput<'_> {
     PlanInput {
         cluster: "locks",
@@ -178,6 +196,7 @@ fn input(instances: i32, members: &[MemberStatus], now: Timestamp) -> PlanInput<
         },
         maintenance: &NO_MAINTENANCE,
         gone_asserted: &NOTHING_ASSERTED,
+        ledger: None,
     }
 }
 

@@ -772,3 +772,113 @@ fn a_record_about_another_pod_takes_back_the_replacements_record_and_one_about_i
     assert_eq!(p.members[0].state, MemberState::Ready, "{:?}", p.members[0]);
     assert_eq!(p.members[0].unstopped, None);
 }
+
+// --- The ledger's record of each slot's last process (`crate::hold::ledger`) ---
+
+/// `input` planned with `ledger`.
+fn with_ledger<'a>(input: PlanInput<'a>, ledger: &'a crate::hold::ledger::Ledger) -> PlanInput<'a> {
+    PlanInput {
+        ledger: Some(ledger),
+        ..input
+    }
+}
+
+/// The model check's third finding (docs/model-check.md): the status is wiped before any
+/// reconcile saw slot 0's cut-off pod vanish, so no replacement records its process and the
+/// status says nothing. The ledger names it: it is planned as a member whose pod vanished
+/// unseen (looked for, the replacement made with its record and held), and a hold's end with
+/// nothing found releases nothing.
+#[test]
+fn a_slot_with_no_record_and_no_pod_takes_the_ledgers_process_back() {
+    let ledger = crate::hold::ledger::Ledger::from([(Slot::new(0), left_behind())]);
+    let others = || [(1, running("B", true, "c1")), (2, running("C", true, "c2"))];
+    let mut gone = observed(others());
+    gone.insert(Slot::new(0), missing());
+    let p = super::super::plan(&with_ledger(input(3, &[], at(NOW)), &ledger), &gone);
+    let m = &p.members[0];
+    assert!(m.state.is_holding(), "{m:?}");
+    assert_eq!(m.unstopped, Some(left_behind()), "{m:?}");
+    assert!(
+        m.message
+            .as_deref()
+            .unwrap()
+            .contains("the ledger names process A at 10.1.0.7"),
+        "{m:?}"
+    );
+    assert_eq!(p.create_pods, vec![Slot::new(0)]);
+    assert_eq!(p.predecessors.get(&Slot::new(0)), Some(&left_behind()));
+    // Slots with a pod are planned from the pod, as before (adopted as they serve).
+    assert!(
+        p.members[1..]
+            .iter()
+            .all(|m| m.state == MemberState::Ready && m.unstopped.is_none())
+    );
+
+    // The replacement runs; its hold over, the old process not found: held, no release.
+    let mut seen = observed(others());
+    seen.insert(Slot::new(0), replacement("D", false));
+    seen.get_mut(&Slot::new(0)).unwrap().unstopped = Some(UnstoppedSearch {
+        kubelet: KubeletAnswer::Unknown("node unreachable".into()),
+        ..UnstoppedSearch::unanswered("timed out", false)
+    });
+    let held = plan(&input(3, &p.members, at(NOW + 1)), &seen);
+    let later = at(NOW + 1 + HOLD.as_secs() as i64 + 10);
+    let p = plan(&input(3, &held.members, later), &seen);
+    assert!(p.members[0].state.is_holding(), "{:?}", p.members[0]);
+    assert!(p.releases.is_empty(), "{:?}", p.releases);
+}
+
+/// The ledger is not consulted for a slot the status records, nor for a pod with no record
+/// (its own records decide): only for a slot with neither.
+#[test]
+fn the_ledger_is_taken_back_only_for_a_slot_with_no_record_and_no_pod() {
+    let ledger = crate::hold::ledger::Ledger::from([(Slot::new(0), left_behind())]);
+    let fresh_pod = observed([(0, running("D", false, "c9"))]);
+    let p = super::super::plan(&with_ledger(input(1, &[], at(NOW)), &ledger), &fresh_pod);
+    assert_eq!(p.members[0].unstopped, None, "{:?}", p.members[0]);
+    let starting = [starting(0)];
+    let p = super::super::plan(
+        &with_ledger(input(1, &starting, at(NOW)), &ledger),
+        &observed([(0, missing())]),
+    );
+    assert_eq!(p.members[0].state, MemberState::Starting, "{:?}", p.members[0]);
+    assert_eq!(p.members[0].unstopped, None);
+}
+
+/// No process is released before the ledger names it: its hold over, a process the ledger
+/// does not name (yet) stays held and says why; once named, it is released.
+#[test]
+fn a_process_the_ledger_does_not_name_is_not_released() {
+    let until = at(NOW - 1);
+    let members = [held(0, "B", "c0", until)];
+    let seen = observed([(0, running("B", false, "c0"))]);
+    let older = crate::hold::ledger::Ledger::from([(
+        Slot::new(0),
+        UnstoppedProcess {
+            run_id: "A".into(),
+            ..left_behind()
+        },
+    )]);
+    for ledger in [None, Some(&older)] {
+        let p = super::super::plan(
+            &PlanInput {
+                ledger,
+                ..input(1, &members, at(NOW))
+            },
+            &seen,
+        );
+        assert!(p.releases.is_empty(), "{:?}", p.releases);
+        assert!(p.members[0].state.is_holding(), "{:?}", p.members[0]);
+        assert!(
+            p.members[0]
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("the ledger (<name>-ledger) does not name this process"),
+            "{:?}",
+            p.members[0]
+        );
+    }
+    let p = plan(&input(1, &members, at(NOW)), &seen);
+    assert_eq!(p.releases, vec![(Slot::new(0), "B".to_owned())]);
+}

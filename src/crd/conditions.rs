@@ -23,10 +23,15 @@ pub enum ConditionType {
     FailureIndependence,
     ClientPasswordRotation,
     AdminPasswordRotation,
+    // What kstatus (Flux, Helm 4's `--wait`) and Argo CD's health check read
+    // (`crate::decide::kstatus`).
+    Ready,
+    Reconciling,
+    Stalled,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 12] = [
+    pub const ALL: [ConditionType; 15] = [
         Self::Available,
         Self::Progressing,
         Self::Degraded,
@@ -39,6 +44,9 @@ impl ConditionType {
         Self::FailureIndependence,
         Self::ClientPasswordRotation,
         Self::AdminPasswordRotation,
+        Self::Ready,
+        Self::Reconciling,
+        Self::Stalled,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -55,6 +63,9 @@ impl ConditionType {
             Self::FailureIndependence => "FailureIndependence",
             Self::ClientPasswordRotation => "ClientPasswordRotation",
             Self::AdminPasswordRotation => "AdminPasswordRotation",
+            Self::Ready => "Ready",
+            Self::Reconciling => "Reconciling",
+            Self::Stalled => "Stalled",
         }
     }
 
@@ -69,7 +80,13 @@ impl ConditionType {
     pub fn true_is_bad(self) -> bool {
         matches!(
             self,
-            Self::Degraded | Self::OwnershipConflict | Self::Maintenance | Self::Progressing | Self::Resizing
+            Self::Degraded
+                | Self::OwnershipConflict
+                | Self::Maintenance
+                | Self::Progressing
+                | Self::Resizing
+                | Self::Reconciling
+                | Self::Stalled
         )
     }
 }
@@ -125,10 +142,13 @@ pub enum ConditionReason {
     RemovingOldPassword,
     AuthDisabled,
     Rotated,
+    // Reconciling and Stalled (Ready takes the reason of what it follows from)
+    Reconciled,
+    NotStalled,
 }
 
 impl ConditionReason {
-    pub const ALL: [ConditionReason; 29] = [
+    pub const ALL: [ConditionReason; 31] = [
         Self::QuorumServing,
         Self::QuorumNotServing,
         Self::RollingUpdate,
@@ -158,6 +178,8 @@ impl ConditionReason {
         Self::RemovingOldPassword,
         Self::AuthDisabled,
         Self::Rotated,
+        Self::Reconciled,
+        Self::NotStalled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -191,6 +213,8 @@ impl ConditionReason {
             Self::RemovingOldPassword => "RemovingOldPassword",
             Self::AuthDisabled => "AuthDisabled",
             Self::Rotated => "Rotated",
+            Self::Reconciled => "Reconciled",
+            Self::NotStalled => "NotStalled",
         }
     }
 }
@@ -314,12 +338,15 @@ mod tests {
                 "FailureIndependence",
                 "ClientPasswordRotation",
                 "AdminPasswordRotation",
+                "Ready",
+                "Reconciling",
+                "Stalled",
             ]
         );
         for t in ConditionType::ALL {
             assert_eq!(ConditionType::parse(t.as_str()), Some(t));
         }
-        assert_eq!(ConditionType::parse("Ready"), None);
+        assert_eq!(ConditionType::parse("Healthy"), None);
     }
 
     #[test]

@@ -6,13 +6,15 @@
 //! table-tested without a control plane. `crate::reconcile` reads, calls these, persists and acts.
 //!
 //! Its surface: [`decision`] (one reconcile's whole decision: [`decide`]), [`plan`] (member-state transitions, one file per recorded state), [`status`],
-//! [`rollout`], [`resize`], [`serving_gate`], [`failure_domains`], [`validate`], [`silences`],
+//! [`kstatus`] (the conditions GitOps tools read), [`rollout`], [`resize`], [`serving_gate`],
+//! [`failure_domains`], [`validate`], [`silences`],
 //! [`observe`] (a pod and a probe as a `SlotObservation`), [`at_rest`] (when a cluster may rest).
 
 pub mod at_rest;
 pub mod children_report;
 pub mod decision;
 pub mod failure_domains;
+pub mod kstatus;
 pub mod observe;
 pub mod plan;
 pub mod resize;

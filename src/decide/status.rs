@@ -135,6 +135,8 @@ fn desired_conditions(
         ));
     }
     desired.extend(findings.password_rotation.clone());
+    let gitops = super::kstatus::conditions(&desired);
+    desired.extend(gitops);
     desired
 }
 

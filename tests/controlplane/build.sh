@@ -3,7 +3,9 @@
 # kubelet and kube-proxy, from their pinned Go modules in this directory, caches them outside
 # the clone keyed by version, and links them into target/dev/bin/. A second run with the same
 # versions only re-links; a run after a binary was added to `bins` builds only that one.
-# (containerd, runc and the CNI plugins come from tests/nodes/build.sh.)
+# Also gitops-health (tests/controlplane/gitops: kstatus and Argo CD's Lua on an object, for
+# tests/gitops.rs), cached by its sources' hash. (containerd, runc and the CNI plugins come
+# from tests/nodes/build.sh.)
 #
 #   tests/controlplane/build.sh            build (or reuse) and link
 #   tests/controlplane/build.sh --print-dir print the cache directory and exit
@@ -66,4 +68,16 @@ fi
 
 mkdir -p "$repo/target/dev/bin"
 for b in "${bins[@]}"; do ln -sfn "$cache/bin/$b" "$repo/target/dev/bin/$b"; done
+
+# gitops-health (tests/gitops.rs): kstatus and the Argo CD health script's verdict on an
+# object. Its own module, cached by its sources' hash, so an edit rebuilds it.
+gitops_key="gitops-health-$(cat "$here/gitops/go.mod" "$here/gitops/go.sum" "$here/gitops/"*.go | sha256sum | cut -c1-16)_${go_ver}"
+gitops="${REDLOCK_CACHE:-$HOME/.cache/redlock-operator}/$gitops_key"
+if [[ ! -x "$gitops/gitops-health" ]]; then
+  echo "building gitops-health ($gitops_key)" >&2
+  mkdir -p "$gitops"
+  (cd "$here/gitops" && go build -trimpath -ldflags "-s -w" -o "$gitops/gitops-health.partial" .)
+  mv "$gitops/gitops-health.partial" "$gitops/gitops-health"
+fi
+ln -sfn "$gitops/gitops-health" "$repo/target/dev/bin/gitops-health"
 echo "$key" > "$repo/target/dev/bin/VERSIONS"

@@ -3,6 +3,7 @@
 use super::holds::start_hold;
 use super::identity::{fresh_record, record_of, running_process};
 use super::input::PlanInput;
+use super::ready::ready;
 use super::step::Step;
 use super::unstopped::{predecessor, recalled_message};
 use crate::children::names::slot_name;
@@ -33,10 +34,16 @@ pub(super) fn unrecorded(
             fresh_record(input, slot, MemberState::Starting)
         }
         // A process already serving clients: someone released it; adopting it is all that can
-        // be done (fencing it now would not undo what it served, and it has its keys).
+        // be done (fencing it now would not undo what it served, and it has its keys), and it
+        // is then judged as any `Ready` member is: a clock jump or a deviation the probe found
+        // fences and holds it (a status wiped while its clock jumped must not adopt a process
+        // whose locks expired early; found by the model check with two faults).
         (_, Some(p)) if p.client_enabled == Some(true) => {
-            let mut m = record_of(input, slot, MemberState::Ready, &p);
-            m.message = Some("adopted a process that already serves clients".into());
+            let adopted = record_of(input, slot, MemberState::Ready, &p);
+            let mut m = ready(input, &adopted, obs, step);
+            if m.state == MemberState::Ready && m.message.is_none() {
+                m.message = Some("adopted a process that already serves clients".into());
+            }
             with_predecessor(m, obs)
         }
         // A pod the operator knows nothing about: unknown means unsafe, full hold from now.

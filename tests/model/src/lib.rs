@@ -294,6 +294,35 @@ mod tests {
         );
     }
 
+    /// Found with two faults (`MODEL_FAULTS=2`, bound `full`): the status is wiped, then a
+    /// member's clock jumps while a lock is on it. The reconcile that rebuilds the status
+    /// adopted every serving process as it was, the jumped one too, so it served on without
+    /// the key the lock relied on. Fixed: an adopted process is judged as any `Ready` member
+    /// (`plan::unrecorded`), so its jump fences and holds it.
+    #[test]
+    fn a_wiped_status_does_not_adopt_a_member_whose_clock_jumped() {
+        let mut bounds = Bounds::full();
+        bounds.faults = 2;
+        let (start, reconcile) = serving(&bounds);
+        let trace = [
+            Action::WipeStatus,
+            Action::DeliverWatch,
+            Action::Lock {
+                client: 0,
+                slots: vec![1, 2],
+                old: None,
+            },
+            Action::MemberClockJump(2),
+            reconcile,
+        ];
+        let end = replay(bounds.clone(), &start, &trace);
+        assert!(
+            !model::serves_within_hold(&end),
+            "serves within its hold:\n{}",
+            format_trace(&bounds, &start, &trace)
+        );
+    }
+
     /// Client 0 takes the lock on members 0 and 1; then member 0's clock jumps.
     fn locked_then_jumped() -> [Action; 2] {
         [

@@ -1016,11 +1016,15 @@ impl HoldModel {
         }
         // No lock attempt between a member clock's jump and the next probe of it: the limit of
         // the claim (docs/safety.md "Clock jumps"); what happens after that probe is checked.
+        // A jumped process cut off from the operator is never probed: its window lasts while
+        // it serves there (the same limit: a jump the operator cannot see is not fenced).
+        let orphans = s.orphans.iter().flatten();
         let in_jump_window = s
             .pods
             .iter()
             .flatten()
             .filter_map(|p| p.process.as_ref())
+            .chain(orphans)
             .any(|p| p.serving && p.jump_unprobed);
         if let Some(told) = s.published.as_ref().filter(|_| !in_jump_window) {
             let q = quorum(told.list);

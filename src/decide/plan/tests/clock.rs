@@ -248,3 +248,33 @@ fn the_clock_on_record_follows_the_records_process() {
     let p = plan(&input(1, &members, at(NOW)), &observed([(0, unread)]));
     assert_eq!(p.members[0].clock, None, "{:?}", p.members[0]);
 }
+
+/// A status wiped while a member's clock jumped: the process serves, so it is adopted, and
+/// then judged as any `Ready` member: its jump fences and holds it (the model check's
+/// two-fault trace `a_wiped_status_does_not_adopt_a_member_whose_clock_jumped`).
+#[test]
+fn a_serving_process_adopted_after_a_wipe_is_fenced_if_its_clock_jumped() {
+    let jumped = SlotObservation {
+        clock: Some(Verdict::JumpedForward {
+            by: secs(15),
+            unwatched_since: None,
+        }),
+        ..running("A", true, "c0")
+    };
+    let p = plan(&input(1, &[], at(NOW)), &observed([(0, jumped)]));
+    let m = &p.members[0];
+    assert!(m.state.is_holding(), "{m:?}");
+    assert_eq!(p.fences, vec![(Slot::new(0), "A".to_owned())]);
+    assert!(
+        reasons(&p).contains(&(0, MemberReason::ClockJump)),
+        "{:?}",
+        p.events
+    );
+    // Without a jump it is adopted as it serves.
+    let p = plan(
+        &input(1, &[], at(NOW)),
+        &observed([(0, running("A", true, "c0"))]),
+    );
+    assert_eq!(p.members[0].state, MemberState::Ready);
+    assert!(p.fences.is_empty());
+}

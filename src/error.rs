@@ -115,7 +115,7 @@ fn summarize(missing: &[String]) -> String {
     text
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {

@@ -4,13 +4,13 @@
 use crate::crd::RedlockCluster;
 use crate::decide::observe::{PodState, Probe, RedisInfo, SlotObservation};
 
-pub const NAME: &str = "locks";
-pub const NAMESPACE: &str = "team";
-pub const UID: &str = "uid-1";
+pub(crate) const NAME: &str = "locks";
+pub(crate) const NAMESPACE: &str = "team";
+pub(crate) const UID: &str = "uid-1";
 
 /// Cluster `locks` in namespace `team` with UID `uid-1`, from a spec given as JSON;
 /// `maxLockTTL` (the one required field) is 30s unless the spec says otherwise.
-pub fn cluster(spec: serde_json::Value) -> RedlockCluster {
+pub(crate) fn cluster(spec: serde_json::Value) -> RedlockCluster {
     let mut spec = spec;
     if spec.get("maxLockTTL").is_none() {
         spec["maxLockTTL"] = "30s".into();
@@ -23,7 +23,7 @@ pub fn cluster(spec: serde_json::Value) -> RedlockCluster {
 
 /// A running container `container` whose Redis (`run`, 7.0.15) answers the operator; its
 /// client user is on (and its pod Ready) when `enabled`.
-pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
+pub(crate) fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
     SlotObservation {
         pod: PodState::Running {
             container_id: Some(container.into()),
@@ -46,7 +46,7 @@ pub fn running(run: &str, enabled: bool, container: &str) -> SlotObservation {
 
 /// A ledger (`crate::hold::ledger`) naming each process that answers in `observed`, as `act`
 /// writes it once they are identified.
-pub fn ledger_naming_answering(
+pub(crate) fn ledger_naming_answering(
     observed: &std::collections::BTreeMap<crate::crd::model::Slot, SlotObservation>,
 ) -> crate::hold::ledger::Ledger {
     observed

@@ -15,22 +15,22 @@ use crate::crd::RedlockCluster;
 use crate::crd::model::{Slot, quorum};
 
 /// Key of the `<name>-endpoints` ConfigMap that tells clients the maxLockTTL in milliseconds.
-pub const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";
+pub(crate) const MAX_LOCK_TTL_MILLIS: &str = "maxLockTTLMillis";
 
 /// Key of `<name>-endpoints` with the maxLockTTL holds use (`status.hold.maxLockTTL`, ms):
 /// above `maxLockTTLMillis` while a lowering is pending. It is the second record of that
 /// lowering, read when the status has none (`hold_policy::recovered`).
-pub const HOLD_MAX_LOCK_TTL_MILLIS: &str = "holdMaxLockTTLMillis";
+pub(crate) const HOLD_MAX_LOCK_TTL_MILLIS: &str = "holdMaxLockTTLMillis";
 
 /// Stable `host:port` of a slot: its Service's cluster DNS name. `<svc>.<ns>.svc` resolves
 /// from every namespace with the default pod DNS search path, whatever the cluster domain.
-pub fn server_address(cluster: &str, namespace: &str, slot: Slot) -> String {
+pub(crate) fn server_address(cluster: &str, namespace: &str, slot: Slot) -> String {
     format!("{}.{namespace}.svc:{REDIS_PORT}", slot_name(cluster, slot))
 }
 
 /// Every published slot's address (`instances` of them: the published list, see `resize`),
 /// in slot order.
-pub fn servers(cluster: &RedlockCluster, instances: i32) -> Vec<String> {
+pub(crate) fn servers(cluster: &RedlockCluster, instances: i32) -> Vec<String> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
     Slot::all(instances)
@@ -40,7 +40,7 @@ pub fn servers(cluster: &RedlockCluster, instances: i32) -> Vec<String> {
 
 /// One URL per slot, in slot order, with the client's credentials when auth is on:
 /// `rediss://` when the instances serve TLS, else `redis://`.
-pub fn client_urls(
+pub(crate) fn client_urls(
     cluster: &RedlockCluster,
     instances: i32,
     username: &str,
@@ -67,7 +67,7 @@ pub fn client_urls(
 /// `confirmed` (`confirmedInstances`: slots at or above it are not released, during a
 /// scale-up until its confirmation) makes this object the second record of a resize, read
 /// when the status has none (`resize::Told`); so does `hold_ttl`, the maxLockTTL holds use.
-pub fn endpoints_config_map(
+pub(crate) fn endpoints_config_map(
     cluster: &RedlockCluster,
     instances: i32,
     confirmed: i32,
@@ -110,10 +110,10 @@ pub fn endpoints_config_map(
 }
 
 /// The key of `<name>-endpoints` that keeps `status.confirmedInstances`.
-pub const CONFIRMED_INSTANCES: &str = "confirmedInstances";
+pub(crate) const CONFIRMED_INSTANCES: &str = "confirmedInstances";
 
 /// Newline-terminated lines: easy to read with `read`, `splitlines()` and `strings.Fields`.
-pub fn lines<S: AsRef<str>>(items: &[S]) -> String {
+pub(crate) fn lines<S: AsRef<str>>(items: &[S]) -> String {
     items.iter().map(|s| format!("{}\n", s.as_ref())).collect()
 }
 

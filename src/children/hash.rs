@@ -7,10 +7,10 @@ use sha2::{Digest, Sha256};
 use crate::crd::RedlockClusterSpec;
 
 /// Annotation holding the hash of the last applied desired state.
-pub const APPLIED_HASH: &str = "redlock.dev/applied-hash";
+pub(crate) const APPLIED_HASH: &str = "redlock.dev/applied-hash";
 
 /// Hash of an object's desired state (hex, 16 chars is plenty to detect a change).
-pub fn desired_hash<K: Serialize>(desired: &K) -> String {
+pub(crate) fn desired_hash<K: Serialize>(desired: &K) -> String {
     let json = serde_json::to_vec(desired).expect("child objects serialize");
     Sha256::digest(&json)
         .iter()
@@ -20,7 +20,7 @@ pub fn desired_hash<K: Serialize>(desired: &K) -> String {
 }
 
 /// Pod annotation: hash of the spec fields the pod was built from.
-pub const SPEC_HASH: &str = "redlock.dev/spec-hash";
+pub(crate) const SPEC_HASH: &str = "redlock.dev/spec-hash";
 
 /// Hash of every spec field that shapes an instance's pod or its Redis process (image,
 /// resources, redis.conf, auth, scheduling, pod template, TLS). `instances`, `maxLockTTL` and the

@@ -20,12 +20,12 @@ use kube::runtime::watcher;
 use crate::children::names::LABEL_INSTANCE;
 
 /// (namespace, instance label) of an object; the namespace is empty for cluster-scoped ones.
-pub type Instance = (String, String);
+pub(crate) type Instance = (String, String);
 /// (namespace, name) of an object.
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 #[derive(Default)]
-pub struct InstanceIndex {
+pub(crate) struct InstanceIndex {
     inner: Mutex<Inner>,
 }
 
@@ -103,7 +103,7 @@ impl Inner {
 }
 
 /// (namespace, name) of `obj`.
-pub fn key_of<K: Resource>(obj: &K) -> Key {
+pub(crate) fn key_of<K: Resource>(obj: &K) -> Key {
     let meta = obj.meta();
     (
         meta.namespace.clone().unwrap_or_default(),
@@ -112,7 +112,7 @@ pub fn key_of<K: Resource>(obj: &K) -> Key {
 }
 
 /// The cluster `obj` is labelled for, if any.
-pub fn instance_of<K: Resource>(obj: &K) -> Option<Instance> {
+pub(crate) fn instance_of<K: Resource>(obj: &K) -> Option<Instance> {
     let meta = obj.meta();
     let instance = meta.labels.as_ref()?.get(LABEL_INSTANCE)?;
     Some((meta.namespace.clone().unwrap_or_default(), instance.clone()))

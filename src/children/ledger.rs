@@ -13,10 +13,10 @@ use crate::crd::RedlockCluster;
 use crate::hold::ledger::{self, Ledger};
 
 /// The key that holds the ledger (JSON: slot → process).
-pub const PROCESSES: &str = "processes";
+pub(crate) const PROCESSES: &str = "processes";
 
 /// The ConfigMap that stores `ledger` for `cluster`.
-pub fn ledger_config_map(cluster: &RedlockCluster, ledger: &Ledger) -> ConfigMap {
+pub(crate) fn ledger_config_map(cluster: &RedlockCluster, ledger: &Ledger) -> ConfigMap {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     ConfigMap {
         metadata: ObjectMeta {
@@ -32,7 +32,7 @@ pub fn ledger_config_map(cluster: &RedlockCluster, ledger: &Ledger) -> ConfigMap
 }
 
 /// The ledger `cm` stores, or why it does not read.
-pub fn read(cm: &ConfigMap) -> Result<Ledger, String> {
+pub(crate) fn read(cm: &ConfigMap) -> Result<Ledger, String> {
     let text = cm
         .data
         .as_ref()

@@ -22,7 +22,7 @@ use crate::crd::RedlockCluster;
 /// What children were built from: the cluster object's version and whatever else they
 /// depend on (the credentials, what the endpoints list), hashed (the key keeps no password).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint(u64);
+pub(crate) struct Fingerprint(u64);
 
 impl Fingerprint {
     pub fn of(cluster: &RedlockCluster, inputs: &impl Hash) -> Self {
@@ -37,7 +37,7 @@ impl Fingerprint {
 /// Per cluster UID: the fingerprint and children-cache version at which every child was last
 /// found current.
 #[derive(Default)]
-pub struct ChildrenMemo {
+pub(crate) struct ChildrenMemo {
     by_uid: Mutex<HashMap<String, (Fingerprint, u64)>>,
 }
 

@@ -5,21 +5,21 @@
 //! ([`index`]), and the per-cluster memos ([`memo`], [`versions`], [`spec_hashes`]). The one
 //! writer of these objects is `crate::reconcile::apply`.
 
-pub mod index;
-pub mod memo;
-pub mod spec_hashes;
-pub mod trim;
-pub mod versions;
+pub(crate) mod index;
+pub(crate) mod memo;
+pub(crate) mod spec_hashes;
+pub(crate) mod trim;
+pub(crate) mod versions;
 
 pub mod config;
-pub mod endpoints;
+pub(crate) mod endpoints;
 pub mod hash;
-pub mod ledger;
+pub(crate) mod ledger;
 pub mod names;
-pub mod network_policy;
-pub mod pdb;
+pub(crate) mod network_policy;
+pub(crate) mod pdb;
 pub mod pod;
 #[cfg(test)]
-pub mod redis_conf_model;
+pub(crate) mod redis_conf_model;
 pub mod secrets;
-pub mod service;
+pub(crate) mod service;

@@ -7,73 +7,73 @@ use crate::crd::model::Slot;
 /// Field manager of every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "redlock-operator";
 
-pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub(crate) const LABEL_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const LABEL_SLOT: &str = "redlock.dev/slot";
+pub(crate) const LABEL_SLOT: &str = "redlock.dev/slot";
 
 /// Value of `app.kubernetes.io/managed-by` on every child; the operator's watches select on it
 /// so it caches only its own objects (and never every Secret in the cluster).
-pub const MANAGED_BY: &str = "redlock-operator";
+pub(crate) const MANAGED_BY: &str = "redlock-operator";
 
 /// `app.kubernetes.io/name` of the operator's own pods (the Helm chart sets it); a cluster's
 /// NetworkPolicy admits them so the operator can probe and release.
-pub const OPERATOR_APP_NAME: &str = "redlock-operator";
+pub(crate) const OPERATOR_APP_NAME: &str = "redlock-operator";
 
 /// Name of the Redis container in every instance pod.
-pub const REDIS_CONTAINER: &str = "redis";
+pub(crate) const REDIS_CONTAINER: &str = "redis";
 
 /// Port every instance serves on.
-pub const REDIS_PORT: u16 = 6379;
+pub(crate) const REDIS_PORT: u16 = 6379;
 
 /// ACL user the operator itself logs in as.
-pub const ADMIN_USER: &str = "redlock-admin";
+pub(crate) const ADMIN_USER: &str = "redlock-admin";
 
 /// ACL user lock clients log in as when auth is enabled.
-pub const CLIENT_USER: &str = "redlock-client";
+pub(crate) const CLIENT_USER: &str = "redlock-client";
 
 /// Every ACL user lock clients may log in as: `default` with auth off, [`CLIENT_USER`] with it
 /// on. A process whose pod is gone is probed and fenced as both.
-pub const CLIENT_USERS: [&str; 2] = ["default", CLIENT_USER];
+pub(crate) const CLIENT_USERS: [&str; 2] = ["default", CLIENT_USER];
 
 /// Environment variable of the Redis container naming the ACL user lock clients log in as
 /// there. The pod keeps the value it was built with, so the operator reads it back to address
 /// each process as it was started, whatever the spec says now (an auth toggle mid-rollout, a
 /// rejected edit).
-pub const CLIENT_USER_ENV: &str = "REDIS_CLIENT_USER";
+pub(crate) const CLIENT_USER_ENV: &str = "REDIS_CLIENT_USER";
 
-pub fn admin_secret_name(cluster: &str) -> String {
+pub(crate) fn admin_secret_name(cluster: &str) -> String {
     format!("{cluster}-admin")
 }
 
-pub fn client_secret_name(cluster: &str) -> String {
+pub(crate) fn client_secret_name(cluster: &str) -> String {
     format!("{cluster}-client")
 }
 
-pub fn acl_secret_name(cluster: &str) -> String {
+pub(crate) fn acl_secret_name(cluster: &str) -> String {
     format!("{cluster}-acl")
 }
 
-pub fn config_map_name(cluster: &str) -> String {
+pub(crate) fn config_map_name(cluster: &str) -> String {
     format!("{cluster}-config")
 }
 
-pub fn endpoints_config_map_name(cluster: &str) -> String {
+pub(crate) fn endpoints_config_map_name(cluster: &str) -> String {
     format!("{cluster}-endpoints")
 }
 
 /// The ConfigMap of the operator's ledger (`crate::hold::ledger`): not for clients.
-pub fn ledger_config_map_name(cluster: &str) -> String {
+pub(crate) fn ledger_config_map_name(cluster: &str) -> String {
     format!("{cluster}-ledger")
 }
 
 /// Label selector matching every object this operator manages.
-pub fn managed_selector() -> String {
+pub(crate) fn managed_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY}")
 }
 
 /// Labels every child of `cluster` carries.
-pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
+pub(crate) fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_NAME.to_owned(), "redis".to_owned()),
         (LABEL_INSTANCE.to_owned(), cluster.to_owned()),
@@ -82,7 +82,7 @@ pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
 }
 
 /// Labels of the objects of one slot: the cluster's plus `redlock.dev/slot`.
-pub fn slot_labels(cluster: &str, slot: Slot) -> BTreeMap<String, String> {
+pub(crate) fn slot_labels(cluster: &str, slot: Slot) -> BTreeMap<String, String> {
     let mut labels = cluster_labels(cluster);
     labels.insert(LABEL_SLOT.to_owned(), slot.to_string());
     labels
@@ -90,7 +90,7 @@ pub fn slot_labels(cluster: &str, slot: Slot) -> BTreeMap<String, String> {
 
 /// Pod (and per-slot Service) name of a slot. Takes a bare index too, for the callers that
 /// still speak in numbers.
-pub fn slot_name(cluster: &str, slot: impl Into<Slot>) -> String {
+pub(crate) fn slot_name(cluster: &str, slot: impl Into<Slot>) -> String {
     let slot = slot.into();
     format!("{cluster}-{slot}")
 }
@@ -102,7 +102,7 @@ pub const SERVING_CONDITION: &str = "redlock.dev/serving";
 
 /// The word of a Redis process title that names the pod it was started for
 /// (`--proc-title-template "... pod=<uid>"`); read back by the operator's probe and release.
-pub const POD_UID_TAG: &str = "pod=";
+pub(crate) const POD_UID_TAG: &str = "pod=";
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@ use crate::crd::RedlockCluster;
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Name of a cluster's NetworkPolicy: the cluster's name (like its PodDisruptionBudget).
-pub fn network_policy_name(cluster: &str) -> String {
+pub(crate) fn network_policy_name(cluster: &str) -> String {
     cluster.to_owned()
 }
 
@@ -28,7 +28,10 @@ pub fn network_policy_name(cluster: &str) -> String {
 /// one is deleted). `operator_namespace` is where the operator's pods run; unknown (the
 /// operator runs outside the cluster), pods labelled as the operator in any namespace are
 /// admitted.
-pub fn network_policy(cluster: &RedlockCluster, operator_namespace: Option<&str>) -> Option<NetworkPolicy> {
+pub(crate) fn network_policy(
+    cluster: &RedlockCluster,
+    operator_namespace: Option<&str>,
+) -> Option<NetworkPolicy> {
     let wanted = cluster.spec.network_policy.as_ref().filter(|n| n.enabled)?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let operator = NetworkPolicyPeer {

@@ -16,7 +16,7 @@ use kube::api::ObjectMeta;
 use super::names::{LABEL_INSTANCE, LABEL_NAME, cluster_labels};
 use crate::crd::RedlockCluster;
 
-pub fn pod_disruption_budget(cluster: &RedlockCluster) -> PodDisruptionBudget {
+pub(crate) fn pod_disruption_budget(cluster: &RedlockCluster) -> PodDisruptionBudget {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let selector = [LABEL_NAME, LABEL_INSTANCE]
         .iter()

@@ -29,14 +29,14 @@ const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 
 /// How often the kubelet runs the startup probe (the client login) while a container has not
 /// passed it yet: while its process is held, and once after its release.
-pub const STARTUP_PERIOD_SECONDS: i32 = 5;
+pub(crate) const STARTUP_PERIOD_SECONDS: i32 = 5;
 
 /// The startup probe's check, "a lock client can log in and PING". `redis-cli` exits 0 even
 /// on NOAUTH, WRONGPASS or NOPERM, so the reply itself is checked. The password comes from
 /// `REDISCLI_AUTH`, never the command line.
 /// With TLS the probe checks the server's certificate against the cluster's CA (redis-cli
 /// does not match the host name, so the pod IP works).
-pub fn login_check_command(auth_enabled: bool, tls: bool) -> Vec<String> {
+pub(crate) fn login_check_command(auth_enabled: bool, tls: bool) -> Vec<String> {
     let login = if auth_enabled {
         " --user \"$REDIS_CLIENT_USER\" --no-auth-warning"
     } else {
@@ -75,7 +75,7 @@ pub fn replacement(cluster: &RedlockCluster, slot: Slot, predecessor: Option<&Un
     p
 }
 
-pub fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {
+pub(crate) fn pod(cluster: &RedlockCluster, slot: Slot) -> Pod {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let spec = &cluster.spec;
     let template = &spec.pod_template;

@@ -12,13 +12,13 @@
 //! The first word, lowercased, is the directive; the rest are its arguments.
 
 /// One directive as Redis reads it: lowercased name and its argument bytes.
-pub type Directive = (String, Vec<Vec<u8>>);
+pub(crate) type Directive = (String, Vec<Vec<u8>>);
 
 /// Redis's `fgets` buffer (`CONFIG_READ_LEN`).
 const READ_CHUNK: usize = 1024;
 
 /// The directives of `conf` in file order, or the error Redis would stop with.
-pub fn parse(conf: &[u8]) -> Result<Vec<Directive>, String> {
+pub(crate) fn parse(conf: &[u8]) -> Result<Vec<Directive>, String> {
     let text = as_read(conf);
     let mut out = Vec::new();
     for (n, line) in text.split(|b| *b == b'\n').enumerate() {

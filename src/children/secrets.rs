@@ -18,12 +18,12 @@ use crate::crd::reasons::ClusterReason;
 
 /// Key of the ACL file in the `<name>-acl` Secret for the spec as it is now. Pods built before
 /// the per-mode files existed name it in redis.conf; newer pods name their own mode's file.
-pub const ACL_FILE_KEY: &str = "users.acl";
+pub(crate) const ACL_FILE_KEY: &str = "users.acl";
 
 /// Key of the ACL file for a process started with auth on or off. Both are always written, so
 /// a process whose container restarts during an auth toggle's rollout reads the file of the
 /// mode its pod was built for (docs/design.md §8.8).
-pub fn acl_file_key(auth_enabled: bool) -> &'static str {
+pub(crate) fn acl_file_key(auth_enabled: bool) -> &'static str {
     if auth_enabled {
         "users-auth.acl"
     } else {
@@ -34,36 +34,36 @@ pub fn acl_file_key(auth_enabled: bool) -> &'static str {
 /// Key of the client password's second copy in the operator-private `<name>-admin` Secret, so
 /// that a deleted `<name>-client` Secret is re-created with the password the running processes
 /// know instead of a new one.
-pub const CLIENT_PASSWORD_KEY: &str = "clientPassword";
+pub(crate) const CLIENT_PASSWORD_KEY: &str = "clientPassword";
 
 /// Key of the readiness probe's password in `<name>-admin`: a password of the client user
 /// that no lock client is given, so the probe (whose environment is fixed when its container
 /// starts) keeps logging in through a client password rotation. Never rotated.
-pub const PROBE_PASSWORD_KEY: &str = "probePassword";
+pub(crate) const PROBE_PASSWORD_KEY: &str = "probePassword";
 
 /// Keys of a client password rotation's state in `<name>-admin` (docs/design.md §8.10): the new
 /// password, the request's token, the phase, and the token of the last rotation completed.
-pub const CLIENT_PASSWORD_NEXT_KEY: &str = "clientPasswordNext";
-pub const CLIENT_PASSWORD_PREVIOUS_KEY: &str = "clientPasswordPrevious";
-pub const ROTATION_TOKEN_KEY: &str = "rotationToken";
-pub const ROTATION_PHASE_KEY: &str = "rotationPhase";
-pub const ROTATED_TOKEN_KEY: &str = "rotatedToken";
-pub const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
+pub(crate) const CLIENT_PASSWORD_NEXT_KEY: &str = "clientPasswordNext";
+pub(crate) const CLIENT_PASSWORD_PREVIOUS_KEY: &str = "clientPasswordPrevious";
+pub(crate) const ROTATION_TOKEN_KEY: &str = "rotationToken";
+pub(crate) const ROTATION_PHASE_KEY: &str = "rotationPhase";
+pub(crate) const ROTATED_TOKEN_KEY: &str = "rotatedToken";
+pub(crate) const ROTATION_PUBLISHED_AT_KEY: &str = "rotationPublishedAt";
 
 /// Keys of an admin password rotation's state in `<name>-admin` (docs/design.md §8.11): the
 /// new password while it is added, the old one while it is removed, the request's token, the
 /// phase, and the token of the last admin rotation completed.
-pub const ADMIN_PASSWORD_NEXT_KEY: &str = "passwordNext";
-pub const ADMIN_PASSWORD_PREVIOUS_KEY: &str = "passwordPrevious";
-pub const ADMIN_ROTATION_TOKEN_KEY: &str = "adminRotationToken";
-pub const ADMIN_ROTATION_PHASE_KEY: &str = "adminRotationPhase";
-pub const ADMIN_ROTATED_TOKEN_KEY: &str = "adminRotatedToken";
-pub const ADMIN_ROTATION_SWITCHED_AT_KEY: &str = "adminRotationSwitchedAt";
+pub(crate) const ADMIN_PASSWORD_NEXT_KEY: &str = "passwordNext";
+pub(crate) const ADMIN_PASSWORD_PREVIOUS_KEY: &str = "passwordPrevious";
+pub(crate) const ADMIN_ROTATION_TOKEN_KEY: &str = "adminRotationToken";
+pub(crate) const ADMIN_ROTATION_PHASE_KEY: &str = "adminRotationPhase";
+pub(crate) const ADMIN_ROTATED_TOKEN_KEY: &str = "adminRotatedToken";
+pub(crate) const ADMIN_ROTATION_SWITCHED_AT_KEY: &str = "adminRotationSwitchedAt";
 
 /// Where an admin password rotation stands. No client uses the admin password, so there is
 /// no publication and no confirmation: the operator itself is its only user.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub enum AdminRotationPhase {
+pub(crate) enum AdminRotationPhase {
     /// `next` is being added to every process; the operator still logs in with the current
     /// `admin_password`, which every process accepts.
     Adding { next: String },
@@ -90,7 +90,7 @@ impl AdminRotationPhase {
 
 /// An admin password rotation under way, for the request with `token`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct AdminRotation {
+pub(crate) struct AdminRotation {
     pub token: String,
     pub phase: AdminRotationPhase,
 }
@@ -103,7 +103,7 @@ impl std::fmt::Debug for AdminRotation {
 
 /// Where a client password rotation stands.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub enum RotationPhase {
+pub(crate) enum RotationPhase {
     /// `next` is being added to every process (both passwords accepted); clients are still
     /// told the current one.
     Adding { next: String },
@@ -131,7 +131,7 @@ impl RotationPhase {
 
 /// A client password rotation under way, for the request with `token`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Rotation {
+pub(crate) struct Rotation {
     pub token: String,
     pub phase: RotationPhase,
 }
@@ -145,7 +145,7 @@ impl std::fmt::Debug for Rotation {
 /// The two generated passwords. Generated once; afterwards always read back from the Secrets,
 /// and changed only by a rotation the user asks for.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub admin_password: String,
     pub client_password: String,
     /// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]).
@@ -246,7 +246,7 @@ impl std::fmt::Debug for Credentials {
 }
 
 /// 32 random bytes as 64 hex characters: no quoting issues in ACL files, URLs or shells.
-pub fn generate_password() -> String {
+pub(crate) fn generate_password() -> String {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
     hex(&bytes)
@@ -265,7 +265,7 @@ fn hex(bytes: &[u8]) -> String {
 /// The readiness probe's password of the client user ([`PROBE_PASSWORD_KEY`]): derived from
 /// the admin password (64 random hex digits), so it is the same whenever and wherever it is
 /// computed, and as hard to guess.
-pub fn probe_password_of(admin_password: &str) -> String {
+pub(crate) fn probe_password_of(admin_password: &str) -> String {
     hex(&Sha256::digest(
         format!("redlock-operator readiness probe\n{admin_password}").as_bytes(),
     ))
@@ -277,7 +277,7 @@ pub fn password_hash(password: &str) -> String {
 }
 
 /// Name of the ACL user lock clients use.
-pub fn client_user(cluster: &RedlockCluster) -> &'static str {
+pub(crate) fn client_user(cluster: &RedlockCluster) -> &'static str {
     if cluster.spec.auth.enabled {
         CLIENT_USER
     } else {
@@ -296,7 +296,7 @@ pub fn client_user(cluster: &RedlockCluster) -> &'static str {
 /// categories already cover the denied commands; they are named as well so that a future
 /// re-categorisation cannot silently re-allow one. Rules that only newer servers understand
 /// are added at release time instead ([`release_rules`]).
-pub const CLIENT_RULES: &str = "~* &* +@all -@admin -@dangerous +ping +info +hello +client|setname +client|getname +client|id -flushall -flushdb -swapdb -config -shutdown -replicaof -slaveof -debug -module -acl -monitor -save -bgsave -bgrewriteaof -failover";
+pub(crate) const CLIENT_RULES: &str = "~* &* +@all -@admin -@dangerous +ping +info +hello +client|setname +client|getname +client|id -flushall -flushdb -swapdb -config -shutdown -replicaof -slaveof -debug -module -acl -monitor -save -bgsave -bgrewriteaof -failover";
 
 /// The `ACL SETUSER <client>` arguments of a release on a server reporting `redis_version`:
 /// `on`, plus `+client|setinfo` where it exists (7.2 and newer; Valkey reports 7.2.4). Modern
@@ -342,11 +342,11 @@ pub fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
 /// the rule stops the accident (an admin "cleaning up" a member), not a determined insider.
 /// Every command named exists in every Redis the spec allows (6.2 and newer; subcommand
 /// allow rules are 6.0).
-pub const ADMIN_RULES: &str = "~* &* -@all +auth +hello +ping +info +time +role +scan +pttl +get +acl|getuser +acl|setuser +client|kill +client|list +config|get";
+pub(crate) const ADMIN_RULES: &str = "~* &* -@all +auth +hello +ping +info +time +role +scan +pttl +get +acl|getuser +acl|setuser +client|kill +client|list +config|get";
 
 /// The ACL file. The client user is `off`: a process started from this file serves no lock
 /// client until the operator releases it.
-pub fn acl_file(auth_enabled: bool, credentials: &Credentials) -> String {
+pub(crate) fn acl_file(auth_enabled: bool, credentials: &Credentials) -> String {
     let admin = format!(
         "user {ADMIN_USER} on {} {ADMIN_RULES}",
         credentials.accepted_admin_hashes().join(" ")
@@ -390,7 +390,7 @@ fn bytes(data: BTreeMap<String, String>) -> BTreeMap<String, ByteString> {
         .collect()
 }
 
-pub fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
+pub(crate) fn admin_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
     let name = admin_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
     secret(cluster, name, admin_secret_data(credentials))
 }
@@ -478,7 +478,7 @@ fn stored_rotation(admin: Option<&Secret>) -> Option<Rotation> {
 /// The `<name>-client` Secret for the published list of `instances` servers: `urls` and
 /// `quorum` come from that one number, so a client that reads this one object never mixes a
 /// list with another list's quorum.
-pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instances: i32) -> Secret {
+pub(crate) fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instances: i32) -> Secret {
     let name = client_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
     let username = client_user(cluster);
     let password = cluster
@@ -501,7 +501,7 @@ pub fn client_secret(cluster: &RedlockCluster, credentials: &Credentials, instan
     secret(cluster, name, data)
 }
 
-pub fn acl_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
+pub(crate) fn acl_secret(cluster: &RedlockCluster, credentials: &Credentials) -> Secret {
     let name = acl_secret_name(&cluster.metadata.name.clone().unwrap_or_default());
     secret(
         cluster,
@@ -577,7 +577,7 @@ impl CredentialsProblem {
 /// operator), so deleting either Secret alone loses nothing.
 // Kept whole: each password is checked against the evidence the ones before it add (admin,
 // then probe and rotation, then client), and that order is the safety argument.
-pub fn recover_credentials(
+pub(crate) fn recover_credentials(
     cluster_name: &str,
     admin: Option<&Secret>,
     client: Option<&Secret>,
@@ -701,7 +701,7 @@ pub fn recover_credentials(
 /// This heals a `<name>-admin` deleted by hand or by the garbage collector after a re-created
 /// cluster adopted `<name>-acl`, and an edited one, while the operator that knows the
 /// passwords runs; after a restart it cannot, and the problem is reported as before.
-pub fn recover_or_restore(
+pub(crate) fn recover_or_restore(
     cluster_name: &str,
     admin: Option<&Secret>,
     client: Option<&Secret>,

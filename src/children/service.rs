@@ -17,10 +17,10 @@ use crate::crd::RedlockCluster;
 use crate::crd::model::Slot;
 
 /// Name of the Redis container port the Services target.
-pub const REDIS_PORT_NAME: &str = "redis";
+pub(crate) const REDIS_PORT_NAME: &str = "redis";
 
 /// The stable address of one slot: `<cluster>-<slot>`, selecting only that slot's pod.
-pub fn slot_service(cluster: &RedlockCluster, slot: Slot) -> Service {
+pub(crate) fn slot_service(cluster: &RedlockCluster, slot: Slot) -> Service {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let mut selector = selector(&name);
     selector.insert(LABEL_SLOT.into(), slot.to_string());
@@ -37,7 +37,7 @@ pub fn slot_service(cluster: &RedlockCluster, slot: Slot) -> Service {
 /// Ready pod). Not `<cluster>`: that is slot k's Service name of a cluster named `<cluster>`
 /// minus a `-k` suffix (the headless Service of `locks-1` would be slot 1's of `locks`).
 /// `-headless` cannot collide: a slot Service name ends in digits.
-pub fn headless_service(cluster: &RedlockCluster) -> Service {
+pub(crate) fn headless_service(cluster: &RedlockCluster) -> Service {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     service(
         cluster,
@@ -48,12 +48,12 @@ pub fn headless_service(cluster: &RedlockCluster) -> Service {
     )
 }
 
-pub fn headless_service_name(cluster: &str) -> String {
+pub(crate) fn headless_service_name(cluster: &str) -> String {
     format!("{cluster}-headless")
 }
 
 /// The slot a Service of this operator serves, if it is a per-slot Service.
-pub fn service_slot(service: &Service) -> Option<Slot> {
+pub(crate) fn service_slot(service: &Service) -> Option<Slot> {
     service.metadata.labels.as_ref()?.get(LABEL_SLOT)?.parse().ok()
 }
 

@@ -11,7 +11,7 @@ use crate::crd::RedlockCluster;
 
 /// Per cluster UID: the resourceVersion the hash was computed at, and the hash.
 #[derive(Default)]
-pub struct SpecHashes {
+pub(crate) struct SpecHashes {
     by_uid: Mutex<HashMap<String, (String, String)>>,
 }
 

@@ -10,7 +10,7 @@ use kube::Resource;
 use crate::crd::RedlockCluster;
 
 /// How an object is trimmed before it is cached.
-pub trait Trim: Resource {
+pub(crate) trait Trim: Resource {
     fn trim(&mut self) {
         trim_metadata(self);
     }

@@ -35,7 +35,7 @@ use crate::children::index::{self, Instance, instance_of};
 type Key = (&'static str, index::Key);
 
 #[derive(Default)]
-pub struct ChildVersions {
+pub(crate) struct ChildVersions {
     inner: Mutex<Inner>,
 }
 

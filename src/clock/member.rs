@@ -34,10 +34,10 @@ use crate::crd::model::Slot;
 
 /// Scheduling noise of reading `TIME` (the reply is formed some time after the server's clock
 /// is read) and of this process taking its monotonic reading.
-pub const READ_SLACK: Duration = Duration::from_millis(2);
+pub(crate) const READ_SLACK: Duration = Duration::from_millis(2);
 
 /// Drift is judged over at least this much time, so that round trips do not dominate it.
-pub const DRIFT_WINDOW: Duration = Duration::from_secs(30);
+pub(crate) const DRIFT_WINDOW: Duration = Duration::from_secs(30);
 
 /// The longest half round trip of a sample that may become the baseline later samples are
 /// judged against: an eighth of the drift clients allow a lock of `max_lock_ttl`
@@ -51,13 +51,13 @@ pub const DRIFT_WINDOW: Duration = Duration::from_secs(30);
 /// trips within this limit, what a baseline can absorb that way is at most half of what every
 /// client already allows its lock to lose to drift. A slower sample is still judged (a step
 /// beyond its own uncertainty is a jump), but the baseline stays where it was.
-pub fn baseline_limit(drift_factor: f64, max_lock_ttl: Duration) -> Duration {
+pub(crate) fn baseline_limit(drift_factor: f64, max_lock_ttl: Duration) -> Duration {
     let allowed = max_lock_ttl.as_secs_f64() * drift_factor.max(0.0);
     Duration::from_secs_f64(allowed / 8.0).max(READ_SLACK)
 }
 
 /// A member clock's key in `Memory::member_clocks`: the cluster's UID and the slot.
-pub type ClockKey = (String, Slot);
+pub(crate) type ClockKey = (String, Slot);
 
 /// One probe's `TIME`: the member's clock (µs since the epoch) and when the probe's request
 /// left and its answer arrived, on the operator's monotonic clock.
@@ -128,7 +128,7 @@ pub enum Verdict {
 /// drift, never more, so the drift allowed between two samples is counted over at most
 /// `max_lock_ttl` (the value in force): a step hidden in a longer gap (a slow probe period,
 /// reconcile backoff, an outage) would otherwise pass as drift that no lock could absorb.
-pub fn judge(
+pub(crate) fn judge(
     prev: Option<&ClockTrack>,
     run_id: &str,
     sample: TimeSample,

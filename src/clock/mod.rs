@@ -13,9 +13,9 @@
 //! samples the offset runs in `crate::runtime::clock_check`.
 
 pub mod member;
-pub mod offset;
-pub mod record;
-pub mod server;
+pub(crate) mod offset;
+pub(crate) mod record;
+pub(crate) mod server;
 pub mod timers;
 
 use std::sync::Mutex;
@@ -45,7 +45,7 @@ impl Reading {
 /// Changes of `wall - monotonic` smaller than this are reading noise (the two clocks are not
 /// read at the same instant). They are not lost: they add up until they pass it, then count
 /// in full.
-pub const STEP_RESOLUTION: Duration = Duration::from_millis(1);
+pub(crate) const STEP_RESOLUTION: Duration = Duration::from_millis(1);
 
 /// Sums forward steps of a wall clock against a monotonic one. Pure: the readings are
 /// arguments (the monotonic ones as time since any fixed origin).
@@ -60,7 +60,7 @@ pub const STEP_RESOLUTION: Duration = Duration::from_millis(1);
 /// the base on the high end alone was not so: a delayed anchor reading raised the base by its
 /// delay, and the next step was undercounted by it.)
 #[derive(Debug, Default, Clone)]
-pub struct StepWatch {
+pub(crate) struct StepWatch {
     /// The low end of `wall - monotonic` when a step was last accounted for.
     base: Option<SignedDuration>,
     skipped: Duration,
@@ -108,7 +108,7 @@ impl StepWatch {
 }
 
 /// A reading whose wall read took longer than this is taken again (see [`narrow_reading`]).
-pub const MAX_READING_WIDTH: Duration = Duration::from_micros(100);
+pub(crate) const MAX_READING_WIDTH: Duration = Duration::from_micros(100);
 
 /// Reads per [`SystemClock::now`] at most (the first and two more).
 const READ_ATTEMPTS: usize = 3;
@@ -120,7 +120,7 @@ const READ_ATTEMPTS: usize = 3;
 /// `redlock_operator_clock_forward_steps_seconds_total` before any step had happened. So a reading
 /// wider than [`MAX_READING_WIDTH`] is taken again, at most [`READ_ATTEMPTS`] reads in all,
 /// and the narrowest used.
-pub fn narrow_reading(
+pub(crate) fn narrow_reading(
     mut read: impl FnMut() -> (Duration, Timestamp, Duration),
 ) -> (Duration, Timestamp, Duration) {
     let width = |r: &(Duration, Timestamp, Duration)| r.2.saturating_sub(r.0);
@@ -138,7 +138,7 @@ pub fn narrow_reading(
 }
 
 /// The process's clock: the system's wall and monotonic clocks through a [`StepWatch`].
-pub struct SystemClock {
+pub(crate) struct SystemClock {
     origin: Instant,
     watch: Mutex<StepWatch>,
 }

@@ -20,7 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 /// One timed request: the local wall clock when it was sent and when the answer came, and the
 /// server's `Date` (a whole second: the server's time was in `[date, date + 1 s)`).
 #[derive(Debug, Clone, Copy)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub sent: Timestamp,
     pub received: Timestamp,
     pub date: Timestamp,
@@ -38,7 +38,7 @@ impl Sample {
 
 /// The offset as measured: `local - server` lies in `[low, high]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offset {
+pub(crate) struct Offset {
     pub low: SignedDuration,
     pub high: SignedDuration,
 }
@@ -48,7 +48,9 @@ impl Offset {
         (self.low + self.high) / 2
     }
 
-    /// The largest the offset may be, either way.
+    /// The largest the offset may be, either way (the tests' measure of what a bound may be
+    /// exceeded by).
+    #[cfg(test)]
     pub fn worst(&self) -> Duration {
         self.low.unsigned_abs().max(self.high.unsigned_abs())
     }
@@ -56,7 +58,7 @@ impl Offset {
 
 /// Samples of the last `window` (monotonic), narrowed to their intersection.
 #[derive(Debug)]
-pub struct OffsetTracker {
+pub(crate) struct OffsetTracker {
     window: Duration,
     /// (monotonic time of the sample, its bounds)
     samples: VecDeque<(Duration, SignedDuration, SignedDuration)>,
@@ -117,7 +119,7 @@ impl OffsetTracker {
 /// flaps across the bound), and a proxy may drop the `Date` header; waiting on either would
 /// stop every release of every cluster. Those cases are logged and exported instead
 /// (`ClockCheck::run`).
-pub fn release_blocked(offset: Option<Offset>, bound: Duration) -> Option<String> {
+pub(crate) fn release_blocked(offset: Option<Offset>, bound: Duration) -> Option<String> {
     let o = offset?;
     let bound = SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX);
     (o.low > bound || o.high < -bound).then(|| {

@@ -30,19 +30,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 /// A record is written again after this long even when nothing drifted, so that the drift
 /// another leader must allow for ([`ASSUMED_DRIFT_PPM`] of its age) stays below 0.4 s.
-pub const REFRESH_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const REFRESH_AFTER: Duration = Duration::from_secs(3600);
 
 /// The drift between a member's clock and the API server's that a comparison across leaders
 /// allows for per unit of the record's age, on top of `clockDriftFactor × min(age,
 /// maxLockTTL)`. Quartz without time sync drifts up to about 100 ppm; with NTP, far less.
-pub const ASSUMED_DRIFT_PPM: f64 = 100.0;
+pub(crate) const ASSUMED_DRIFT_PPM: f64 = 100.0;
 
 /// The widest estimate of the API server's clock a reading is taken with. Both readings of a
 /// comparison carry their estimate's width, and a jump is found only beyond both: a reading
 /// from the clock check's first sample (one second wide) would hide a jump of two seconds.
 /// The clock check narrows it to about 125 ms within a second of its start (and keeps it
 /// there); until then no reading is taken, and this leader's own probes watch meanwhile.
-pub const MAX_REFERENCE_WIDTH: Duration = Duration::from_millis(250);
+pub(crate) const MAX_REFERENCE_WIDTH: Duration = Duration::from_millis(250);
 
 /// The longest round trip of a probe a reading is taken from. A reading spans the probe's
 /// whole round trip (`TIME` was read somewhere in it), so a slow probe is as wide a reading as
@@ -51,13 +51,13 @@ pub const MAX_REFERENCE_WIDTH: Duration = Duration::from_millis(250);
 /// and as the first comparison of a leader it would end the comparison without being able to
 /// tell. Such a probe *cannot judge* across leaders: no reading, the comparison waits for a
 /// probe that can, and this leader's own probes watch meanwhile.
-pub const MAX_READING_RTT: Duration = MAX_REFERENCE_WIDTH;
+pub(crate) const MAX_READING_RTT: Duration = MAX_REFERENCE_WIDTH;
 
 /// A reading of process `run_id`'s clock against the API server's, from one probe's `TIME`
 /// and the server's time at the middle of that probe's round trip; `None` while that time is
 /// known less precisely than [`MAX_REFERENCE_WIDTH`], or when the probe's round trip was
 /// longer than [`MAX_READING_RTT`].
-pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> Option<ClockRecord> {
+pub(crate) fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> Option<ClockRecord> {
     if server.width() > k8s_openapi::jiff::SignedDuration::try_from(MAX_REFERENCE_WIDTH).ok()? {
         return None;
     }
@@ -82,7 +82,7 @@ pub fn reading(run_id: &str, sample: &TimeSample, server: ServerTime) -> Option<
 /// What a leader's reading says against the record (with its own probes' verdict), and what
 /// the record should carry now.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Across {
+pub(crate) struct Across {
     /// The verdict on this sample: a forward jump found by either judgement, else this
     /// leader's own unless it is `Steady` and the record shows a step back.
     pub verdict: Verdict,
@@ -97,7 +97,7 @@ pub struct Across {
 /// leader, against the reading on `recorded` (a jump while no leader probed it, docs/design.md
 /// §9.3), when the API server's time at the sample (`server`) is known well enough. Returns the
 /// judgement and the track to remember, which carries whether the comparison was made.
-pub fn judge_sample(
+pub(crate) fn judge_sample(
     prev: Option<&ClockTrack>,
     recorded: Option<&ClockRecord>,
     run_id: &str,
@@ -124,7 +124,7 @@ pub fn judge_sample(
 /// this process; `own` is what this leader's own probes said of the same sample (a jump or
 /// step they found moves the record too, so that the next leader does not find it again, nor
 /// a step back cancel a later jump). A forward jump from either judgement wins.
-pub fn across_leaders(
+pub(crate) fn across_leaders(
     recorded: Option<&ClockRecord>,
     now: Option<ClockRecord>,
     compared: bool,
@@ -228,7 +228,7 @@ fn gap_verdict(
 /// How far the readings may move apart before the record is written again: half of what a
 /// leader's own check allows over one lock TTL, so another leader's comparison never
 /// mistakes drift for a jump.
-pub fn refresh_band(drift_factor: f64, max_lock_ttl: Duration) -> i64 {
+pub(crate) fn refresh_band(drift_factor: f64, max_lock_ttl: Duration) -> i64 {
     ((max_lock_ttl.as_secs_f64() * drift_factor.max(0.0) * 1000.0) / 2.0) as i64
 }
 
@@ -249,7 +249,7 @@ fn needs_refresh(
 /// The record to keep for a member whose process is `run_id`: `proposed` when it is about that
 /// process, else what was on record when it is, else nothing (a record about another process
 /// says nothing about this one).
-pub fn for_process(
+pub(crate) fn for_process(
     run_id: Option<&str>,
     proposed: Option<&ClockRecord>,
     previous: Option<&ClockRecord>,

@@ -22,7 +22,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 /// One timed request: when it left and when its answer arrived (monotonic), and the server's
 /// `Date` (a whole second).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimedDate {
+pub(crate) struct TimedDate {
     pub sent: Instant,
     pub received: Instant,
     pub date: Timestamp,
@@ -30,7 +30,7 @@ pub struct TimedDate {
 
 /// The server's clock at one instant, as far as it is known: somewhere in `[low, high]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerTime {
+pub(crate) struct ServerTime {
     pub low: Timestamp,
     pub high: Timestamp,
 }
@@ -58,7 +58,7 @@ fn since(at: Instant, base: Instant) -> SignedDuration {
 /// How fast the server's clock may run against this process's monotonic clock (both drift,
 /// and NTP slews a clock by up to 500 ppm while correcting it): each sample's bounds widen by
 /// this much of its age, so that old samples never narrow the estimate to a wrong interval.
-pub const MAX_RATE_PPM: i64 = 500;
+pub(crate) const MAX_RATE_PPM: i64 = 500;
 
 impl TimedDate {
     /// The server's time at `at`, from this sample alone.
@@ -78,7 +78,7 @@ impl TimedDate {
 
 /// The samples of the last `window` (monotonic), as an estimate of the server's clock.
 #[derive(Debug)]
-pub struct ServerClock {
+pub(crate) struct ServerClock {
     window: Duration,
     samples: VecDeque<TimedDate>,
 }

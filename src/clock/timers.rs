@@ -122,7 +122,7 @@ impl ClusterTimers {
 /// Every cluster's timers, by cluster UID (a re-created cluster of the same name starts with
 /// none: its holds are all inherited).
 #[derive(Debug, Default)]
-pub struct HoldTimers {
+pub(crate) struct HoldTimers {
     clusters: Mutex<HashMap<String, ClusterTimers>>,
 }
 

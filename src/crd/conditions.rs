@@ -226,7 +226,7 @@ impl std::fmt::Display for ConditionReason {
 }
 
 /// `status` of a condition as the API carries it.
-pub fn status_str(status: bool) -> &'static str {
+pub(crate) fn status_str(status: bool) -> &'static str {
     if status { "True" } else { "False" }
 }
 
@@ -242,7 +242,7 @@ pub struct Desired {
 /// Builds the new condition list: one entry per `desired`, in that order, each keeping the
 /// old `lastTransitionTime` unless its status changed. `now` is truncated to seconds, the
 /// precision the API server stores, so a later comparison sees exactly what was written.
-pub fn merge(
+pub(crate) fn merge(
     old: &[Condition],
     desired: &[Desired],
     generation: Option<i64>,

@@ -6,10 +6,10 @@
 //! This folder is also where the words every layer shares live, below all of them: [`model`]
 //! (`Slot`, `quorum`), [`reasons`] (event reasons), [`conditions`] (condition types and reasons).
 
-pub mod conditions;
+pub(crate) mod conditions;
 pub mod model;
-pub mod reasons;
-pub mod schema_check;
+pub(crate) mod reasons;
+pub(crate) mod schema_check;
 
 mod spec;
 mod status;
@@ -22,7 +22,7 @@ use kube::CustomResourceExt;
 use serde_json::Value;
 
 /// API group of every object this operator defines.
-pub const GROUP: &str = "redlock.dev";
+pub(crate) const GROUP: &str = "redlock.dev";
 
 /// The CRD this operator installs: the derived one with descriptions reflowed, because doc
 /// comments break lines at 100 columns and `kubectl explain` would print those breaks.

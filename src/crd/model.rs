@@ -82,7 +82,7 @@ impl std::str::FromStr for Slot {
 }
 
 /// Instances a client must lock: a strict majority of all N, whatever is up right now.
-pub fn quorum(instances: i32) -> i32 {
+pub(crate) fn quorum(instances: i32) -> i32 {
     instances / 2 + 1
 }
 

@@ -20,7 +20,7 @@ use serde_json::Value;
 /// What our CRD has and the installed one lacks, as paths a user can read
 /// (`v1alpha1: status.members[].unstopped`), in schema order. Empty when the installed CRD
 /// keeps everything we write.
-pub fn missing_from_installed(
+pub(crate) fn missing_from_installed(
     installed: &CustomResourceDefinition,
     ours: &CustomResourceDefinition,
 ) -> Vec<String> {

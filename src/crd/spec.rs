@@ -21,7 +21,7 @@ use super::RedlockClusterStatus;
 /// Redis settings a spec may set in `redisConfig`. Everything else is either enforced by the
 /// operator (persistence, eviction, replication, ACLs: each would break the hold rule) or
 /// irrelevant to a lock server. Kept short on purpose: a key joins only when it is safe.
-pub const ALLOWED_REDIS_CONFIG: &[&str] = &[
+pub(crate) const ALLOWED_REDIS_CONFIG: &[&str] = &[
     "maxclients",
     "timeout",
     "tcp-keepalive",
@@ -41,10 +41,10 @@ pub const ALLOWED_REDIS_CONFIG: &[&str] = &[
 
 /// What a `redisConfig` value may consist of: printable ASCII without `"` and `'` (RE2 syntax,
 /// for the CEL rule; the operator applies the same class in `resources::config::entry_problem`).
-pub const REDIS_CONFIG_VALUE_PATTERN: &str = "^[ !#-&(-~]*$";
+pub(crate) const REDIS_CONFIG_VALUE_PATTERN: &str = "^[ !#-&(-~]*$";
 
 /// The largest maxLockTTL a spec may ask for (its CEL rule says the same).
-pub const MAX_LOCK_TTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+pub(crate) const MAX_LOCK_TTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// A set of N independent Redis masters serving Redlock clients, with the Redlock
 /// "delayed restart" rule enforced: an instance that lost its keys serves again only after

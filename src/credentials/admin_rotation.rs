@@ -37,7 +37,7 @@ pub const ROTATE_ADMIN_ANNOTATION: &str = "redlock.dev/rotate-admin-password";
 pub const CONDITION: &str = ConditionType::AdminPasswordRotation.as_str();
 
 /// The token `cluster` asks an admin rotation for, if any (an empty one asks for nothing).
-pub fn requested(cluster: &RedlockCluster) -> Option<&str> {
+pub(crate) fn requested(cluster: &RedlockCluster) -> Option<&str> {
     cluster
         .metadata
         .annotations
@@ -49,13 +49,13 @@ pub fn requested(cluster: &RedlockCluster) -> Option<&str> {
 
 /// Whether a step may be taken now: then the credentials are read with a GET, not from the
 /// watch cache, whose lag could take a phase back. Not in steady state.
-pub fn active(creds: &Credentials, token: Option<&str>) -> bool {
+pub(crate) fn active(creds: &Credentials, token: Option<&str>) -> bool {
     creds.admin_rotation.is_some() || token.is_some_and(|t| creds.admin_rotated_token.as_deref() != Some(t))
 }
 
 /// Starts a requested rotation: the new password goes on record before any process learns it.
 /// A token already rotated, or one asked for while another admin rotation runs, starts nothing.
-pub fn start(
+pub(crate) fn start(
     creds: &Credentials,
     token: Option<&str>,
     generate: impl FnOnce() -> String,
@@ -86,7 +86,7 @@ pub fn start(
 /// (`unanswered` empty) and accept exactly the admin passwords of the phase. A process the
 /// operator cannot reach may restart or be reached later knowing only the old password, so
 /// it holds the rotation where it is.
-pub fn advance(
+pub(crate) fn advance(
     creds: &Credentials,
     found: &[ProcessPasswords],
     unanswered: &[Slot],
@@ -148,7 +148,7 @@ pub fn advance(
 /// not probed like the members, so it never gets the new password; it is looked for and
 /// fenced at its last address with the admin password, so the rotation must not end (and drop
 /// the old password) while it may still run.
-pub fn holding(running_unanswered: &[Slot], members: &[MemberStatus]) -> Vec<Slot> {
+pub(crate) fn holding(running_unanswered: &[Slot], members: &[MemberStatus]) -> Vec<Slot> {
     let mut slots: Vec<Slot> = running_unanswered
         .iter()
         .copied()
@@ -161,7 +161,7 @@ pub fn holding(running_unanswered: &[Slot], members: &[MemberStatus]) -> Vec<Slo
 
 /// While an admin rotation runs, the processes whose admin user accepts other passwords than
 /// the phase's: each is set to exactly those. Outside a rotation nothing is changed.
-pub fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
+pub(crate) fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
     if creds.admin_rotation.is_none() {
         return Vec::new();
     }
@@ -182,7 +182,7 @@ fn sorted(hashes: &[String]) -> Vec<String> {
 
 /// The `AdminPasswordRotation` condition, once one was asked for: where it stands and what it
 /// waits for, or which token was rotated last.
-pub fn condition(creds: &Credentials, token: Option<&str>, unanswered: &[Slot]) -> Option<Desired> {
+pub(crate) fn condition(creds: &Credentials, token: Option<&str>, unanswered: &[Slot]) -> Option<Desired> {
     let desired = |status: bool, reason: ConditionReason, message: String| Desired {
         type_: ConditionType::AdminPasswordRotation,
         status,

@@ -37,7 +37,7 @@ pub const CONDITION: &str = ConditionType::ClientPasswordRotation.as_str();
 /// One answering process and the client password hashes (`#<sha256 hex>`) its client user
 /// accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessPasswords {
+pub(crate) struct ProcessPasswords {
     pub slot: Slot,
     pub run_id: String,
     pub hashes: Vec<String>,
@@ -45,14 +45,14 @@ pub struct ProcessPasswords {
 
 /// What the user asked for, from the cluster's annotations.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub rotate: Option<&'a str>,
     pub confirm: Option<&'a str>,
     pub auth_enabled: bool,
 }
 
 /// What `cluster`'s annotations ask for.
-pub fn request(cluster: &RedlockCluster) -> Request<'_> {
+pub(crate) fn request(cluster: &RedlockCluster) -> Request<'_> {
     let annotation = |key: &str| {
         cluster
             .metadata
@@ -71,7 +71,7 @@ pub fn request(cluster: &RedlockCluster) -> Request<'_> {
 /// Whether a rotation step may be taken now: then the credentials are read with a GET rather
 /// than from the watch cache, whose lag could otherwise take a phase back. Not in steady
 /// state, and not while a published rotation waits for the user's confirmation.
-pub fn active(creds: &Credentials, request: Request<'_>) -> bool {
+pub(crate) fn active(creds: &Credentials, request: Request<'_>) -> bool {
     match creds.rotation.as_ref().map(|r| (&r.phase, r.token.as_str())) {
         // Waiting for the user (maybe for days): nothing moves until the confirmation.
         Some((RotationPhase::Published { .. }, token)) => request.confirm == Some(token),
@@ -87,7 +87,7 @@ pub fn active(creds: &Credentials, request: Request<'_>) -> bool {
 
 /// A change of phase, for its event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
+pub(crate) struct Transition {
     pub reason: ClusterReason,
     pub message: String,
 }
@@ -95,7 +95,7 @@ pub struct Transition {
 /// Starts a requested rotation: before anything is written or probed in this reconcile, so
 /// the new password is on record (`<name>-admin`) before any process learns it. A token
 /// already rotated, or one asked for while another rotation runs, starts nothing.
-pub fn start(
+pub(crate) fn start(
     creds: &Credentials,
     request: Request<'_>,
     generate: impl FnOnce() -> String,
@@ -126,7 +126,7 @@ pub fn start(
 /// this probe, and which pods' readiness probes still log in with a client password (pods
 /// built before the probe had its own, `PROBE_PASSWORD_KEY`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Coverage {
+pub(crate) struct Coverage {
     pub unanswered: Vec<Slot>,
     pub old_probes: Vec<Slot>,
 }
@@ -134,7 +134,7 @@ pub struct Coverage {
 /// The times a step depends on: now, and how long clients get from the publication of the
 /// new password before a confirmation may remove the old one.
 #[derive(Debug, Clone, Copy)]
-pub struct Timing {
+pub(crate) struct Timing {
     pub now: Timestamp,
     pub grace: Duration,
 }
@@ -148,7 +148,7 @@ pub struct Timing {
 /// confirmation says.
 // One match over the phases, each arm its guard, next phase and event: the rotation's
 // state machine reads best in one place.
-pub fn advance(
+pub(crate) fn advance(
     creds: &Credentials,
     request: Request<'_>,
     found: &[ProcessPasswords],
@@ -232,7 +232,7 @@ fn revocable_at(at: Timestamp, grace: Duration) -> Timestamp {
 /// The processes whose client user accepts other passwords than `creds` says (a new one not
 /// added yet, an old one not removed yet, one restarted from an older ACL file, one edited by
 /// hand): each is set to exactly the accepted ones.
-pub fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
+pub(crate) fn syncs(creds: &Credentials, found: &[ProcessPasswords]) -> Vec<(Slot, String)> {
     let want = creds.accepted_client_hashes();
     found
         .iter()
@@ -252,7 +252,7 @@ fn sorted(hashes: &[String]) -> Vec<String> {
 /// way (and what it waits for), one asked for, or one done.
 // One match over the phases, each arm its wording: kept whole so the messages a user reads
 // through a rotation sit side by side.
-pub fn condition(
+pub(crate) fn condition(
     creds: &Credentials,
     request: Request<'_>,
     coverage: &Coverage,

@@ -15,10 +15,10 @@ use crate::children::secrets::Credentials;
 /// The UID and resourceVersion of each of the three cached Secrets, in the order admin,
 /// client, ACL (a Secret deleted and created again is another object even before its
 /// resourceVersion is compared).
-pub type Versions = [(String, String); 3];
+pub(crate) type Versions = [(String, String); 3];
 
 #[derive(Default)]
-pub struct CredentialsMemo {
+pub(crate) struct CredentialsMemo {
     by_uid: Mutex<HashMap<String, (Versions, Credentials)>>,
 }
 

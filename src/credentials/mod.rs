@@ -10,4 +10,4 @@
 
 pub mod admin_rotation;
 pub mod client_rotation;
-pub mod memo;
+pub(crate) mod memo;

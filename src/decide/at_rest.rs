@@ -30,7 +30,7 @@ use crate::redis::admin::AdminAccess;
 
 /// What the reconcile that would let a cluster rest decided and saw, besides the plan and
 /// the status.
-pub struct Settled<'a> {
+pub(crate) struct Settled<'a> {
     pub instances: i32,
     pub observed: &'a BTreeMap<Slot, SlotObservation>,
     /// The spec was accepted, every child applied and shown current by the caches (no
@@ -52,7 +52,7 @@ pub struct Settled<'a> {
 
 /// One member of a resting cluster, as the reconcile that let it rest probed it.
 #[derive(Clone, Debug)]
-pub struct RestingMember {
+pub(crate) struct RestingMember {
     pub slot: Slot,
     pub ip: IpAddr,
     /// How its process is reached when not as the cluster's access says (a pod built for
@@ -68,7 +68,7 @@ pub struct RestingMember {
 /// fence exactly; the rest (version, pod tag, both users' password hashes) as a digest,
 /// which is all a comparison needs and keeps a resting cluster small.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub run_id: String,
     pub client_enabled: bool,
     digest: u64,
@@ -91,7 +91,7 @@ impl Seen {
 
 /// A cluster at rest: what its rest watch probes, and what it compares with.
 #[derive(Debug)]
-pub struct Rest {
+pub(crate) struct Rest {
     pub cluster: ObjectRef<RedlockCluster>,
     pub access: AdminAccess,
     pub members: Vec<RestingMember>,
@@ -108,10 +108,10 @@ pub struct Rest {
 /// How often a resting cluster is reconciled all the same: a net under the watches and the
 /// rest watch, which between them see every change a reconcile acts on (the API server's
 /// objects, each process, the TTL audit). It costs one reconcile per cluster per period.
-pub const RESYNC: Duration = Duration::from_secs(300);
+pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 
 /// Why a cluster does not rest (for the debug log), or the rest it may take.
-pub fn rest_of(
+pub(crate) fn rest_of(
     cluster: &RedlockCluster,
     access: &AdminAccess,
     plan: &Plan,
@@ -212,7 +212,7 @@ fn busy(plan: &Plan, status: &RedlockClusterStatus, s: &Settled<'_>) -> Result<(
 /// the rest it was started for is current, so a reconcile that ends a rest (and may start
 /// another) is never raced by the watch of the old one.
 #[derive(Default)]
-pub struct Resting {
+pub(crate) struct Resting {
     inner: Mutex<Inner>,
 }
 
@@ -271,11 +271,13 @@ impl Resting {
             .map(|_| f())
     }
 
-    /// How many clusters rest (for the benchmark and tests).
+    /// How many clusters rest.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().by_uid.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -287,7 +289,7 @@ impl Resting {
 
 /// What a rest watch's probe of one member means.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Look {
+pub(crate) enum Look {
     /// What the reconcile saw, and a steady clock.
     Same,
     /// Something a reconcile acts on: why, for the log.
@@ -297,7 +299,7 @@ pub enum Look {
 /// Compares one member's probe with what the rest began with (pure). `clock` is the probe's
 /// verdict on the member's clock (`member_clock::judge`), `record` the clock record a reconcile
 /// would keep from it (`clock_record::across_leaders`), when a reading was possible.
-pub fn look(
+pub(crate) fn look(
     member: &RestingMember,
     probe: &Result<RedisInfo, String>,
     clock: Option<&Verdict>,

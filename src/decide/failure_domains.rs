@@ -8,10 +8,10 @@ use crate::crd::model::{Slot, quorum};
 use crate::crd::{FailureDomains, Spread};
 
 /// Node label naming a node's zone.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub(crate) const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// Members per node and per zone, from each placed member's node.
-pub fn compute(
+pub(crate) fn compute(
     instances: i32,
     member_nodes: &BTreeMap<Slot, String>,
     node_zones: &BTreeMap<String, String>,
@@ -54,7 +54,7 @@ fn tolerated(members_per_domain: &BTreeMap<String, i32>, spare: i32) -> i32 {
 
 /// `FailureIndependence`: False when a single node (or, with `spread: zone`, a single zone)
 /// holds more members than the cluster can lose and keep a quorum.
-pub fn condition(instances: i32, spread: Spread, domains: &FailureDomains) -> Desired {
+pub(crate) fn condition(instances: i32, spread: Spread, domains: &FailureDomains) -> Desired {
     let spare = instances - quorum(instances);
     let fullest = |m: &BTreeMap<String, i32>| m.iter().max_by_key(|(_, c)| **c).map(|(n, c)| (n.clone(), *c));
     let mut problems = Vec::new();

@@ -18,7 +18,7 @@ use crate::crd::conditions::{ConditionReason, ConditionType, Desired};
 /// - **Ready** while a quorum serves (`Available=True`) and nothing is in progress
 ///   (`Progressing=False`) or stalled;
 /// - **Reconciling** while neither: members starting or held, a rolling replacement.
-pub fn conditions(stated: &[Desired]) -> [Desired; 3] {
+pub(crate) fn conditions(stated: &[Desired]) -> [Desired; 3] {
     let find = |t: ConditionType| stated.iter().find(|d| d.type_ == t);
     let stalled_by = [
         find(ConditionType::SpecAccepted).filter(|d| !d.status),

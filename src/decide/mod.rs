@@ -10,15 +10,15 @@
 //! [`failure_domains`], [`validate`], [`silences`],
 //! [`observe`] (a pod and a probe as a `SlotObservation`), [`at_rest`] (when a cluster may rest).
 
-pub mod at_rest;
-pub mod children_report;
-pub mod decision;
-pub mod failure_domains;
-pub mod kstatus;
+pub(crate) mod at_rest;
+pub(crate) mod children_report;
+pub(crate) mod decision;
+pub(crate) mod failure_domains;
+pub(crate) mod kstatus;
 pub mod observe;
 pub mod plan;
 pub mod resize;
-pub mod rollout;
+pub(crate) mod rollout;
 pub mod serving_gate;
 pub mod silences;
 pub mod status;

@@ -254,7 +254,7 @@ pub enum ServingGate {
 /// cluster object (owner UID), so a same-named cluster recreated meanwhile never adopts stale
 /// pods. The cache is filtered by label, so a slot missing here is not yet known to be free:
 /// see [`by_name`].
-pub fn pods_by_slot(
+pub(crate) fn pods_by_slot(
     cluster: &RedlockCluster,
     pods: &[std::sync::Arc<Pod>],
 ) -> BTreeMap<Slot, SlotObservation> {
@@ -282,7 +282,7 @@ fn is_controlled_by(pod: &Pod, cluster: &RedlockCluster) -> bool {
 /// A slot's observation from the pod found under the slot's name (a GET, not the filtered
 /// cache), or `None` when no pod has the name. "Missing" is decided by name: a pod of ours
 /// whose labels were edited is still the slot's pod, and a pod that is not ours is reported.
-pub fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObservation> {
+pub(crate) fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObservation> {
     let pod = pod?;
     if is_controlled_by(pod, cluster) {
         return Some(slot_observation(pod));
@@ -303,7 +303,7 @@ pub fn by_name(cluster: &RedlockCluster, pod: Option<&Pod>) -> Option<SlotObserv
 }
 
 /// The pod side of a slot's observation.
-pub fn slot_observation(pod: &Pod) -> SlotObservation {
+pub(crate) fn slot_observation(pod: &Pod) -> SlotObservation {
     let none = PodStatus::default();
     let status = pod.status.as_ref().unwrap_or(&none);
     let terminating = pod.metadata.deletion_timestamp.is_some();
@@ -364,7 +364,7 @@ pub fn slot_observation(pod: &Pod) -> SlotObservation {
 /// here, and of the status the phase, reason, address, the `Ready`, `PodScheduled` and
 /// [`SERVING_CONDITION`] conditions and the Redis container's state and id. A unit test checks that the
 /// observation of a trimmed pod is the observation of the pod.
-pub fn trim_to_observed(pod: &mut Pod) {
+pub(crate) fn trim_to_observed(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         let redis = spec
             .containers
@@ -537,7 +537,7 @@ fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<Strin
 }
 
 /// Slots whose member is released and whose pod is Ready: what clients can lock right now.
-pub fn serving_slots(
+pub(crate) fn serving_slots(
     members: &[MemberStatus],
     observed: &BTreeMap<Slot, SlotObservation>,
     instances: i32,
@@ -558,7 +558,7 @@ pub fn serving_slots(
 /// Why the process that answered at a slot's pod IP is not that pod's process, if it is not:
 /// it names another pod (a stale cache pointing at an address the CNI gave to another slot's
 /// pod). Processes that name no pod (started before the tag existed) are judged by run id.
-pub fn foreign_process(slot: &SlotObservation, answer: &RedisInfo) -> Option<String> {
+pub(crate) fn foreign_process(slot: &SlotObservation, answer: &RedisInfo) -> Option<String> {
     let (Some(expected), Some(found)) = (slot.pod_uid.as_deref(), answer.pod_uid.as_deref()) else {
         return None;
     };

@@ -26,7 +26,7 @@ pub const CLIENTS_USE_INSTANCES: &str = "redlock.dev/clients-use-instances";
 
 /// The two limits for this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Servers in the published list.
     pub published: i32,
     /// Slots below this may be released.
@@ -44,7 +44,7 @@ pub struct Limits {
 ///
 /// `nonce` is this reconcile's random part of a new confirmation token
 /// ([`confirmation_token`]); a token already on record stays.
-pub fn before_plan(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits {
+pub(crate) fn before_plan(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits {
     let n = cluster.spec.instances;
     let status = cluster.status.as_ref();
     let prev_published = status.and_then(|s| s.published_instances);
@@ -83,7 +83,7 @@ pub fn before_plan(cluster: &RedlockCluster, told: Told, nonce: &str) -> Limits 
 /// together with the scale-up, or left over in a manifest from a deleted predecessor (whose
 /// generations started at 1 too), can never match it. Only a value read from this status
 /// (or the `Resizing` condition) confirms.
-pub fn confirmation_token(cluster: &RedlockCluster, nonce: &str) -> String {
+pub(crate) fn confirmation_token(cluster: &RedlockCluster, nonce: &str) -> String {
     format!(
         "{}-{}-{nonce}",
         cluster.spec.instances,
@@ -92,7 +92,7 @@ pub fn confirmation_token(cluster: &RedlockCluster, nonce: &str) -> String {
 }
 
 /// A fresh nonce for [`confirmation_token`]: 64 random bits, hex.
-pub fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("the OS random source works");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -161,7 +161,7 @@ fn published_without_record(cluster: &RedlockCluster, told: Told) -> i32 {
 /// (safety review 3, N2): a status wiped or pruned during a scale-down's hold would write the
 /// short list and its quorum while the removed members still hold valid locks, and delete
 /// their Services.
-pub fn published_for_children(cluster: &RedlockCluster, told: Told) -> i32 {
+pub(crate) fn published_for_children(cluster: &RedlockCluster, told: Told) -> i32 {
     let status = cluster.status.as_ref();
     match status.map(|s| (s.published_instances, s.confirmed_instances)) {
         Some((Some(published), Some(_))) => published,
@@ -173,7 +173,7 @@ pub fn published_for_children(cluster: &RedlockCluster, told: Told) -> i32 {
 /// The limits while the spec is rejected: a rejected spec changes nothing that runs, also not
 /// which list clients are told, so the record in status stands, or without one, what the
 /// published objects tell (never the rejected spec's N unless nothing tells anything).
-pub fn while_rejected(cluster: &RedlockCluster, told: Told) -> Limits {
+pub(crate) fn while_rejected(cluster: &RedlockCluster, told: Told) -> Limits {
     let status = cluster.status.as_ref();
     let recorded = status.and_then(|s| s.published_instances.zip(s.confirmed_instances));
     let Some((published, confirmed)) = recorded else {
@@ -194,7 +194,7 @@ pub fn while_rejected(cluster: &RedlockCluster, told: Told) -> Limits {
 
 /// The published list after planning: during a scale-down it shrinks to N once every removed
 /// slot is fenced (or gone) and its hold has ended.
-pub fn after_plan(
+pub(crate) fn after_plan(
     limits: Limits,
     instances: i32,
     members: &[MemberStatus],
@@ -230,7 +230,7 @@ pub fn after_plan(
 }
 
 /// What the `Resizing` condition says: `None` when the list is settled.
-pub fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(ConditionReason, String)> {
+pub(crate) fn waiting_for(limits: &Limits, instances: i32, name: &str) -> Option<(ConditionReason, String)> {
     if limits.published > instances {
         return Some((
             ConditionReason::ScaleDown,

@@ -16,7 +16,7 @@ use crate::decide::observe::{PodState, SlotObservation, serving_slots};
 
 /// What the rollout does in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// Slots (< N) whose running pod was built from another spec, in slot order.
     pub outdated: Vec<Slot>,
     /// The slot to replace now (its pod is deleted).
@@ -26,7 +26,7 @@ pub struct Rollout {
 }
 
 /// Decides the next replacement. `members` are the records just planned.
-pub fn decide(
+pub(crate) fn decide(
     instances: i32,
     members: &[MemberStatus],
     observed: &BTreeMap<Slot, SlotObservation>,
@@ -106,7 +106,7 @@ pub fn decide(
 /// removed slots' pods, only the highest is deleted, the next once it is gone. A cluster that
 /// served no client yet (being created) gets all its pods at once. Replacements of lost
 /// members are never paced: they restore a member.
-pub fn pace_scaling(
+pub(crate) fn pace_scaling(
     instances: i32,
     previous: &[MemberStatus],
     members: &[MemberStatus],

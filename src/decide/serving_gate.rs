@@ -21,7 +21,7 @@ pub use crate::children::names::SERVING_CONDITION;
 
 /// One condition to write on one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GateWrite {
+pub(crate) struct GateWrite {
     pub slot: Slot,
     /// The pod the decision is about: the write is refused if the name now has a newer pod.
     pub pod_uid: String,
@@ -43,7 +43,7 @@ pub struct GateWrite {
 /// a slow answer is not a reason to flap a Service (the record decides a loss, not a timeout).
 /// Pods that are not running, are being deleted, or were built without the gate get nothing:
 /// the kubelet already reports them not Ready. Nor does a gate not set yet get `False`.
-pub fn writes(
+pub(crate) fn writes(
     members: &[MemberStatus],
     observed: &BTreeMap<Slot, SlotObservation>,
     released: &[Released],

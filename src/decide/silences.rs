@@ -21,13 +21,13 @@ pub const HUNG_AFTER: Duration = Duration::from_secs(10);
 
 /// Per (cluster UID, slot): the container whose process stopped answering, and since when.
 #[derive(Default)]
-pub struct Silences {
+pub(crate) struct Silences {
     since: Mutex<HashMap<(String, Slot), (String, Instant)>>,
 }
 
 /// What one probe of a slot's process said, as far as silence goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Heard {
+pub(crate) enum Heard {
     /// Its process answered.
     Answered,
     /// Its process did not answer (a timeout or a broken exchange; not a refusal, which says

@@ -19,7 +19,7 @@ use crate::hold::ttl_audit;
 
 /// What the reconcile found besides member states: spec problems and the TTL audit.
 #[derive(Debug, Clone, Default)]
-pub struct Findings {
+pub(crate) struct Findings {
     pub rejections: Vec<Rejection>,
     /// `None` until the audit has swept a member once.
     pub ttl: Option<ttl_audit::Report>,
@@ -46,7 +46,7 @@ pub struct Findings {
 
 /// The status to persist: the planned member states plus the counts and conditions that
 /// follow from them and from the pods' readiness.
-pub fn compute(
+pub(crate) fn compute(
     cluster: &RedlockCluster,
     mut members: Vec<MemberStatus>,
     observed: &BTreeMap<Slot, SlotObservation>,

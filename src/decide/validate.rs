@@ -28,7 +28,7 @@ impl std::fmt::Display for Rejection {
 }
 
 /// Every problem of `spec`, in a stable order (empty when the spec is accepted).
-pub fn validate(spec: &RedlockClusterSpec) -> Vec<Rejection> {
+pub(crate) fn validate(spec: &RedlockClusterSpec) -> Vec<Rejection> {
     let mut out = Vec::new();
     redis_config(spec, &mut out);
     resources(spec, &mut out);

@@ -28,7 +28,7 @@ pub type Ledger = BTreeMap<Slot, UnstoppedProcess>;
 ///
 /// Written early, as soon as a held process is identified, so that its release (a hold later)
 /// finds it on record and is not delayed by it.
-pub fn desired(current: Option<&Ledger>, members: &[MemberStatus], instances: i32) -> Ledger {
+pub(crate) fn desired(current: Option<&Ledger>, members: &[MemberStatus], instances: i32) -> Ledger {
     let mut ledger = current.cloned().unwrap_or_default();
     ledger.retain(|slot, _| slot.within(instances) || members.iter().any(|m| m.slot == *slot));
     for m in members {
@@ -47,12 +47,12 @@ pub fn names(ledger: Option<&Ledger>, slot: Slot, run_id: &str) -> bool {
 }
 
 /// The ledger as the ConfigMap stores it (one JSON object, slot → process).
-pub fn to_json(ledger: &Ledger) -> String {
+pub(crate) fn to_json(ledger: &Ledger) -> String {
     serde_json::to_string_pretty(ledger).unwrap_or_default()
 }
 
 /// The ledger a ConfigMap stores; an error for anything but what [`to_json`] writes.
-pub fn from_json(text: &str) -> Result<Ledger, String> {
+pub(crate) fn from_json(text: &str) -> Result<Ledger, String> {
     serde_json::from_str(text).map_err(|e| format!("not a ledger: {e}"))
 }
 

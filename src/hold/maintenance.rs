@@ -18,7 +18,7 @@ pub const FENCED_MEMBERS: &str = "redlock.dev/fenced-members";
 
 /// The slots to keep fenced, and what was wrong with the request if it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Request {
+pub(crate) struct Request {
     pub slots: BTreeMap<Slot, String>,
     pub error: Option<String>,
 }
@@ -26,7 +26,7 @@ pub struct Request {
 /// Reads the fence request of `cluster`. A request that cannot be read never unfences
 /// anything: the members on record as fenced stay fenced (unknown means unsafe, and a typo
 /// must not put a member under maintenance back into service before its hold).
-pub fn request(cluster: &RedlockCluster, members: &[MemberStatus]) -> Request {
+pub(crate) fn request(cluster: &RedlockCluster, members: &[MemberStatus]) -> Request {
     let Some(raw) = cluster
         .metadata
         .annotations
@@ -50,7 +50,7 @@ pub fn request(cluster: &RedlockCluster, members: &[MemberStatus]) -> Request {
 }
 
 /// Parses the annotation's value. An empty value or object fences nothing.
-pub fn parse(raw: &str) -> Result<BTreeMap<Slot, String>, String> {
+pub(crate) fn parse(raw: &str) -> Result<BTreeMap<Slot, String>, String> {
     if raw.trim().is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -64,13 +64,13 @@ pub fn parse(raw: &str) -> Result<BTreeMap<Slot, String>, String> {
 }
 
 /// The annotation's value for `slots` (what `kubectl redlock fence` writes).
-pub fn render(slots: &BTreeMap<Slot, String>) -> String {
+pub(crate) fn render(slots: &BTreeMap<Slot, String>) -> String {
     let map: BTreeMap<String, &String> = slots.iter().map(|(s, r)| (s.to_string(), r)).collect();
     serde_json::to_string(&map).expect("a map of strings serializes")
 }
 
 /// `Maintenance`: True while a member is fenced on purpose or the request cannot be read.
-pub fn condition(request: &Request, members: &[MemberStatus]) -> Desired {
+pub(crate) fn condition(request: &Request, members: &[MemberStatus]) -> Desired {
     let fenced: Vec<String> = members
         .iter()
         .filter_map(|m| Some(format!("{} ({})", m.name, m.maintenance.as_deref()?)))

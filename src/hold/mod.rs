@@ -12,30 +12,19 @@
 pub mod fence_ahead;
 pub mod ledger;
 pub mod maintenance;
-pub mod policy;
+pub(crate) mod policy;
 pub mod release_ahead;
-pub mod ttl_audit;
+pub(crate) mod ttl_audit;
 
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::crd::RedlockClusterSpec;
-
 /// `hold = maxLockTTL + ceil(maxLockTTL × clockDriftFactor) + holdMargin`, with the drift term
 /// rounded up to the next millisecond (the reference clients compute drift in ms).
-pub fn hold_duration(max_lock_ttl: Duration, clock_drift_factor: f64, margin: Duration) -> Duration {
+pub(crate) fn hold_duration(max_lock_ttl: Duration, clock_drift_factor: f64, margin: Duration) -> Duration {
     let drift_ms = (max_lock_ttl.as_secs_f64() * 1000.0 * clock_drift_factor.max(0.0)).ceil();
     max_lock_ttl + Duration::from_millis(drift_ms as u64) + margin
-}
-
-/// The hold of a cluster's spec.
-pub fn hold_for(spec: &RedlockClusterSpec) -> Duration {
-    hold_duration(
-        spec.max_lock_ttl.into(),
-        spec.clock_drift_factor,
-        spec.hold_margin.into(),
-    )
 }
 
 /// When a hold that starts at `observed_at` ends, rounded *up* to the microsecond, the
@@ -43,7 +32,7 @@ pub fn hold_for(spec: &RedlockClusterSpec) -> Duration {
 /// A hold too long to represent ends at the last representable instant: never sooner (the
 /// spec bounds maxLockTTL to 24 h, and what clients are told is bounded the same way, so this
 /// is a guard against a panic in the reconcile, not a rule).
-pub fn held_until(observed_at: Timestamp, hold: Duration) -> Timestamp {
+pub(crate) fn held_until(observed_at: Timestamp, hold: Duration) -> Timestamp {
     let end = SignedDuration::try_from(hold)
         .ok()
         .and_then(|h| observed_at.checked_add(h).ok())
@@ -55,7 +44,7 @@ pub fn held_until(observed_at: Timestamp, hold: Duration) -> Timestamp {
 }
 
 /// `t` rounded up to a whole microsecond.
-pub fn ceil_micros(t: Timestamp) -> Timestamp {
+pub(crate) fn ceil_micros(t: Timestamp) -> Timestamp {
     let nanos = t.as_nanosecond();
     let rem = nanos.rem_euclid(1000);
     if rem == 0 {
@@ -66,13 +55,13 @@ pub fn ceil_micros(t: Timestamp) -> Timestamp {
 }
 
 /// `t` truncated to a whole microsecond (for `since`, where earlier is harmless).
-pub fn floor_micros(t: Timestamp) -> Timestamp {
+pub(crate) fn floor_micros(t: Timestamp) -> Timestamp {
     let nanos = t.as_nanosecond();
     Timestamp::from_nanosecond(nanos - nanos.rem_euclid(1000)).expect("truncating stays in range")
 }
 
 /// How long until `until`, zero if it has passed.
-pub fn remaining(now: Timestamp, until: Timestamp) -> Duration {
+pub(crate) fn remaining(now: Timestamp, until: Timestamp) -> Duration {
     let d = until.duration_since(now);
     if d.is_negative() {
         Duration::ZERO
@@ -117,10 +106,15 @@ mod tests {
     }
 
     #[test]
-    fn hold_for_reads_the_spec() {
-        let spec: RedlockClusterSpec =
+    fn the_specs_defaults_give_a_30s_ttl_a_hold_of_31_3s() {
+        let spec: crate::crd::RedlockClusterSpec =
             serde_json::from_value(serde_json::json!({"maxLockTTL": "30s"})).unwrap();
-        assert_eq!(hold_for(&spec), ms(31_300));
+        let hold = hold_duration(
+            spec.max_lock_ttl.into(),
+            spec.clock_drift_factor,
+            spec.hold_margin.into(),
+        );
+        assert_eq!(hold, ms(31_300));
     }
 
     #[test]

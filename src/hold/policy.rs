@@ -47,7 +47,7 @@ impl Change {
 
 /// The policy after one reconcile, and what changed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Update {
+pub(crate) struct Update {
     pub policy: HoldPolicy,
     /// (what changed, a sentence for the event).
     pub changes: Vec<(Change, String)>,
@@ -60,7 +60,7 @@ pub struct Update {
 /// - `accepted`: whether the operator acts on `spec` (no validation problems).
 /// - `published`: the maxLockTTL the cluster's `<name>-endpoints` ConfigMap tells clients now
 ///   (the operator's cache), if it exists.
-pub fn next(
+pub(crate) fn next(
     prev: Option<&HoldPolicy>,
     spec: &RedlockClusterSpec,
     accepted: bool,
@@ -202,7 +202,7 @@ pub fn next(
 /// so that [`next`] lowers it again only one full hold of it from now. Without this, a status
 /// lost while a lowering was pending would lower the holds at once, under locks still taken
 /// with the longer TTL.
-pub fn recovered(
+pub(crate) fn recovered(
     spec: &RedlockClusterSpec,
     told: Option<Duration>,
     in_force: Option<Duration>,
@@ -238,7 +238,7 @@ fn policy(
 }
 
 /// The hold the policy prescribes.
-pub fn hold_of(policy: &HoldPolicy) -> Duration {
+pub(crate) fn hold_of(policy: &HoldPolicy) -> Duration {
     hold_duration(
         policy.max_lock_ttl.into(),
         policy.clock_drift_factor,

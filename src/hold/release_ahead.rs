@@ -140,7 +140,7 @@ pub type Unrecorded = KeptUntilWritten<UnrecordedRelease>;
 /// a release still to send (it failed, or is on its way); any other `Ready` process found
 /// fenced was fenced outside this process and is held in full (safety review 3, N1). Lost on
 /// restart by design: a successor holds such a process in full, one hold for that member.
-pub type OwedReleases = KeptUntilWritten<(Slot, String)>;
+pub(crate) type OwedReleases = KeptUntilWritten<(Slot, String)>;
 
 impl OwedReleases {
     /// Adds the releases a decision made.

@@ -34,7 +34,7 @@ impl std::fmt::Display for Finding {
     }
 }
 
-pub fn classify(pttl_ms: i64, max_lock_ttl_ms: u64) -> Option<Finding> {
+pub(crate) fn classify(pttl_ms: i64, max_lock_ttl_ms: u64) -> Option<Finding> {
     match pttl_ms {
         -1 => Some(Finding::NoExpiry),
         ms if ms >= 0 && ms as u64 > max_lock_ttl_ms => Some(Finding::TtlAbove),
@@ -53,7 +53,7 @@ pub struct Example {
 
 /// Results of one pass over a member's keyspace (or of the pass in progress).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     pub checked: u64,
     pub violations: u64,
     /// The smallest offending (member, key): a stable choice, so a status message does not
@@ -63,7 +63,7 @@ pub struct Sweep {
 
 /// Audit state of one member's process. A new process (new run id) starts over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemberAudit {
+pub(crate) struct MemberAudit {
     pub run_id: String,
     pub cursor: u64,
     pub current: Sweep,
@@ -104,7 +104,7 @@ impl MemberAudit {
 
 /// Audit state of one cluster: each member's sweep, and when the next period starts.
 #[derive(Debug, Clone)]
-pub struct ClusterAudit {
+pub(crate) struct ClusterAudit {
     pub members: BTreeMap<Slot, MemberAudit>,
     pub next_due: Instant,
 }
@@ -164,7 +164,7 @@ pub struct Report {
 /// Whether two reports say the same to the user: the `TTLPolicy` condition and the
 /// violations metric show all but the number of keys checked, which moves with every sweep
 /// of a cluster in use and would wake a resting cluster for nothing to write.
-pub fn same_findings(a: Option<&Report>, b: Option<&Report>) -> bool {
+pub(crate) fn same_findings(a: Option<&Report>, b: Option<&Report>) -> bool {
     fn shown(r: &Report) -> (u64, usize, Option<&Example>) {
         (r.violations, r.members_with_violations, r.example.as_ref())
     }
@@ -172,7 +172,7 @@ pub fn same_findings(a: Option<&Report>, b: Option<&Report>) -> bool {
 }
 
 /// The report over the members' last completed sweeps; `None` until one has completed.
-pub fn report(members: &BTreeMap<Slot, MemberAudit>) -> Option<Report> {
+pub(crate) fn report(members: &BTreeMap<Slot, MemberAudit>) -> Option<Report> {
     let done: Vec<&Sweep> = members.values().filter_map(|m| m.last.as_ref()).collect();
     if done.is_empty() {
         return None;

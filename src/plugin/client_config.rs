@@ -23,7 +23,7 @@ pub enum Lang {
 
 /// What the operator published for one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     pub name: String,
     pub namespace: String,
     /// `servers` of `<name>-endpoints`: all N addresses, slot order.
@@ -42,7 +42,7 @@ fn example_ttl_ms(p: &Published) -> u64 {
 
 /// A ready configuration snippet for `lang`. Long on purpose: one arm per client, each a
 /// template that reads top to bottom as the user will paste it.
-pub fn snippet(lang: Lang, p: &Published) -> String {
+pub(crate) fn snippet(lang: Lang, p: &Published) -> String {
     let mut out = String::new();
     let comment = match lang {
         Lang::Python => "#",

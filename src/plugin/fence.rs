@@ -28,7 +28,7 @@ pub enum Refusal {
 }
 
 /// The fenced slots now on record in the annotation.
-pub fn current(cluster: &RedlockCluster) -> Result<BTreeMap<Slot, String>, Refusal> {
+pub(crate) fn current(cluster: &RedlockCluster) -> Result<BTreeMap<Slot, String>, Refusal> {
     let raw = cluster
         .metadata
         .annotations
@@ -44,7 +44,7 @@ pub fn current(cluster: &RedlockCluster) -> Result<BTreeMap<Slot, String>, Refus
 
 /// The annotation's slots with `slot` fenced for `reason`. Refused when it leaves fewer
 /// serving members than the quorum, unless `force`.
-pub fn fence(
+pub(crate) fn fence(
     cluster: &RedlockCluster,
     slot: i32,
     reason: &str,
@@ -90,7 +90,7 @@ pub fn fence(
 }
 
 /// The annotation's slots without `slot`.
-pub fn unfence(cluster: &RedlockCluster, slot: i32) -> Result<BTreeMap<Slot, String>, Refusal> {
+pub(crate) fn unfence(cluster: &RedlockCluster, slot: i32) -> Result<BTreeMap<Slot, String>, Refusal> {
     let mut slots = current(cluster)?;
     slots.remove(&Slot::new(slot));
     Ok(slots)

@@ -3,10 +3,10 @@
 //! `client_config`, `operator_lease`); this file reads and writes the API server and turns
 //! its errors into messages that say what to do.
 
-pub mod client_config;
-pub mod fence;
-pub mod operator_lease;
-pub mod status_view;
+pub(crate) mod client_config;
+pub(crate) mod fence;
+pub(crate) mod operator_lease;
+pub(crate) mod status_view;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::status_view::OperatorState;
 
 /// The state the freshest of `leases` tells (several when several installs share a name).
-pub fn operator_state(leases: &[Lease], now: Timestamp) -> OperatorState {
+pub(crate) fn operator_state(leases: &[Lease], now: Timestamp) -> OperatorState {
     let freshest = leases
         .iter()
         .filter_map(|l| Some((l, l.spec.as_ref()?)))

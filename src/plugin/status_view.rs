@@ -16,7 +16,7 @@ use crate::crd::{MemberState, MemberStatus, RedlockCluster};
 /// Whether the operator looks alive, as far as its Lease tells.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
-pub enum OperatorState {
+pub(crate) enum OperatorState {
     /// The Lease was renewed within its duration.
     Running {
         holder: String,
@@ -30,7 +30,7 @@ pub enum OperatorState {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MemberView {
+pub(crate) struct MemberView {
     pub slot: i32,
     pub name: String,
     pub state: String,
@@ -48,7 +48,7 @@ pub struct MemberView {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ConditionView {
+pub(crate) struct ConditionView {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
@@ -58,7 +58,7 @@ pub struct ConditionView {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EventView {
+pub(crate) struct EventView {
     pub time: Option<String>,
     /// Seconds before the status was read.
     pub age_seconds: Option<f64>,
@@ -72,7 +72,7 @@ pub struct EventView {
 /// Everything `status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusView {
+pub(crate) struct StatusView {
     pub name: String,
     pub namespace: String,
     pub instances: i32,
@@ -95,12 +95,12 @@ pub struct StatusView {
 }
 
 /// Zone label of nodes, by node name.
-pub type Zones = BTreeMap<String, String>;
+pub(crate) type Zones = BTreeMap<String, String>;
 
 /// How many recent events `status` shows.
-pub const EVENTS_SHOWN: usize = 10;
+pub(crate) const EVENTS_SHOWN: usize = 10;
 
-pub fn view(
+pub(crate) fn view(
     cluster: &RedlockCluster,
     pods: &[Pod],
     zones: &Zones,
@@ -210,7 +210,7 @@ fn event_view(e: &Event, now: Timestamp) -> EventView {
 
 /// ANSI colours, or none (output piped).
 #[derive(Clone, Copy)]
-pub struct Style {
+pub(crate) struct Style {
     pub colour: bool,
 }
 
@@ -245,7 +245,7 @@ fn condition_ok(type_: &str, status: &str) -> bool {
 
 /// The text `kubectl redlock status` prints. Long on purpose: its sections in the order they
 /// appear on the screen.
-pub fn render_text(v: &StatusView, style: Style) -> String {
+pub(crate) fn render_text(v: &StatusView, style: Style) -> String {
     let mut out = String::new();
     let s = style;
     let _ = writeln!(out, "{} {}/{}", s.bold("RedlockCluster"), v.namespace, v.name);

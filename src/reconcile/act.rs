@@ -34,7 +34,7 @@ use crate::runtime::events;
 use crate::runtime::metrics::EndedHold;
 
 /// What acting came to.
-pub struct Acted {
+pub(crate) struct Acted {
     /// Some process was released: its readiness is worth a look soon.
     pub released: bool,
     /// A pod create or delete, or the endpoints ConfigMap, was refused: when to try again.
@@ -49,7 +49,7 @@ const ENDPOINTS_RETRY: Duration = Duration::from_secs(2);
 /// Their events wait for the write (`act`): an event is a request too.
 /// `ledger`: the ledger the cache shows (a cache shows only what was written), which must name
 /// each process released.
-pub async fn release_ahead(
+pub(crate) async fn release_ahead(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -66,7 +66,7 @@ pub async fn release_ahead(
 /// `released_ahead`: releases already sent before the write (`release_ahead`); `ledger`: the
 /// ledger the cache shows.
 #[allow(clippy::too_many_arguments)] // the pipeline's stages, each named where it is used
-pub async fn act(
+pub(crate) async fn act(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -121,7 +121,7 @@ pub async fn act(
 /// what must not happen to one whose write does not land is a release that undoes it before
 /// its hold is on record, which `crate::hold::fence_ahead` rules out. Only the run id probed is
 /// fenced, on a connection that reads it first, so a fence never reaches a newer process.
-pub async fn fence_ahead(
+pub(crate) async fn fence_ahead(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -183,7 +183,7 @@ pub async fn fence_ahead(
 
 /// What [`fence_ahead`] came to.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct FencesSent {
+pub(crate) struct FencesSent {
     /// A fence was sent and answered.
     pub landed: bool,
     /// A fence could not be sent or was refused: the process may still serve.
@@ -250,7 +250,7 @@ async fn report(ctx: &Context, cluster: &RedlockCluster, ns: &str, on_record: &O
 /// are planned from the records these made (`crate::hold::fence_ahead::as_fenced`) and do not tell
 /// them again; and the readiness gates of the fenced pods closed (a gate only ever closes
 /// here: one opens only after a write).
-pub async fn fenced_unrecorded(
+pub(crate) async fn fenced_unrecorded(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -488,7 +488,7 @@ async fn release(
 }
 
 /// The `InstanceReleased` events of releases that are done.
-pub async fn publish_released(ctx: &Context, cluster: &RedlockCluster, released: &[Released]) {
+pub(crate) async fn publish_released(ctx: &Context, cluster: &RedlockCluster, released: &[Released]) {
     for r in released {
         let msg = format!(
             "{}: released process {} to lock clients",

@@ -214,7 +214,7 @@ fn same_selector(live: Option<&LabelSelector>, desired: Option<&LabelSelector>) 
 
 /// Whether `live` already is `desired`: it carries the desired hash, the labels the operator
 /// sets, and the same content where compared.
-pub fn is_current<K: Child>(live: Option<&K>, desired: &K, hash: &str) -> bool {
+pub(crate) fn is_current<K: Child>(live: Option<&K>, desired: &K, hash: &str) -> bool {
     live.is_some_and(|c| {
         c.annotations().get(APPLIED_HASH).map(String::as_str) == Some(hash) && matches_by_content(c, desired)
     })
@@ -236,7 +236,7 @@ fn edited_since_applied<K: Child>(live: &K, desired: &K, hash: &str) -> bool {
 
 /// Whose a live child object is, compared with the `desired` one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Controlled by the same RedlockCluster object as `desired`.
     Ours,
     /// Safe to take over: controlled by a RedlockCluster of the same name but another UID (an
@@ -248,7 +248,7 @@ pub enum Ownership {
 }
 
 /// Whose `live` is, given the controller ownerReference and labels `desired` carries.
-pub fn ownership<K: Resource>(live: &K, desired: &K) -> Ownership {
+pub(crate) fn ownership<K: Resource>(live: &K, desired: &K) -> Ownership {
     let ours = desired
         .owner_references()
         .iter()
@@ -299,7 +299,11 @@ pub enum Applied {
 /// another owner controls, and adopts one that is [`Ownership::Adoptable`]: the cache holds
 /// only objects labelled as the operator's, so an object missing there is looked up by name
 /// before it is created. Returns whether it wrote, and how it knew when it did not.
-pub async fn apply_if_changed<K: Child>(api: &Api<K>, cache: &Store<K>, desired: K) -> Result<Applied> {
+pub(crate) async fn apply_if_changed<K: Child>(
+    api: &Api<K>,
+    cache: &Store<K>,
+    desired: K,
+) -> Result<Applied> {
     apply_if_changed_at(api, cache, desired, None).await
 }
 
@@ -384,7 +388,7 @@ pub async fn apply_if_changed_at<K: Child>(
 /// matter, and a changed instance is a replacement (a crash, under the hold rule). A pod of
 /// that name that already exists is an error: the planner decided the name was free, so
 /// whoever holds it now must be looked at again, never silently taken for ours.
-pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<()> {
+pub(crate) async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<()> {
     api.create(&PostParams::default(), pod).await?;
     Ok(())
 }
@@ -393,7 +397,7 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<()> {
 /// conditions are left alone (conditions merge by type). Only on the pod with `uid`: the
 /// patch carries the UID, which the API server refuses to change, so a newer pod of the same
 /// name is never marked from a decision about the old one. A pod already gone is fine.
-pub async fn set_pod_condition(
+pub(crate) async fn set_pod_condition(
     api: &Api<Pod>,
     name: &str,
     uid: &str,

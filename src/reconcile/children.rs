@@ -16,7 +16,7 @@ use crate::children::names::{LABEL_INSTANCE, slot_name};
 use crate::children::{config, network_policy, pdb, secrets, service};
 use crate::crd::RedlockCluster;
 use crate::crd::model::Slot;
-pub use crate::decide::children_report::ChildrenReport;
+pub(crate) use crate::decide::children_report::ChildrenReport;
 use crate::error::{Error, Result};
 use crate::reconcile::apply;
 use crate::reconcile::context::Context;
@@ -52,7 +52,7 @@ impl Record for ChildrenReport {
 /// Applies every child; with a rejected spec, none (nothing that runs is changed). Skipped
 /// when nothing they are built from or compared with changed since every one of them was
 /// found current (`children_memo`).
-pub async fn apply(
+pub(crate) async fn apply(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -86,7 +86,7 @@ pub async fn apply(
 /// A Warning event per child put back after a hand edit: an edit of a Service's selector or
 /// ports, of the PDB or the NetworkPolicy, of redis.conf or a Secret is undone, and whoever
 /// made it must learn why their change did not stay.
-pub async fn publish_restored(ctx: &Context, cluster: &RedlockCluster, report: &ChildrenReport) {
+pub(crate) async fn publish_restored(ctx: &Context, cluster: &RedlockCluster, report: &ChildrenReport) {
     for what in &report.restored {
         let note =
             format!("{what} was edited outside the operator; the fields the operator sets were put back");
@@ -179,7 +179,7 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> i32 {
 /// then the ACL file. Whether all three are this cluster's and current. With `admin_read_at`,
 /// `<name>-admin` is written only if it is still at that resourceVersion, and nothing after
 /// it is written when it was not.
-pub async fn apply_secrets(
+pub(crate) async fn apply_secrets(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,

@@ -25,7 +25,7 @@ use crate::runtime::leader::Leadership;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::recorder::Recorder;
 
-pub struct Context {
+pub(crate) struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
@@ -48,11 +48,11 @@ pub struct Context {
 /// Where a rest watch sends the cluster it wakes: the controller's `reconcile_on` stream.
 /// Here, not in rest_watch.rs, so that the context (which every reconcile and watch reads)
 /// depends on no watch: rest_watch.rs and ttl_sampling.rs read the context.
-pub type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<RedlockCluster>>;
+pub(crate) type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<RedlockCluster>>;
 
 /// Caches of the objects this operator manages (selected by `managed-by`), fed by the
 /// controller's own watches.
-pub struct Caches {
+pub(crate) struct Caches {
     pub pods: Store<Pod>,
     /// The names of each cluster's pods in `pods` (`Caches::pods_of`).
     pub pod_index: Arc<InstanceIndex>,
@@ -85,7 +85,7 @@ impl Caches {
 }
 
 /// The operator's settings.
-pub struct Settings {
+pub(crate) struct Settings {
     /// Namespace of the operator's own pods, which every cluster's NetworkPolicy admits;
     /// `None` when the operator runs outside the cluster.
     pub operator_namespace: Option<String>,
@@ -105,7 +105,7 @@ pub struct Settings {
 
 /// In-memory state kept between reconciles.
 #[derive(Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     /// Per-cluster retry backoff.
     pub backoff: Backoff,
     /// Per-cluster backoff of pod creates, which wait alone when refused.
@@ -175,7 +175,7 @@ pub struct Memory {
 /// reply) is kept too: a reconcile that finds the cache behind for longer than the watch
 /// normally takes still probes and fences, planned from it ([`StatusWrites::lag`]).
 #[derive(Default)]
-pub struct StatusWrites {
+pub(crate) struct StatusWrites {
     by_uid: Mutex<HashMap<String, OwnWrite>>,
     produced: Mutex<HashMap<String, (String, Duration)>>,
 }
@@ -189,7 +189,7 @@ struct OwnWrite {
 }
 
 /// The cache behind this process's own last status write ([`StatusWrites::lag`]).
-pub struct Lag {
+pub(crate) struct Lag {
     /// Since the write was answered.
     pub age: Duration,
     /// The object the write produced, as the API server answered it.
@@ -203,7 +203,7 @@ pub struct Lag {
 /// could have led and written meanwhile only after the takeover margin (lease duration minus
 /// renew deadline, 5 s by default; `Leadership::no_successor_within` refuses a margin this
 /// small).
-pub const OWN_WRITE_STEP_LIMIT: Duration = Duration::from_secs(1);
+pub(crate) const OWN_WRITE_STEP_LIMIT: Duration = Duration::from_secs(1);
 
 impl StatusWrites {
     /// Records a write planned from `planned_from` that produced `written` (the object:
@@ -252,11 +252,6 @@ impl StatusWrites {
                 .get(uid)
                 .is_some_and(|(p, at)| p == c && skipped.saturating_sub(*at) <= OWN_WRITE_STEP_LIMIT)
         })
-    }
-
-    /// Whether the cache, showing `cached`, has yet to show this process's last write.
-    pub fn cache_lags(&self, uid: &str, cached: Option<&str>) -> bool {
-        self.lag(uid, cached).is_some()
     }
 
     /// While the cache, showing `cached`, has yet to show this process's last write: for how
@@ -311,11 +306,11 @@ mod tests {
         let own = |cached: Option<&str>| w.shows_own_last_write("u", cached, NO_STEP);
         assert!(!own(Some("5")), "nothing written yet");
         w.wrote("u", Some("5"), Some("7"), NO_STEP, None);
-        assert!(w.cache_lags("u", Some("5")));
+        assert!(w.lag("u", Some("5")).is_some());
         assert!(!own(Some("5")), "the cache still shows the older version");
         assert!(own(Some("7")));
         // Caught up: the lag memo goes, the version produced stays.
-        assert!(!w.cache_lags("u", Some("7")));
+        assert!(w.lag("u", Some("7")).is_none());
         assert!(own(Some("7")));
         // Someone else's write (a user's edit) since: not ours.
         assert!(!own(Some("9")));

@@ -25,7 +25,7 @@ use crate::reconcile::context::Context;
 use crate::redis::admin::AdminAccess;
 use crate::runtime::events;
 
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// Why the spec cannot be acted on; empty when it is accepted.
     pub rejections: Vec<Rejection>,
     pub credentials: Credentials,
@@ -38,7 +38,7 @@ impl Inputs {
     }
 }
 
-pub async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Inputs> {
+pub(crate) async fn read(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Inputs> {
     let rejections = validate::validate(&cluster.spec);
     let credentials = match credentials(ctx, cluster, ns).await {
         Err(Error::Credentials(problem)) => {
@@ -101,7 +101,7 @@ async fn tls_ca(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<Opt
 /// The CA (`ca.crt`) of a user's TLS Secret: kept from an earlier read unless a connection
 /// made with it failed since (`tls_cas`: no GET per reconcile); `None` when the Secret is
 /// missing or has no CA.
-pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec<u8>>> {
+pub(crate) async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec<u8>>> {
     let now = std::time::Instant::now();
     if let Some(ca) = ctx.memory.tls_cas.get(ns, secret, now) {
         return Ok(Some(ca));
@@ -125,7 +125,7 @@ pub async fn read_ca(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Vec
 /// spec's works (its Secret deleted meanwhile, a CA that cannot be read now, a record made
 /// before listeners were kept): a process seen or suspected serving must be looked for (and
 /// fenced) every way the operator has, and an extra attempt costs one connection.
-pub async fn accesses_for_unstopped<'a>(
+pub(crate) async fn accesses_for_unstopped<'a>(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -266,7 +266,7 @@ async fn credentials(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Resul
 
 /// Keeps `credentials` as the ones this process knows for the cluster object: recovered from
 /// its Secrets, or just written there (a rotation step).
-pub fn remember(ctx: &Context, cluster: &RedlockCluster, credentials: &Credentials) {
+pub(crate) fn remember(ctx: &Context, cluster: &RedlockCluster, credentials: &Credentials) {
     if let Some(uid) = cluster.uid() {
         ctx.memory
             .known_credentials

@@ -14,7 +14,7 @@ use crate::crd::UnstoppedProcess;
 use crate::decide::observe::KubeletAnswer;
 
 /// What the kubelet of `u`'s node says of `u`'s pod, within `timeout`.
-pub async fn ask(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> KubeletAnswer {
+pub(crate) async fn ask(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> KubeletAnswer {
     let (Some(node), Some(uid)) = (&u.node, &u.pod_uid) else {
         return KubeletAnswer::NotAsked;
     };
@@ -36,11 +36,11 @@ pub async fn ask(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration)
 
 /// The taint of Kubernetes' non-graceful node shutdown: whoever sets it asserts the node is
 /// shut down (its processes dead), and the pods on it are deleted at once.
-pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+pub(crate) const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
 /// Whether `u`'s node carries [`OUT_OF_SERVICE`] (read with a GET; RBAC `nodes` `get`). Not
 /// found, unreadable or not in time: no.
-pub async fn out_of_service(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> bool {
+pub(crate) async fn out_of_service(client: &kube::Client, u: &UnstoppedProcess, timeout: Duration) -> bool {
     let Some(node) = u.node.as_deref().filter(|n| is_node_name(n)) else {
         return false;
     };

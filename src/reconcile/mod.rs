@@ -45,9 +45,9 @@
 //!   own last write (`persist::ahead_of_write` never sees the fences' records), else after it.
 
 pub mod apply;
-pub mod context;
-pub mod rest_watch;
-pub mod ttl_sampling;
+pub(crate) mod context;
+pub(crate) mod rest_watch;
+pub(crate) mod ttl_sampling;
 
 mod act;
 mod children;
@@ -56,7 +56,7 @@ mod kubelet_pods;
 mod observation;
 mod ownership;
 mod passwords;
-pub mod persist;
+pub(crate) mod persist;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +89,7 @@ const CACHE_LAGS: &str = "the watch cache does not show the operator's last stat
 
 /// One reconcile: read → observe → decide (pure) → persist → act. Longer than the other
 /// functions on purpose: it is the one place where the whole pipeline and its order are seen.
-pub async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
+pub(crate) async fn reconcile(cached: Arc<RedlockCluster>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx
         .caches
         .caches_synced
@@ -381,7 +381,7 @@ fn with_members(
 
 /// Drops what is kept in memory about a cluster that is gone (by UID where known; else the
 /// UID it rested under, if it did).
-pub fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
+pub(crate) fn forget(ctx: &Context, ns: &str, name: &str, uid: Option<&str>) {
     // By name only when the UID is not known: a cluster re-created under the same name meanwhile
     // has a rest of its own, under its own UID.
     let rested = uid
@@ -486,7 +486,7 @@ async fn publish_condition_changes(ctx: &Context, cluster: &RedlockCluster, desi
 }
 
 /// Retry with per-object exponential backoff.
-pub fn error_policy(cluster: Arc<RedlockCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(cluster: Arc<RedlockCluster>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(error);
     let delay = ctx.memory.backoff.failed(ObjectRef::from_obj(cluster.as_ref()));
     tracing::warn!(cluster = %cluster.name_any(), ns = ?cluster.namespace(), %error, retry_in = ?delay, "reconcile failed");

@@ -27,7 +27,7 @@ use crate::reconcile::context::Context;
 use crate::reconcile::ttl_sampling;
 use crate::redis::admin::{AdminAccess, ProbeFailure};
 
-pub async fn observe(
+pub(crate) async fn observe(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -147,7 +147,7 @@ async fn find_tls_cas(
 
 /// A connection to a TLS member failed: the CA it trusted may have been rotated, so the next
 /// reconcile reads each Secret involved again (`tls_cas`, at most once per period).
-pub fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<Slot, SlotObservation>) {
+pub(crate) fn distrust_failed_cas(ctx: &Context, ns: &str, slots: &BTreeMap<Slot, SlotObservation>) {
     for o in slots.values().filter(|o| o.probe.failure().is_some()) {
         if let Some(secret) = &o.tls_secret {
             ctx.memory.tls_cas.distrust(ns, secret);
@@ -325,7 +325,7 @@ fn recorded_clock(cluster: &RedlockCluster, slot: Slot) -> Option<&ClockRecord> 
 
 /// What `<name>-endpoints` and `<name>-client` tell clients (the operator's caches): the
 /// resize's second record, read by the children step too, before it writes `<name>-client`.
-pub fn told(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::decide::resize::Told {
+pub(crate) fn told(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> crate::decide::resize::Told {
     told_by(&published(ctx, cluster, ns), ctx, cluster, ns)
 }
 

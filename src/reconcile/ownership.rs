@@ -31,7 +31,7 @@ const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(2);
 /// `Some(requeue)` when this reconcile must stop here: another operator leads `cluster`, or
 /// it names no Lease and this one claimed it. `None` when it is this operator's (no election;
 /// its own Lease named; the named one taken over).
-pub async fn led_by_another(ctx: &Context, cluster: &RedlockCluster) -> Option<Action> {
+pub(crate) async fn led_by_another(ctx: &Context, cluster: &RedlockCluster) -> Option<Action> {
     let own = ctx.settings.lease.as_deref()?;
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
     let recorded = cluster.status.as_ref().and_then(|s| s.lease.as_deref());

@@ -25,7 +25,7 @@ use crate::runtime::events;
 /// Returns the rotation's condition for the status. A step taken replaces `inputs`'
 /// credentials with those now on record: what follows in this reconcile (a release sets the
 /// client user's passwords) must use them, never the ones read before the step.
-pub async fn rotate(
+pub(crate) async fn rotate(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,
@@ -80,7 +80,7 @@ pub async fn rotate(
 /// process's admin user brought to the passwords on record. Returns the condition. A step
 /// taken replaces `inputs`' credentials and the admin access: what follows in this reconcile
 /// logs in with the password on record now.
-pub async fn rotate_admin(
+pub(crate) async fn rotate_admin(
     ctx: &Context,
     cluster: &RedlockCluster,
     ns: &str,

@@ -24,7 +24,7 @@ use crate::hold::release_ahead;
 use crate::reconcile::context::Context;
 
 /// A decision whose status is stored (or was already).
-pub struct OnRecord {
+pub(crate) struct OnRecord {
     decision: Decision,
 }
 
@@ -36,7 +36,7 @@ impl OnRecord {
 
 /// `must_write`: write even an unchanged status (the stored one differs from the `cluster`
 /// planned from: releases whose write did not land, `release_ahead::as_released`).
-pub async fn persist(
+pub(crate) async fn persist(
     ctx: &Context,
     api: &Api<RedlockCluster>,
     cluster: &RedlockCluster,
@@ -94,7 +94,7 @@ pub fn status_patch(cluster: &RedlockCluster, status: &RedlockClusterStatus) -> 
 
 /// Releases that may be sent before the decision's status write; only [`ahead_of_write`]
 /// makes one.
-pub struct AheadOfWrite {
+pub(crate) struct AheadOfWrite {
     releases: Vec<(Slot, String)>,
 }
 
@@ -120,7 +120,7 @@ impl AheadOfWrite {
 /// `status.hold` shows it, §8.1), a scale-down (the shorter list is published only after the
 /// removed members are fenced again, §8.6), a maintenance fence (applied at the next
 /// reconcile). None of those is a lock a client holds under this hold's terms.
-pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decision) -> AheadOfWrite {
+pub(crate) fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decision) -> AheadOfWrite {
     let mut releases =
         release_ahead::ending_recorded_holds(cluster.recorded_members(), &decision.plan.releases);
     // Most reconciles release nothing: the clock is read and the memory locked only for those
@@ -136,7 +136,7 @@ pub fn ahead_of_write(ctx: &Context, cluster: &RedlockCluster, decision: &Decisi
 /// used: checked before the ahead releases are chosen and again before each is sent. The
 /// second check reads only the clock afresh (the snapshot and the memory of own writes do not
 /// change within a reconcile): it catches a suspension during the releases, not an edit.
-pub fn still_own(ctx: &Context, cluster: &RedlockCluster) -> bool {
+pub(crate) fn still_own(ctx: &Context, cluster: &RedlockCluster) -> bool {
     ctx.leadership
         .no_successor_within(crate::reconcile::context::OWN_WRITE_STEP_LIMIT)
         && ctx.memory.status_writes.shows_own_last_write(

@@ -19,10 +19,8 @@ use crate::reconcile::context::Context;
 use crate::reconcile::ttl_sampling::{self, Serving};
 use crate::redis::connection::ClosedWatch;
 
-pub use crate::reconcile::context::Wake;
-
 /// Starts the watch of rest `generation` of cluster `uid`.
-pub fn spawn(ctx: Arc<Context>, uid: String, generation: u64, rest: Arc<Rest>) {
+pub(crate) fn spawn(ctx: Arc<Context>, uid: String, generation: u64, rest: Arc<Rest>) {
     tokio::spawn(async move { watch(&ctx, &uid, generation, &rest).await });
 }
 

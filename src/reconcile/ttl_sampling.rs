@@ -18,13 +18,13 @@ use crate::redis::admin::AdminAccess;
 /// cluster (still running until it learns so) never takes the periods of a successor of the
 /// same name, and by name first, so [`crate::reconcile::forget`] can drop every incarnation's
 /// when it knows no UID.
-pub fn audit_key(ns: &str, name: &str, uid: &str) -> String {
+pub(crate) fn audit_key(ns: &str, name: &str, uid: &str) -> String {
     format!("{ns}/{name}/{uid}")
 }
 
 /// A member the audit reads: a slot of the spec whose process answered and lets lock clients
 /// in. A new run id starts a new sweep.
-pub struct Serving<'a> {
+pub(crate) struct Serving<'a> {
     pub slot: Slot,
     pub run_id: String,
     pub ip: IpAddr,
@@ -34,15 +34,15 @@ pub struct Serving<'a> {
 
 /// The audit's last report and when its next period starts: what a caller gets when no period
 /// is due.
-pub type NotDue = (Option<Report>, Duration);
+pub(crate) type NotDue = (Option<Report>, Duration);
 
 /// One member's sample: the keys read and the cursor to continue from, or why it failed.
-pub type Sample = (Slot, Result<(Vec<ttl_audit::SampledKey>, u64), String>);
+pub(crate) type Sample = (Slot, Result<(Vec<ttl_audit::SampledKey>, u64), String>);
 
 /// Where each serving member's sweep continues, when a period is due (and takes it: the
 /// next is a period on); otherwise the last report and when the next period starts. The
 /// lock is not held across the samples' I/O.
-pub fn take_due(
+pub(crate) fn take_due(
     ctx: &Context,
     key: &str,
     serving: &[Serving<'_>],
@@ -60,7 +60,7 @@ pub fn take_due(
 
 /// Each member's next batch from its cursor, side by side, on the connections kept for
 /// probes of cluster `uid`.
-pub async fn sample(
+pub(crate) async fn sample(
     ctx: &Context,
     uid: &str,
     serving: &[Serving<'_>],
@@ -83,7 +83,7 @@ pub async fn sample(
 /// Adds a period's samples to each member's sweep (keys checked against `max_lock_ttl`, the
 /// maxLockTTL in force) and returns the cluster's report. A sample of a slot the audit no
 /// longer has (its member stopped serving meanwhile) is dropped.
-pub fn absorb(
+pub(crate) fn absorb(
     ctx: &Context,
     key: &str,
     cluster: &str,

@@ -12,7 +12,7 @@ use crate::redis::connection::{AdminConnection, KnownProcess, Login};
 // probes make it, so `redis_admin::ProbeFailure` keeps working.
 use crate::children::names::{CLIENT_USER, CLIENT_USERS, POD_UID_TAG};
 use crate::children::secrets::release_rules;
-pub use crate::decide::observe::ProbeFailure;
+pub(crate) use crate::decide::observe::ProbeFailure;
 use crate::decide::observe::{RedisInfo, SlotObservation};
 use crate::hold::ttl_audit::SampledKey;
 use crate::redis::probe_connections::{ConnectionKey, ProbeConnections};
@@ -659,7 +659,7 @@ fn pod_uid_of_config(pair: &[String]) -> Option<String> {
 }
 
 /// `pod=<uid>` in a process title template.
-pub fn pod_uid_of_title(template: &str) -> Option<String> {
+pub(crate) fn pod_uid_of_title(template: &str) -> Option<String> {
     template
         .split_whitespace()
         .find_map(|w| w.strip_prefix(POD_UID_TAG))
@@ -673,7 +673,7 @@ pub fn pod_uid_of_title(template: &str) -> Option<String> {
 /// changed while it runs, keys evicted, or a command run that drops or replaces keys wholesale
 /// ([`KEY_DROPPING_COMMANDS`]). A setting the server does not report is no deviation (every
 /// Redis the spec allows reports these).
-pub fn deviations(
+pub(crate) fn deviations(
     policy: Option<&str>,
     save: Option<&str>,
     appendonly: Option<&str>,
@@ -720,7 +720,7 @@ pub fn deviations(
 /// again (`plan::tampered`), so a counter that stays up costs nothing more. `CONFIG SET` is not
 /// here: Redis 6.2 counts it together with the operator's own `CONFIG GET`, and what it could
 /// change is read directly.
-pub const KEY_DROPPING_COMMANDS: [&str; 9] = [
+pub(crate) const KEY_DROPPING_COMMANDS: [&str; 9] = [
     "flushall",
     "flushdb",
     "swapdb",

@@ -10,7 +10,7 @@
 //! one connection driven by its caller, RESP2 read in place.
 
 pub mod admin;
-pub mod connection;
+pub(crate) mod connection;
 pub mod probe_connections;
-pub mod resp;
-pub mod tls_cas;
+pub(crate) mod resp;
+pub(crate) mod tls_cas;

@@ -82,7 +82,7 @@ impl<'a> Reply<'a> {
 }
 
 /// Commands packed as one request (each a list of arguments).
-pub fn pack<A: AsRef<[u8]>>(commands: &[&[A]]) -> Vec<u8> {
+pub(crate) fn pack<A: AsRef<[u8]>>(commands: &[&[A]]) -> Vec<u8> {
     use std::io::Write;
     let mut out = Vec::with_capacity(64 * commands.len());
     // `write!` into the Vec: no String per length (this packs every probe).
@@ -100,7 +100,7 @@ pub fn pack<A: AsRef<[u8]>>(commands: &[&[A]]) -> Vec<u8> {
 
 /// Where `replies` complete replies at the start of `buf` end, `None` while they have not
 /// all arrived. Reads only (nothing is built).
-pub fn complete(buf: &[u8], replies: usize) -> RedisResult<Option<usize>> {
+pub(crate) fn complete(buf: &[u8], replies: usize) -> RedisResult<Option<usize>> {
     let mut at = 0;
     for _ in 0..replies {
         match end_of(buf, at, 0)? {
@@ -112,7 +112,7 @@ pub fn complete(buf: &[u8], replies: usize) -> RedisResult<Option<usize>> {
 }
 
 /// The `replies` replies at the start of `buf`, which [`complete`] found there.
-pub fn replies(buf: &[u8], replies: usize) -> RedisResult<Vec<Reply<'_>>> {
+pub(crate) fn replies(buf: &[u8], replies: usize) -> RedisResult<Vec<Reply<'_>>> {
     let mut at = 0;
     let mut out = Vec::with_capacity(replies);
     for _ in 0..replies {
@@ -222,7 +222,7 @@ fn server_error(line: &[u8]) -> RedisError {
     }
 }
 
-pub fn protocol_error(what: &'static str) -> RedisError {
+pub(crate) fn protocol_error(what: &'static str) -> RedisError {
     io::Error::new(io::ErrorKind::InvalidData, what).into()
 }
 

@@ -18,10 +18,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The shortest time between two reads of one Secret caused by failing connections.
-pub const REFETCH_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const REFETCH_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
-pub struct TlsCas {
+pub(crate) struct TlsCas {
     by_secret: Mutex<HashMap<SecretKey, Entry>>,
 }
 

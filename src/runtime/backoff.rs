@@ -13,13 +13,13 @@ const BASE: Duration = Duration::from_secs(1);
 const CAP: Duration = Duration::from_secs(300);
 
 /// Delay before retry number `failures` (1 = first failure).
-pub fn delay(failures: u32) -> Duration {
+pub(crate) fn delay(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     (BASE * 2u32.pow(doublings)).min(CAP)
 }
 
 #[derive(Default)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: Mutex<HashMap<ObjectRef<RedlockCluster>, u32>>,
 }
 
@@ -42,7 +42,7 @@ impl Backoff {
 /// and only that write waits out the backoff before it is tried again. Failing the whole
 /// reconcile instead would push the next probe and release back by up to [`CAP`].
 #[derive(Default)]
-pub struct RetryGate {
+pub(crate) struct RetryGate {
     state: Mutex<HashMap<ObjectRef<RedlockCluster>, (u32, Instant)>>,
 }
 

@@ -20,7 +20,7 @@ use crate::runtime::metrics::Metrics;
 const START_BURST: u64 = 8;
 const START_BURST_STEP: Duration = Duration::from_millis(125);
 
-pub struct ClockCheck {
+pub(crate) struct ClockCheck {
     clock: SystemClock,
     offsets: Mutex<OffsetTracker>,
     /// The same samples placed on the monotonic clock: the reference members' clocks are

@@ -12,7 +12,7 @@ use crate::runtime::recorder::{Occurrence, Recorder};
 
 /// Publishes an event about one slot. The slot's Pod is the event's `related` object, so that
 /// `kubectl describe pod` shows it too and a series never folds two slots together.
-pub async fn publish_for_slot(
+pub(crate) async fn publish_for_slot(
     recorder: &Recorder,
     cluster: &RedlockCluster,
     slot: Slot,
@@ -34,7 +34,7 @@ pub async fn publish_for_slot(
 }
 
 /// Publishes an event about the cluster as a whole (spec, TTL policy, credentials, rotation).
-pub async fn publish_for_cluster(
+pub(crate) async fn publish_for_cluster(
     recorder: &Recorder,
     cluster: &RedlockCluster,
     reason: ClusterReason,

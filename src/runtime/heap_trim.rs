@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How often: a trim walks the free lists (about a millisecond at tens of MiB), and memory
 /// freed by a burst may wait this long.
-pub const PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const PERIOD: Duration = Duration::from_secs(30);
 
 /// Trims every `period` until `shutdown`.
-pub async fn every(period: Duration, shutdown: CancellationToken) {
+pub(crate) async fn every(period: Duration, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -28,7 +28,7 @@ pub async fn every(period: Duration, shutdown: CancellationToken) {
 }
 
 /// Gives every free page of the heap back to the kernel.
-pub fn trim() {
+pub(crate) fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only rearranges the allocator's own free memory; it is thread-safe
     // (it takes each arena's lock) and touches no live allocation.

@@ -16,7 +16,7 @@ use crate::runtime::metrics::Metrics;
 
 /// What the endpoints read: readiness flips once the watch caches have synced.
 #[derive(Clone)]
-pub struct HttpState {
+pub(crate) struct HttpState {
     pub ready: Arc<AtomicBool>,
     /// A replica that waits for the leader lease while another process leads. It is ready
     /// too: it does what it should (stand by), and a Deployment rollout or a
@@ -25,7 +25,7 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
 }
 
-pub fn router(state: HttpState) -> Router {
+pub(crate) fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -57,7 +57,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 /// Binds first (so a taken port fails the start loudly), then serves until `shutdown`.
-pub async fn serve(addr: SocketAddr, state: HttpState, shutdown: CancellationToken) -> Result<()> {
+pub(crate) async fn serve(addr: SocketAddr, state: HttpState, shutdown: CancellationToken) -> Result<()> {
     let http_err = |source| Error::Http {
         addr: addr.to_string(),
         source,

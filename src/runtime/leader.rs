@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 
 /// Timing of the election; see [`LeaseTiming::new`] for the rules between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTiming {
+pub(crate) struct LeaseTiming {
     /// How long candidates wait after the last change of the record before taking over.
     pub lease_duration: Duration,
     /// How long the leader keeps acting without a successful renewal.
@@ -72,7 +72,7 @@ impl LeaseTiming {
 
 /// Where the Lease lives and who we are.
 #[derive(Debug, Clone)]
-pub struct LeaseConfig {
+pub(crate) struct LeaseConfig {
     pub name: String,
     pub namespace: String,
     pub identity: String,
@@ -81,7 +81,7 @@ pub struct LeaseConfig {
 
 /// The parts of a Lease the election reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     pub holder: Option<String>,
     pub lease_duration_seconds: i32,
     pub transitions: i32,
@@ -104,7 +104,7 @@ impl LeaseRecord {
 
 /// What a candidate or leader does next with the Lease it just read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// It is ours: write a new renewTime.
     Renew,
     /// Free or expired: take it (counts a transition).
@@ -115,7 +115,12 @@ pub enum Decision {
 
 /// client-go's `tryAcquireOrRenew`, as a pure function: `unchanged_since` is when this
 /// process (on its own clock) first saw `record` in its current form.
-pub fn decide(identity: &str, record: &LeaseRecord, unchanged_since: Instant, now: Instant) -> Decision {
+pub(crate) fn decide(
+    identity: &str,
+    record: &LeaseRecord,
+    unchanged_since: Instant,
+    now: Instant,
+) -> Decision {
     match &record.holder {
         Some(holder) if holder == identity => Decision::Renew,
         None => Decision::TakeOver,
@@ -129,14 +134,14 @@ pub fn decide(identity: &str, record: &LeaseRecord, unchanged_since: Instant, no
 /// Whether a held Lease, unchanged since `unchanged_since` on this process's clock, has gone
 /// unrenewed for its whole duration: its holder stopped acting by its renew deadline (the
 /// times written in it are another clock's and are never compared with ours).
-pub fn expired(record: &LeaseRecord, unchanged_since: Instant, now: Instant) -> bool {
+pub(crate) fn expired(record: &LeaseRecord, unchanged_since: Instant, now: Instant) -> bool {
     let duration = Duration::from_secs(record.lease_duration_seconds.max(0) as u64);
     now >= unchanged_since + duration
 }
 
 /// The spec this process writes when it creates (`previous: None`), takes or renews the
 /// Lease. Transitions count every change of holder, a taken released lease included.
-pub fn held_spec(
+pub(crate) fn held_spec(
     identity: &str,
     timing: &LeaseTiming,
     previous: Option<&LeaseRecord>,
@@ -160,7 +165,7 @@ pub fn held_spec(
 
 /// Whether this process may write, shared with every reconcile.
 #[derive(Debug, Clone)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     /// `None`: leader election is off (a single operator), writes are always allowed.
     valid_until: Option<Arc<Mutex<Instant>>>,
     /// How long after this process stops acting a successor may take over at the earliest:
@@ -221,18 +226,15 @@ impl Leadership {
 
 /// Role of this process, for `/readyz` and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// Still reading the Lease for the first time.
     Starting,
     /// Another live process leads; this one waits to take over.
-    Standby {
-        leader: String,
-    },
-    Leading,
+    Standby { leader: String },
 }
 
 /// Runs the election against the API.
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
     /// The record as last read and when it was first seen in that form.
@@ -434,7 +436,7 @@ impl Elector {
 
 /// Identity of a process that has no pod name: host name and a random suffix (two
 /// processes on one host must never share an identity).
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .ok()

@@ -30,7 +30,7 @@ use crate::runtime::leader::{self, LeaseRecord};
 
 /// Whose a cluster is, from the Lease its status names and this operator's own.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Owner<'a> {
+pub(crate) enum Owner<'a> {
     /// This operator's Lease is named: it acts.
     Ours,
     /// No Lease named (a new cluster, a status removed, one from before `status.lease`, a hand
@@ -43,13 +43,13 @@ pub enum Owner<'a> {
 }
 
 /// `<namespace>/<name>` of a Lease, as `status.lease` names it.
-pub fn lease_key(namespace: &str, name: &str) -> String {
+pub(crate) fn lease_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
 /// Whose a cluster is whose status names `recorded` (`status.lease`), for an operator elected
 /// with the Lease `own` (`lease_key`).
-pub fn owner<'a>(recorded: Option<&'a str>, own: &str) -> Owner<'a> {
+pub(crate) fn owner<'a>(recorded: Option<&'a str>, own: &str) -> Owner<'a> {
     match recorded {
         None => Owner::Unclaimed,
         Some(r) if r == own => Owner::Ours,
@@ -65,7 +65,7 @@ pub fn owner<'a>(recorded: Option<&'a str>, own: &str) -> Owner<'a> {
 
 /// What an operator does about a cluster another Lease names, from that Lease as read now.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Its holder may still act.
     Wait { holder: String },
     /// Gone, given up, or unrenewed for its whole duration: the cluster is this operator's.
@@ -75,7 +75,7 @@ pub enum Verdict {
 /// The election's rule for a Lease this operator does not hold: `lease` is the Lease as read
 /// now (`None`: it does not exist), `unchanged_since` when this process first saw it so
 /// ([`ForeignLeases::unchanged_since`]).
-pub fn judge(lease: Option<&LeaseRecord>, unchanged_since: Instant, now: Instant) -> Verdict {
+pub(crate) fn judge(lease: Option<&LeaseRecord>, unchanged_since: Instant, now: Instant) -> Verdict {
     match lease.map(|l| (l, &l.holder)) {
         None | Some((_, None)) => Verdict::TakeOver,
         Some((l, _)) if leader::expired(l, unchanged_since, now) => Verdict::TakeOver,
@@ -89,7 +89,7 @@ pub fn judge(lease: Option<&LeaseRecord>, unchanged_since: Instant, now: Instant
 /// current form (on its own monotonic clock, as the election times its own Lease), and per
 /// cluster the last thing it reported about it (one event per change).
 #[derive(Default)]
-pub struct ForeignLeases {
+pub(crate) struct ForeignLeases {
     seen: Mutex<HashMap<String, (Option<LeaseRecord>, Instant)>>,
     reported: Mutex<HashMap<String, String>>,
 }

@@ -11,16 +11,16 @@
 //! [`recorder`] (Kubernetes Events), [`backoff`], [`clock_check`] (`release_blocked`),
 //! [`node_zones`], [`telemetry`], [`heap_trim`], [`open_files`].
 
-pub mod backoff;
-pub mod clock_check;
-pub mod events;
-pub mod heap_trim;
-pub mod http;
-pub mod leader;
-pub mod lease_owner;
+pub(crate) mod backoff;
+pub(crate) mod clock_check;
+pub(crate) mod events;
+pub(crate) mod heap_trim;
+pub(crate) mod http;
+pub(crate) mod leader;
+pub(crate) mod lease_owner;
 pub mod metrics;
-pub mod node_zones;
+pub(crate) mod node_zones;
 pub mod open_files;
-pub mod permissions;
-pub mod recorder;
+pub(crate) mod permissions;
+pub(crate) mod recorder;
 pub mod telemetry;

@@ -19,7 +19,7 @@ use crate::decide::failure_domains::ZONE_LABEL;
 
 /// The zone of every node seen, by name.
 #[derive(Default)]
-pub struct NodeZones {
+pub(crate) struct NodeZones {
     zones: HashMap<String, Option<String>>,
     /// During a re-list: the zones listed so far, swapped in when it ends.
     relisting: Option<HashMap<String, Option<String>>>,

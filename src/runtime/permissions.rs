@@ -16,7 +16,7 @@ use kube::api::{Api, PostParams};
 /// Why the readiness gates cannot be written, if so: a `SelfSubjectAccessReview` of `patch
 /// pods/status` in `namespace` (all namespaces when `None`) that was denied, or could not be
 /// made (reported as such: unknown is not allowed).
-pub async fn gate_writes_refused(client: &Client, namespace: Option<&str>) -> Option<String> {
+pub(crate) async fn gate_writes_refused(client: &Client, namespace: Option<&str>) -> Option<String> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {

@@ -25,10 +25,10 @@ use serde_json::json;
 
 /// How long after its last occurrence an event is still continued as a series (client-go's
 /// and kube's value).
-pub const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
+pub(crate) const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 
 /// One thing to report.
-pub struct Occurrence {
+pub(crate) struct Occurrence {
     pub warning: bool,
     pub reason: &'static str,
     pub note: String,
@@ -39,12 +39,12 @@ pub struct Occurrence {
 }
 
 /// Who reports: `reportingController` and `reportingInstance` of every event.
-pub struct Reporter {
+pub(crate) struct Reporter {
     pub controller: String,
     pub instance: String,
 }
 
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: Client,
     reporter: Reporter,
     series: Mutex<Series>,

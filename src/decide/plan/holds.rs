@@ -166,7 +166,7 @@ fn retimed_why(input: &PlanInput<'_>, slot: Slot, started: Timestamp) -> &'stati
 
 /// When `m`'s running hold started (`holdStartedAt`; for records from before it existed,
 /// the start that gives their end). What identifies the hold to [`crate::clock::timers`].
-pub fn hold_start(m: &MemberStatus, hold: Duration) -> Option<Timestamp> {
+pub(crate) fn hold_start(m: &MemberStatus, hold: Duration) -> Option<Timestamp> {
     if let Some(t) = &m.hold_started_at {
         return Some(t.0);
     }
@@ -176,7 +176,10 @@ pub fn hold_start(m: &MemberStatus, hold: Duration) -> Option<Timestamp> {
 }
 
 /// The timers the holds of `members` need.
-pub fn hold_timer_keys(members: &[MemberStatus], hold: Duration) -> impl Iterator<Item = TimerKey> + '_ {
+pub(crate) fn hold_timer_keys(
+    members: &[MemberStatus],
+    hold: Duration,
+) -> impl Iterator<Item = TimerKey> + '_ {
     members
         .iter()
         .filter(|m| m.state.is_holding() && m.held_until.is_some())

@@ -12,7 +12,7 @@ use crate::crd::model::Slot;
 use crate::hold::ledger::Ledger;
 
 /// The planner's inputs besides the observations.
-pub struct PlanInput<'a> {
+pub(crate) struct PlanInput<'a> {
     pub cluster: &'a str,
     pub instances: i32,
     /// Member states as persisted in status.
@@ -37,16 +37,10 @@ pub struct PlanInput<'a> {
     pub ledger: Option<&'a Ledger>,
 }
 
-/// No process asserted dead.
-pub static NOTHING_ASSERTED: BTreeSet<String> = BTreeSet::new();
-
-/// No slot fenced on purpose.
-pub static NO_MAINTENANCE: BTreeMap<Slot, String> = BTreeMap::new();
-
 /// What this operator process adds to the recorded deadlines (docs/design.md §9.1), and what
 /// it knows that is not on record yet.
 #[derive(Clone, Copy)]
-pub struct Timing<'a> {
+pub(crate) struct Timing<'a> {
     /// Holds this process has timed itself: no hold ends before it has seen the hold run in
     /// full on its own clock.
     pub timers: &'a ClusterTimers,

@@ -45,10 +45,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-pub use holds::{hold_start, hold_timer_keys};
-pub use input::{NO_MAINTENANCE, NOTHING_ASSERTED, PlanInput, Timing};
-pub use step::{MemberEvent, Plan};
-pub use unstopped::{PROCESSES_GONE, asserted_gone};
+pub(crate) use holds::hold_timer_keys;
+pub(crate) use input::{PlanInput, Timing};
+pub(crate) use step::{MemberEvent, Plan};
+pub(crate) use unstopped::{PROCESSES_GONE, asserted_gone};
 
 use crate::clock::record;
 use crate::crd::model::Slot;
@@ -64,7 +64,7 @@ use starting::starting;
 use step::Step;
 use unrecorded::unrecorded;
 
-pub fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -> Plan {
+pub(crate) fn plan(input: &PlanInput<'_>, observed: &BTreeMap<Slot, SlotObservation>) -> Plan {
     let previous: BTreeMap<Slot, &MemberStatus> = input.members.iter().map(|m| (m.slot, m)).collect();
     let slots: BTreeSet<Slot> = Slot::all(input.instances)
         .chain(previous.keys().copied())
@@ -233,10 +233,10 @@ fn fence_seen_at(
 }
 
 /// Why a process fenced ahead of a status write that did not land waits for its release.
-pub const FENCE_NOT_ON_RECORD: &str = "this operator fenced this process ahead of a status write that did not land; released once a write that holds it is on record";
+pub(crate) const FENCE_NOT_ON_RECORD: &str = "this operator fenced this process ahead of a status write that did not land; released once a write that holds it is on record";
 
 /// Why a process the ledger does not name waits for its release.
-pub const NOT_IN_LEDGER: &str = "the ledger (<name>-ledger) does not name this process yet; released once it does (no process serves before a record outside the status names it)";
+pub(crate) const NOT_IN_LEDGER: &str = "the ledger (<name>-ledger) does not name this process yet; released once it does (no process serves before a record outside the status names it)";
 
 /// Whether the ledger names the process answering on `slot` (true when none answers: there
 /// is nothing to release then).

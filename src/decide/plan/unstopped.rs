@@ -168,10 +168,10 @@ pub(super) fn tell_gone(prev: &MemberStatus, u: &UnstoppedProcess, gone: &Gone, 
 /// Annotation on a RedlockCluster: run ids (comma-separated) of processes that outlived their
 /// pods and that an admin asserts are dead (their machine is powered off for good, say). The
 /// operator cannot prove it for a node that never reports again; this is the admin's word.
-pub const PROCESSES_GONE: &str = "redlock.dev/processes-gone";
+pub(crate) const PROCESSES_GONE: &str = "redlock.dev/processes-gone";
 
 /// The run ids an admin asserts gone ([`PROCESSES_GONE`]), from the annotation's value.
-pub fn asserted_gone(value: Option<&str>) -> std::collections::BTreeSet<String> {
+pub(crate) fn asserted_gone(value: Option<&str>) -> std::collections::BTreeSet<String> {
     value
         .unwrap_or_default()
         .split([',', ' ', '\n'])

@@ -26,6 +26,13 @@ use crate::crd::model::Slot;
 use crate::crd::reasons::MemberReason;
 use crate::crd::{ClockRecord, Listener, UnstoppedProcess};
 use crate::decide::observe::{KubeletAnswer, Probe, RedisInfo, UnstoppedSearch};
+use crate::decide::plan::holds::hold_start;
+
+/// No process asserted dead.
+static NOTHING_ASSERTED: BTreeSet<String> = BTreeSet::new();
+
+/// No slot fenced on purpose.
+static NO_MAINTENANCE: BTreeMap<Slot, String> = BTreeMap::new();
 use crate::hold::held_until;
 
 /// 30 s TTL, 1 % drift, 1 s margin.

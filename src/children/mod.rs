@@ -2,8 +2,10 @@
 //!
 //! This folder is everything a cluster owns, pure: one builder per kind, the names and
 //! hashes clients and the operator rely on, what the watch caches keep ([`trim`]) and index
-//! ([`index`]), and the per-cluster memos ([`memo`], [`versions`], [`spec_hashes`]). The one
-//! writer of these objects is `crate::reconcile::apply`.
+//! ([`index`]), and the per-cluster memos ([`memo`], [`versions`], [`spec_hashes`]). Every
+//! child applied in one pass is built by [`desired`], whose struct the apply step takes apart
+//! field by field (a forgotten kind does not compile). The one writer of these objects is
+//! `crate::reconcile::apply`.
 
 pub(crate) mod index;
 pub(crate) mod memo;
@@ -12,6 +14,7 @@ pub(crate) mod trim;
 pub(crate) mod versions;
 
 pub mod config;
+pub(crate) mod desired;
 pub(crate) mod endpoints;
 pub mod hash;
 pub(crate) mod ledger;

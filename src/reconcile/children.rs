@@ -11,11 +11,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::inputs::Inputs;
+use crate::children::desired::{self, Desired, SecretSet};
 use crate::children::memo::Fingerprint;
 use crate::children::names::{LABEL_INSTANCE, slot_name};
-use crate::children::{config, network_policy, pdb, secrets, service};
+use crate::children::{network_policy, secrets, service};
 use crate::crd::RedlockCluster;
-use crate::crd::model::Slot;
 pub(crate) use crate::decide::children_report::ChildrenReport;
 use crate::error::{Error, Result};
 use crate::reconcile::apply;
@@ -118,33 +118,37 @@ async fn apply_all(
     ctx.leadership.check()?;
     // Read before the Secrets are written: `<name>-client` is one of the records read.
     let published = published(ctx, cluster, ns);
+    let operator_namespace = ctx.settings.operator_namespace.as_deref();
+    // Every field by name: a kind `children::desired` builds and this step does not apply
+    // does not compile.
+    let Desired {
+        secrets,
+        config_map,
+        services,
+        pod_disruption_budget,
+        network_policy,
+    } = desired::desired(cluster, &inputs.credentials, published, operator_namespace);
     // Over the `<name>-admin` the credentials were read from, when read fresh (a rotation runs
     // or is asked for): the rotation's steps are recorded there, and this write must not put
     // back an older step another replica has since replaced.
     let read_at = inputs.credentials.admin_read_at.as_deref();
-    let mut config_ready = apply_secrets(ctx, cluster, ns, &inputs.credentials, read_at, &mut report).await?;
+    let mut config_ready = apply_secret_set(ctx, ns, secrets, read_at, &mut report).await?;
     let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let desired = config::config_map(cluster);
     config_ready &= report.record(
-        describe(&desired),
-        apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, desired).await,
+        describe(&config_map),
+        apply::apply_if_changed(&cm_api, &ctx.caches.config_maps, config_map).await,
     )?;
     report.config_ready = config_ready;
 
     let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    // A removed slot keeps its Service while clients may still be told about it (it is fenced,
-    // so its pod is not Ready and the Service has no endpoints).
-    let with_service = cluster.spec.instances.max(published);
-    let desired = Slot::all(with_service)
-        .map(|slot| service::slot_service(cluster, slot))
-        .chain([service::headless_service(cluster)]);
-    for svc in desired {
+    for svc in services {
         report.record(
             describe(&svc),
             apply::apply_if_changed(&svc_api, &ctx.caches.services, svc).await,
         )?;
     }
-    for (name, uid) in retired_services(ctx, cluster, ns, with_service) {
+    let keep = desired::slots_with_service(cluster, published);
+    for (name, uid) in retired_services(ctx, cluster, ns, keep) {
         // Only the object judged retired: not a newer one that took the name since.
         let deleted = apply::delete(&svc_api, &name, uid.as_deref()).await;
         report.record(
@@ -153,15 +157,19 @@ async fn apply_all(
         )?;
     }
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
-    let desired = pdb::pod_disruption_budget(cluster);
     report.record(
-        describe(&desired),
-        apply::apply_if_changed(&pdb_api, &ctx.caches.pod_disruption_budgets, desired).await,
+        describe(&pod_disruption_budget),
+        apply::apply_if_changed(
+            &pdb_api,
+            &ctx.caches.pod_disruption_budgets,
+            pod_disruption_budget,
+        )
+        .await,
     )?;
     let name = network_policy::network_policy_name(&cluster.name_any());
     report.record(
         || format!("NetworkPolicy {name}"),
-        apply_network_policy(ctx, cluster, ns).await,
+        apply_network_policy(ctx, cluster, ns, network_policy).await,
     )?;
     Ok(report)
 }
@@ -174,11 +182,8 @@ fn published(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> i32 {
     crate::decide::resize::published_for_children(cluster, super::observation::told(ctx, cluster, ns))
 }
 
-/// The three Secrets of `credentials`, in the order that keeps every password on record
-/// before anything uses it: `<name>-admin` (the operator's copy of both), `<name>-client`,
-/// then the ACL file. Whether all three are this cluster's and current. With `admin_read_at`,
-/// `<name>-admin` is written only if it is still at that resourceVersion, and nothing after
-/// it is written when it was not.
+/// The three Secrets of `credentials` (a password rotation's step), as [`apply_secret_set`]
+/// writes them.
 pub(crate) async fn apply_secrets(
     ctx: &Context,
     cluster: &RedlockCluster,
@@ -187,9 +192,25 @@ pub(crate) async fn apply_secrets(
     admin_read_at: Option<&str>,
     report: &mut ChildrenReport,
 ) -> Result<bool> {
+    let set = desired::secret_set(cluster, credentials, published(ctx, cluster, ns));
+    apply_secret_set(ctx, ns, set, admin_read_at, report).await
+}
+
+/// The three Secrets of one set of credentials, in the order that keeps every password on
+/// record before anything uses it: `<name>-admin` (the operator's copy of both),
+/// `<name>-client`, then the ACL file. Whether all three are this cluster's and current. With
+/// `admin_read_at`, `<name>-admin` is written only if it is still at that resourceVersion,
+/// and nothing after it is written when it was not.
+async fn apply_secret_set(
+    ctx: &Context,
+    ns: &str,
+    set: SecretSet,
+    admin_read_at: Option<&str>,
+    report: &mut ChildrenReport,
+) -> Result<bool> {
+    let SecretSet { admin, client, acl } = set;
     let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let cache = &ctx.caches.secrets;
-    let admin = secrets::admin_secret(cluster, credentials);
     let ready = report.record(
         describe(&admin),
         apply::apply_if_changed_at(&secrets_api, cache, admin, admin_read_at).await,
@@ -200,7 +221,6 @@ pub(crate) async fn apply_secrets(
     if !ready {
         return Ok(false);
     }
-    let client = secrets::client_secret(cluster, credentials, published(ctx, cluster, ns));
     let mut ready = report.record(
         describe(&client),
         apply::apply_if_changed(&secrets_api, cache, client).await,
@@ -208,10 +228,9 @@ pub(crate) async fn apply_secrets(
     // The ACL file holds the hashes of those passwords: written only once both Secrets are
     // this cluster's, or a password that no Secret keeps would be written, anew each time.
     if ready {
-        let acl = secrets::acl_secret(cluster, credentials);
         ready &= report.record(
             describe(&acl),
-            apply::apply_if_changed(&secrets_api, &ctx.caches.secrets, acl).await,
+            apply::apply_if_changed(&secrets_api, cache, acl).await,
         )?;
     }
     Ok(ready)
@@ -249,9 +268,14 @@ fn retired_services(
 }
 
 /// The NetworkPolicy when the spec enables one; deleted (if this cluster made it) when not.
-async fn apply_network_policy(ctx: &Context, cluster: &RedlockCluster, ns: &str) -> Result<apply::Applied> {
+async fn apply_network_policy(
+    ctx: &Context,
+    cluster: &RedlockCluster,
+    ns: &str,
+    desired: Option<NetworkPolicy>,
+) -> Result<apply::Applied> {
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-    match network_policy::network_policy(cluster, ctx.settings.operator_namespace.as_deref()) {
+    match desired {
         Some(desired) => apply::apply_if_changed(&api, &ctx.caches.network_policies, desired).await,
         None => {
             let name = network_policy::network_policy_name(&cluster.name_any());

@@ -2,8 +2,8 @@
 //! CONTRIBUTING.md, SECURITY.md and docs/*.md resolves (the file exists inside the repository,
 //! the anchor is a heading of it by GitHub's slug rules), every alert's runbook URL in the
 //! chart's defaults names a heading of docs/runbooks.md, docs/spec.md names every field of the
-//! CRD, every `make` target they name exists, and no page cites a commit of this repository or
-//! more than three dates.
+//! CRD, every `make` target and Rust source file they name exists, and no page cites a commit
+//! of this repository or more than three dates.
 //!
 //! Reads files only: no control plane, no Helm (tests/alerts.rs checks the rendered rules'
 //! URLs the same way), so `make check` runs it.
@@ -259,4 +259,57 @@ fn every_make_target_the_docs_name_exists() {
         "no such Makefile target:\n{}",
         unknown.join("\n")
     );
+}
+
+/// Every file under `dir` (relative to the root), as `/`-separated paths.
+fn files_under(dir: &str, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(Path::new(ROOT).join(dir)) else {
+        return;
+    };
+    for e in entries {
+        let e = e.unwrap();
+        let path = format!("{dir}/{}", e.file_name().to_string_lossy());
+        if e.file_type().unwrap().is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// A page naming `clock_offset.rs` after it became `clock/offset.rs` sends its reader to a
+/// file that is not there. Every Rust file a page names in code (`act.rs`, `clock/offset.rs`,
+/// `src/children/pod.rs`) is a file of the repository's sources, tests or benchmarks whose
+/// path ends so. The CHANGELOG is history and keeps the names of its day.
+#[test]
+fn every_source_file_the_docs_name_exists() {
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches"] {
+        files_under(dir, &mut files);
+    }
+    let (mut missing, mut checked) = (Vec::new(), 0);
+    for page in pages().into_iter().filter(|p| !p.ends_with("CHANGELOG.md")) {
+        for snippet in code(&read(&page)) {
+            for word in snippet.split(|c: char| c.is_whitespace() || ",;()`'\"".contains(c)) {
+                let named = word.trim_end_matches(':');
+                let is_path = named.ends_with(".rs")
+                    && named.len() > 3
+                    && named
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_/.-".contains(c));
+                if !is_path {
+                    continue;
+                }
+                checked += 1;
+                let found = files
+                    .iter()
+                    .any(|f| f == named || f.ends_with(&format!("/{named}")));
+                if !found {
+                    missing.push(format!("{}: {named}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} file names found");
+    assert!(missing.is_empty(), "no such file:\n{}", missing.join("\n"));
 }

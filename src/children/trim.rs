@@ -2,7 +2,7 @@
 //! for the life of the process, so only what a reconcile reads is kept. Every write is a
 //! server-side apply built from scratch, so nothing is ever written back from a trimmed copy.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceSpec};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
@@ -16,13 +16,8 @@ pub(crate) trait Trim: Resource {
     }
 }
 
-/// Pods: what an observation reads (`observe::trim_to_observed`).
-impl Trim for Pod {
-    fn trim(&mut self) {
-        trim_metadata(self);
-        crate::decide::observe::trim_to_observed(self);
-    }
-}
+// Pods keep what an observation reads: their `Trim` is `decide::observe`'s, beside the reads
+// it must keep.
 
 /// Services, the PDB and the NetworkPolicy are compared by content in the fields the operator
 /// sets (`apply::Child::content_matches`): those are kept, what the API server adds (cluster
@@ -63,7 +58,7 @@ impl Trim for RedlockCluster {}
 /// No plan reads managedFields (an entry per writer, rewritten on every status write) or the
 /// client-side-apply annotation (a second copy of the object), and they are often larger than
 /// the rest of the object.
-fn trim_metadata<K: Resource + ?Sized>(object: &mut K) {
+pub(crate) fn trim_metadata<K: Resource + ?Sized>(object: &mut K) {
     object.meta_mut().managed_fields = None;
     if let Some(annotations) = object.meta_mut().annotations.as_mut() {
         annotations.remove(LAST_APPLIED);

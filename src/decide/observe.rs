@@ -357,6 +357,14 @@ pub(crate) fn slot_observation(pod: &Pod) -> SlotObservation {
     }
 }
 
+/// Pods in the watch cache keep what an observation reads, and no more.
+impl crate::children::trim::Trim for Pod {
+    fn trim(&mut self) {
+        crate::children::trim::trim_metadata(self);
+        trim_to_observed(self);
+    }
+}
+
 /// Keeps of a pod only what [`slot_observation`] and [`pods_by_slot`] read (the watch cache
 /// holds every pod for the life of the process; the rest of a pod, its command line, probes,
 /// mounts, resources and the other containers' and conditions' details, is most of it): the

@@ -6,7 +6,7 @@ BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-load safety-real-nodes test-real-nodes model-check model-mutations
+.PHONY: check soak version-matrix plugin nodes test fmt fmt-check clippy build crds chart controlplane redis-libc promtool clients dev-binaries demo dev-up dev-down bench bench-env bench-scale safety safety-load safety-real-nodes test-real-nodes model-check model-mutations
 
 ## test: formatting, lints, and every test of the workspace (unit, CRD drift, real control plane),
 ## inside the run's own namespaces (in-namespaces) with real nodes as every control plane's
@@ -21,7 +21,7 @@ PREFIX ?= $(HOME)/.local
 TEST_THREADS ?= 2
 TEST_BINARIES ?= 2
 TEST_FIRST ?= safety everyday_operations real_nodes hardening publishing
-test: check controlplane nodes chart redis-libc promtool
+test: check controlplane nodes chart redis-libc promtool clients
 	$(CARGO) test --workspace --lib --bins --tests --no-run
 	$(CARGO) build --workspace --bins
 	$(BIN)/in-namespaces env REDLOCK_TEST_NODES=real RUST_TEST_THREADS=$(TEST_THREADS) \
@@ -113,6 +113,12 @@ redis-libc:
 ## the chart's alert rules with it
 promtool:
 	tests/alerts/build.sh
+
+## clients: the Python lock clients (pottery, redlock-py) whose printed snippets
+## tests/client_snippets.rs runs, pinned in tests/clients/requirements.txt and installed from
+## PyPI into a virtualenv cached in ~/.cache/redlock-operator (target/dev/bin/clients-python)
+clients:
+	tests/clients/build.sh
 
 dev-binaries: controlplane
 	$(CARGO) build --workspace --bins

@@ -273,10 +273,20 @@ async fn errors_say_what_is_wrong() {
     assert!(err.contains("slot 5 does not exist"), "{err}");
     let err = stderr(&plugin(&env, &["client-config", NAME, "--lang", "cobol"]).await);
     assert!(
-        err.contains("possible values: node, go, python, rust, java"),
+        err.contains("possible values: node, go, python, python-redlock, ruby, php, dotnet, rust, java"),
         "{err}"
     );
-    for lang in ["node", "go", "python", "rust", "java"] {
+    for lang in [
+        "node",
+        "go",
+        "python",
+        "python-redlock",
+        "ruby",
+        "php",
+        "dotnet",
+        "rust",
+        "java",
+    ] {
         let out = stdout(&plugin(&env, &["client-config", NAME, "--lang", lang]).await);
         assert!(
             out.contains(&format!("locks-0.{}.svc:6379", env.ns)),

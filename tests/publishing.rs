@@ -78,6 +78,11 @@ async fn clients_get_all_members_while_some_are_held_and_kubectl_tells_the_truth
         .map(|s| format!("redis://{}:{}@{s}", login.user, login.password))
         .collect();
     assert_eq!(lines(&urls), expected_urls);
+    // The same list for clients that take one string or a JSON array.
+    let csv = env.secret(&format!("{NAME}-client"), "urls.csv").await;
+    assert_eq!(csv, expected_urls.join(","));
+    let json = env.secret(&format!("{NAME}-client"), "urls.json").await;
+    assert_eq!(serde_json::from_str::<Vec<String>>(&json).unwrap(), expected_urls);
 
     // Every published address leads, through the Service, to its own slot's pod. On real
     // nodes that is the endpointslice controller's EndpointSlice, which follows pod readiness

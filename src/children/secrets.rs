@@ -475,6 +475,12 @@ fn stored_rotation(admin: Option<&Secret>) -> Option<Rotation> {
     Some(Rotation { token, phase })
 }
 
+/// Key of `<name>-client` with the URLs comma-separated (no spaces, no trailing comma).
+pub(crate) const URLS_CSV: &str = "urls.csv";
+
+/// Key of `<name>-client` with the URLs as a JSON array of strings.
+pub(crate) const URLS_JSON: &str = "urls.json";
+
 /// The `<name>-client` Secret for the published list of `instances` servers: `urls` and
 /// `quorum` come from that one number, so a client that reads this one object never mixes a
 /// list with another list's quorum.
@@ -490,6 +496,13 @@ pub(crate) fn client_secret(cluster: &RedlockCluster, credentials: &Credentials,
     let mut data = BTreeMap::from([
         ("username".to_owned(), username.to_owned()),
         ("urls".to_owned(), endpoints::lines(&urls)),
+        // The same list for clients that take one string (`REDLOCK_URLS=a,b,c`) or a JSON
+        // array: a client never has to reformat the list, and so never drops an entry.
+        (URLS_CSV.to_owned(), urls.join(",")),
+        (
+            URLS_JSON.to_owned(),
+            serde_json::to_string(&urls).expect("a list of strings is JSON"),
+        ),
         (
             "quorum".to_owned(),
             crate::crd::model::quorum(instances).to_string(),
@@ -777,6 +790,30 @@ mod tests {
 
     fn creds() -> Credentials {
         Credentials::new("adminpw".into(), "clientpw".into(), probe_password_of("adminpw"))
+    }
+
+    #[test]
+    fn the_client_secret_carries_one_list_in_three_forms() {
+        let cluster = crate::fixtures::cluster(serde_json::json!({"instances": 3}));
+        let secret = client_secret(&cluster, &creds(), 3);
+        let data = secret.data.expect("data");
+        let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+        let lines: Vec<String> = text("urls").lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].starts_with("redis://redlock-client:"), "{lines:?}");
+        assert!(lines[2].ends_with("@locks-2.team.svc:6379"), "{lines:?}");
+        let csv: Vec<String> = text(URLS_CSV).split(',').map(str::to_owned).collect();
+        assert_eq!(csv, lines);
+        let json: Vec<String> = serde_json::from_str(&text(URLS_JSON)).unwrap();
+        assert_eq!(json, lines);
+        // Auth off: no password in any of them.
+        let open = crate::fixtures::cluster(serde_json::json!({"instances": 1, "auth": {"enabled": false}}));
+        let data = client_secret(&open, &creds(), 1).data.expect("data");
+        assert_eq!(
+            String::from_utf8(data[URLS_JSON].0.clone()).unwrap(),
+            r#"["redis://locks-0.team.svc:6379"]"#
+        );
+        assert!(!data.contains_key("password"));
     }
 
     #[test]

@@ -15,6 +15,14 @@ pub enum Lang {
     Go,
     /// pottery with redis-py
     Python,
+    /// redlock-py (the Python client the Redlock spec lists)
+    PythonRedlock,
+    /// redlock-rb (the Ruby reference client of the Redlock spec)
+    Ruby,
+    /// redlock-php over phpredis
+    Php,
+    /// RedLock.net with StackExchange.Redis
+    Dotnet,
     /// rslock
     Rust,
     /// Redisson's RedissonRedLock
@@ -45,7 +53,7 @@ fn example_ttl_ms(p: &Published) -> u64 {
 pub(crate) fn snippet(lang: Lang, p: &Published) -> String {
     let mut out = String::new();
     let comment = match lang {
-        Lang::Python => "#",
+        Lang::Python | Lang::PythonRedlock | Lang::Ruby => "#",
         _ => "//",
     };
     let _ = writeln!(
@@ -126,6 +134,69 @@ with lock:
 "#,
             secs = ttl as f64 / 1000.0,
             max_s = p.max_lock_ttl_millis as f64 / 1000.0
+        ),
+        Lang::PythonRedlock => format!(
+            r#"import os
+from redlock import Redlock  # pip: redlock-py
+dlm = Redlock(os.environ["REDLOCK_URLS"].split())
+lock = dlm.lock("orders:42", {ttl})  # ms, <= {max}
+if lock:
+    try:
+        ...  # critical section
+    finally:
+        dlm.unlock(lock)
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Ruby => format!(
+            r#"require "redlock" # gem: redlock (redlock-rb 2.x)
+lock_manager = Redlock::Client.new(ENV.fetch("REDLOCK_URLS").split)
+lock_manager.lock("orders:42", {ttl}) do |locked| # ms, <= {max}
+  if locked
+    # critical section
+  end
+end
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Php => format!(
+            r#"// composer: signe/redlock-php, with the phpredis extension. Its server tuples carry no
+// user name, so each server is handed over connected and logged in.
+$servers = [];
+foreach (preg_split('/\s+/', trim(getenv('REDLOCK_URLS'))) as $url) {{
+    $u = parse_url($url);
+    $redis = new \Redis();
+    $host = ($u['scheme'] === 'rediss' ? 'tls://' : '') . $u['host'];
+    $redis->connect($host, $u['port'], 0.5);
+    if (isset($u['user'])) {{ $redis->auth([urldecode($u['user']), urldecode($u['pass'])]); }}
+    $servers[] = $redis;
+}}
+$redLock = new \RedLock\RedLock($servers);
+$lock = $redLock->lock('orders:42', {ttl}); // ms, <= {max}
+if ($lock) {{
+    try {{ /* critical section */ }} finally {{ $redLock->unlock($lock); }}
+}}
+"#,
+            max = p.max_lock_ttl_millis
+        ),
+        Lang::Dotnet => format!(
+            r#"// NuGet: RedLock.net, StackExchange.Redis. RedLock.net's own endpoint type has a password
+// and no user name (it would log in as `default`, which is off): hand it multiplexers that
+// StackExchange.Redis logged in as the client user.
+var multiplexers = new List<RedLockMultiplexer>();
+foreach (var url in Environment.GetEnvironmentVariable("REDLOCK_URLS")!.Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries))
+{{
+    var u = new Uri(url);
+    var login = u.UserInfo.Split(':', 2);
+    var options = new ConfigurationOptions {{ EndPoints = {{ {{ u.Host, u.Port }} }}, Ssl = u.Scheme == "rediss", AbortOnConnectFail = false }};
+    if (login.Length == 2) {{ options.User = Uri.UnescapeDataString(login[0]); options.Password = Uri.UnescapeDataString(login[1]); }}
+    multiplexers.Add(ConnectionMultiplexer.Connect(options));
+}}
+using var factory = RedLockFactory.Create(multiplexers);
+await using var redLock = await factory.CreateLockAsync("orders:42", TimeSpan.FromMilliseconds({ttl})); // <= {max} ms
+if (redLock.IsAcquired) {{ /* critical section */ }}
+"#,
+            max = p.max_lock_ttl_millis
         ),
         Lang::Rust => format!(
             r#"// crates.io: rslock

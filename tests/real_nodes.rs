@@ -225,6 +225,12 @@ async fn every_image_locks_holds_and_releases() {
         )
         .await;
     }
+    // And one the nodes cannot pull (they reach no registry; `redis:7.4` is not built here).
+    env.create_cluster(
+        "nopull",
+        json!({"instances": 1, "maxLockTTL": "3s", "image": "redis:7.4"}),
+    )
+    .await;
     for (name, image) in IMAGES {
         env.wait_ready(name, 3, Duration::from_secs(180)).await;
         let client = env.client_login(name).await;
@@ -308,6 +314,32 @@ async fn every_image_locks_holds_and_releases() {
         let late = kill_9_then_held_and_released(&env, name, 0, &client).await;
         println!("{image} ({version}): locks, held after kill -9, released {late:?} after heldUntil");
     }
+    // The member whose image cannot be pulled says which image, and a Warning tells it once.
+    let want = "image redis:7.4 cannot be pulled; the pod's events say why";
+    let message = wait_for(
+        "the unpullable member says why",
+        Duration::from_secs(120),
+        async || {
+            Ok(env
+                .member("nopull", 0)
+                .await
+                .and_then(|m| m.message)
+                .filter(|m| m == want))
+        },
+    )
+    .await;
+    let events: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cp.client(), &env.ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+    let told: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ImagePullFailed"))
+        .map(|e| e.note.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(told, [format!("nopull-0: {want}")], "{message}");
 }
 
 /// Issue 15 on a real node: slot 1's node is cut off from the API server (its kubelet stops;

@@ -25,10 +25,12 @@ pub enum MemberReason {
     PodChangeFailed,
     FencedForMaintenance,
     Unfenced,
+    /// The kubelet cannot pull the member's image: it never starts until that is fixed.
+    ImagePullFailed,
 }
 
 impl MemberReason {
-    pub const ALL: [MemberReason; 20] = [
+    pub const ALL: [MemberReason; 21] = [
         Self::InstanceCreated,
         Self::InstanceLost,
         Self::HoldStarted,
@@ -49,6 +51,7 @@ impl MemberReason {
         Self::PodChangeFailed,
         Self::FencedForMaintenance,
         Self::Unfenced,
+        Self::ImagePullFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +76,7 @@ impl MemberReason {
             Self::PodChangeFailed => "PodChangeFailed",
             Self::FencedForMaintenance => "FencedForMaintenance",
             Self::Unfenced => "Unfenced",
+            Self::ImagePullFailed => "ImagePullFailed",
         }
     }
 

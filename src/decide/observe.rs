@@ -424,6 +424,8 @@ pub(crate) fn trim_to_observed(pod: &mut Pod) {
                         name: s.name,
                         state: s.state,
                         container_id: s.container_id,
+                        // Named when it cannot be pulled.
+                        image: s.image,
                         ..Default::default()
                     })
                     .collect()
@@ -437,6 +439,36 @@ pub(crate) fn trim_to_observed(pod: &mut Pod) {
 const TLS_VOLUME: &str = "tls";
 /// The readiness probe's password variable of the Redis container.
 const PROBE_PASSWORD_ENV: &str = "REDISCLI_AUTH";
+
+/// Waiting reasons of a container whose image the kubelet cannot pull (or may not, or cannot
+/// parse): it never starts until the image or the registry is fixed.
+const IMAGE_PULL_FAILURES: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+];
+
+/// What a member whose image cannot be pulled says. One text for every pull failure: the
+/// kubelet alternates `ErrImagePull` and `ImagePullBackOff`, and a text that followed it would
+/// rewrite the status (and tell the user again) at each turn. The pod's events have the
+/// kubelet's own words.
+fn image_not_pulled(image: &str) -> String {
+    let image = if image.is_empty() { "(unnamed)" } else { image };
+    format!("image {image} cannot be pulled; the pod's events say why")
+}
+
+/// The message of a slot whose container waits for an image that cannot be pulled.
+pub(crate) fn image_pull_failure(obs: &SlotObservation) -> Option<&str> {
+    match &obs.pod {
+        PodState::NotRunning { reason }
+            if reason.starts_with("image ") && reason.ends_with("the pod's events say why") =>
+        {
+            Some(reason)
+        }
+        _ => None,
+    }
+}
 
 /// The state of a pod that has not finished, from its Redis container's state.
 fn container_state(
@@ -457,6 +489,10 @@ fn container_state(
                 .waiting
                 .as_ref()
                 .and_then(|w| w.reason.clone())
+                .map(|r| match IMAGE_PULL_FAILURES.contains(&r.as_str()) {
+                    true => image_not_pulled(container.map(|c| c.image.as_str()).unwrap_or_default()),
+                    false => r,
+                })
                 .or_else(|| {
                     s.terminated.as_ref().map(|t| {
                         t.reason
@@ -818,6 +854,35 @@ mod tests {
             }
         );
         assert_eq!(o.pod_ip, Some("127.9.1.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_container_whose_image_cannot_be_pulled_names_the_image_in_one_text_for_every_pull_failure() {
+        let waiting = |reason: &str| {
+            pod(
+                json!({"phase": "Pending", "containerStatuses": [{"name": "redis", "image": "redis:7.4", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": "Back-off pulling image \"redis:7.4\""}}}]}),
+            )
+        };
+        let want = "image redis:7.4 cannot be pulled; the pod's events say why";
+        for reason in IMAGE_PULL_FAILURES {
+            let mut p = waiting(reason);
+            let o = slot_observation(&p);
+            assert_eq!(o.pod, PodState::NotRunning { reason: want.into() }, "{reason}");
+            assert_eq!(image_pull_failure(&o), Some(want), "{reason}");
+            // The watch cache's trimmed copy says the same.
+            trim_to_observed(&mut p);
+            assert_eq!(slot_observation(&p).pod, o.pod, "{reason}");
+        }
+        let creating = slot_observation(&waiting("ContainerCreating"));
+        assert_eq!(
+            creating.pod,
+            PodState::NotRunning {
+                reason: "ContainerCreating".into()
+            }
+        );
+        assert_eq!(image_pull_failure(&creating), None);
     }
 
     #[test]

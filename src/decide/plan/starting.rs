@@ -4,8 +4,9 @@ use super::holds::{refence, start_hold};
 use super::identity::{record_of, running_process};
 use super::input::PlanInput;
 use super::step::Step;
+use crate::crd::reasons::MemberReason;
 use crate::crd::{MemberState, MemberStatus};
-use crate::decide::observe::{PodState, SlotObservation};
+use crate::decide::observe::{PodState, SlotObservation, image_pull_failure};
 use crate::hold::held_until;
 
 /// `Starting`: the slot has never had a process the operator saw.
@@ -33,13 +34,20 @@ pub(super) fn starting(
             "first process of the slot; held in full, since an earlier process of this name may have granted locks that are still valid".into(),
             step,
         ),
-        None => MemberStatus {
+        None => {
             // Say why it is not up yet (e.g. the scheduler cannot place it).
-            message: match &obs.pod {
+            let message = match &obs.pod {
                 PodState::NotRunning { reason } => Some(reason.clone()),
                 _ => None,
-            },
-            ..prev.clone()
-        },
+            };
+            // An image that cannot be pulled never starts: a Warning, once per record of it
+            // (the message is one text however the kubelet words its retries).
+            if let Some(failure) = image_pull_failure(obs)
+                && prev.message.as_deref() != Some(failure)
+            {
+                step.tell(slot, MemberReason::ImagePullFailed, format!("{}: {failure}", prev.name), true);
+            }
+            MemberStatus { message, ..prev.clone() }
+        }
     }
 }

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// What observe says of a container whose image cannot be pulled.
+const NOT_PULLED: &str = "image redis:7.4 cannot be pulled; the pod's events say why";
+
 #[test]
 fn starting_members() {
     let since_now = micro(at(NOW));
@@ -32,6 +35,29 @@ fn starting_members() {
             not_running("cannot be placed: 0/3 nodes are available"),
             MemberStatus {
                 message: Some("cannot be placed: 0/3 nodes are available".into()),
+                ..starting(0)
+            },
+        ),
+        // An image that cannot be pulled: the record says so, and a Warning tells it once.
+        Case::new(
+            "starting, image cannot be pulled: told",
+            Some(starting(0)),
+            not_running(NOT_PULLED),
+            MemberStatus {
+                message: Some(NOT_PULLED.into()),
+                ..starting(0)
+            },
+        )
+        .events(&[(MemberReason::ImagePullFailed, true)]),
+        Case::new(
+            "starting, image still cannot be pulled: not told again",
+            Some(MemberStatus {
+                message: Some(NOT_PULLED.into()),
+                ..starting(0)
+            }),
+            not_running(NOT_PULLED),
+            MemberStatus {
+                message: Some(NOT_PULLED.into()),
                 ..starting(0)
             },
         ),

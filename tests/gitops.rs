@@ -70,25 +70,54 @@ fn settled(object: &redlock_operator::crd::RedlockCluster) -> bool {
     is("Available", "True") && is("Progressing", "False")
 }
 
-/// Samples the object every 200 ms until it is settled, asserting on each sample the
-/// operator has written a status to that the verdict is `want` (kstatus, Argo CD); returns
-/// how many such samples there were.
-async fn in_progress_until_settled(env: &Env, want: (&str, &str)) -> usize {
+/// Every version of the object from resourceVersion `from` on, as a watch delivers them, until
+/// it is settled: on each version the operator has written a status to, the verdict must be
+/// `want` (kstatus, Argo CD). Returns how many such versions there were. A watch, not
+/// sampling: a version that lived for a few milliseconds (an ownership claim before the first
+/// status write) is judged too.
+async fn in_progress_until_settled(env: &Env, from: &str, want: (&str, &str)) -> usize {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{Api, WatchEvent, WatchParams};
+    let api: Api<redlock_operator::crd::RedlockCluster> = Api::namespaced(env.cp.client(), &env.ns);
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={NAME}"))
+        .timeout(60);
+    let mut versions = api.watch(&params, from).await.unwrap().boxed();
     let mut samples = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let object = env.cluster(NAME).await;
+    while let Some(event) = versions.try_next().await.unwrap() {
+        let object = match event {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) => o,
+            WatchEvent::Error(e) => panic!("watch from {from}: {e:?}"),
+            _ => continue,
+        };
         if settled(&object) {
             return samples;
         }
-        let v = verdict_of(&object);
         if object.status.is_some() {
-            assert_eq!((v.kstatus.as_str(), v.argocd.as_str()), want, "{v:?}");
+            let v = verdict_of(&object);
+            assert_eq!(
+                (v.kstatus.as_str(), v.argocd.as_str()),
+                want,
+                "{v:?}: {:?}",
+                object.status
+            );
             samples += 1;
         }
-        assert!(std::time::Instant::now() < deadline, "never settled: {v:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    panic!("never settled within the watch's 60 s");
+}
+
+/// The resourceVersion of the namespace's RedlockClusters now: a watch from it sees every
+/// later version.
+async fn now_version(env: &Env) -> String {
+    let api: kube::api::Api<redlock_operator::crd::RedlockCluster> =
+        kube::api::Api::namespaced(env.cp.client(), &env.ns);
+    api.list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
 }
 
 /// Both tools call the cluster done: kstatus `Current`, Argo CD `Healthy`.
@@ -104,13 +133,14 @@ async fn assert_done(env: &Env) {
 #[tokio::test]
 async fn gitops_tools_see_a_cluster_done_only_once_it_serves_and_failed_while_its_spec_is_rejected() {
     let env = Env::start(3).await;
+    let before_create = now_version(&env).await;
     env.create_cluster(
         NAME,
         json!({"instances": 3, "maxLockTTL": "3s", "holdMargin": "0s"}),
     )
     .await;
     // Created: in progress until a quorum serves and the holds have run.
-    let samples = in_progress_until_settled(&env, ("InProgress", "Progressing")).await;
+    let samples = in_progress_until_settled(&env, &before_create, ("InProgress", "Progressing")).await;
     assert!(samples > 0, "no sample while the first holds ran");
     assert_done(&env).await;
 
@@ -122,7 +152,8 @@ async fn gitops_tools_see_a_cluster_done_only_once_it_serves_and_failed_while_it
         .await
         .unwrap();
     wait_held(&env, NAME, 1, before.run_id.as_deref().unwrap()).await;
-    let held = in_progress_until_settled(&env, ("InProgress", "Progressing")).await;
+    let held_at = env.cluster(NAME).await.metadata.resource_version.unwrap();
+    let held = in_progress_until_settled(&env, &held_at, ("InProgress", "Progressing")).await;
     assert!(held > 0, "no sample while the member was held");
     assert_done(&env).await;
 

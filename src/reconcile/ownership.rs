@@ -110,9 +110,21 @@ async fn claim(ctx: &Context, cluster: &RedlockCluster, own: &str) -> Action {
             ctx.client.clone(),
             cluster.metadata.namespace.as_deref().unwrap_or_default(),
         );
+        let mut status = serde_json::json!({"lease": own});
+        // A status with no conditions reads as done to kstatus (Flux, Helm's --wait) until the
+        // first reconcile writes its own, which under load came seconds later: the claim of a
+        // new cluster says it is being taken up (`Reconciling`, not `Ready`).
+        if cluster.status.as_ref().is_none_or(|s| s.conditions.is_empty()) {
+            status["conditions"] = serde_json::to_value(crate::crd::conditions::merge(
+                &[],
+                &crate::decide::kstatus::conditions(&[]),
+                cluster.metadata.generation,
+                ctx.clock.now().wall,
+            ))?;
+        }
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": cluster.metadata.resource_version},
-            "status": {"lease": own},
+            "status": status,
         });
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),

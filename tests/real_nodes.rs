@@ -328,17 +328,21 @@ async fn every_image_locks_holds_and_releases() {
         },
     )
     .await;
-    let events: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cp.client(), &env.ns)
-            .list(&Default::default())
-            .await
-            .unwrap();
-    let told: Vec<String> = events
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("ImagePullFailed"))
-        .map(|e| e.note.clone().unwrap_or_default())
-        .collect();
+    // Events follow the status write they belong to: waited for, then counted.
+    let told = wait_for("the ImagePullFailed event", Duration::from_secs(20), async || {
+        let events: kube::api::ObjectList<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(env.cp.client(), &env.ns)
+                .list(&Default::default())
+                .await?;
+        let told: Vec<String> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("ImagePullFailed"))
+            .map(|e| e.note.clone().unwrap_or_default())
+            .collect();
+        Ok((!told.is_empty()).then_some(told))
+    })
+    .await;
     assert_eq!(told, [format!("nopull-0: {want}")], "{message}");
 }
 

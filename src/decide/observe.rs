@@ -455,14 +455,18 @@ const IMAGE_PULL_FAILURES: [&str; 4] = [
 /// kubelet's own words.
 fn image_not_pulled(image: &str) -> String {
     let image = if image.is_empty() { "(unnamed)" } else { image };
-    format!("image {image} cannot be pulled; the pod's events say why")
+    format!("{NOT_PULLED_PREFIX}{image}{NOT_PULLED_SUFFIX}")
 }
+
+/// The two ends of [`image_not_pulled`]'s text, which [`image_pull_failure`] recognises.
+const NOT_PULLED_PREFIX: &str = "image ";
+const NOT_PULLED_SUFFIX: &str = " cannot be pulled; the pod's events say why";
 
 /// The message of a slot whose container waits for an image that cannot be pulled.
 pub(crate) fn image_pull_failure(obs: &SlotObservation) -> Option<&str> {
     match &obs.pod {
         PodState::NotRunning { reason }
-            if reason.starts_with("image ") && reason.ends_with("the pod's events say why") =>
+            if reason.starts_with(NOT_PULLED_PREFIX) && reason.ends_with(NOT_PULLED_SUFFIX) =>
         {
             Some(reason)
         }

@@ -13,6 +13,7 @@
 
 pub mod cgroups;
 pub mod config;
+mod device_plugin_socket;
 pub mod images;
 pub mod kube_proxy;
 pub mod layout;

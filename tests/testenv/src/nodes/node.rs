@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::config::{self, KubeletTimings};
 use super::layout::NodeLayout;
 use super::node_network::Netns;
-use super::{RealNodesConfig, cgroups, node_is_ready};
+use super::{RealNodesConfig, cgroups, device_plugin_socket, node_is_ready};
 use crate::controlplane::log_tail;
 use crate::procs::{ManagedChild, free_port};
 
@@ -68,7 +68,7 @@ impl RealNode {
         node.start_containerd().await?;
         node.import_images(&config.images)?;
         node.write_kubelet_files(config)?;
-        node.start_kubelet()?;
+        node.start_kubelet().await?;
         Ok(node)
     }
 
@@ -230,7 +230,9 @@ impl RealNode {
         self.kubelet.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn start_kubelet(&self) -> Result<()> {
+    /// Starts the kubelet in turn with every other kubelet of the machine
+    /// ([`device_plugin_socket`]).
+    async fn start_kubelet(&self) -> Result<()> {
         let l = &self.layout;
         let mut cmd = self.netns.command(self.bin_dir.join("kubelet"));
         cmd.arg(format!("--config={}", l.dir.join("kubelet.yaml").display()))
@@ -242,7 +244,11 @@ impl RealNode {
             .arg(format!("--node-labels=topology.kubernetes.io/zone={}", l.zone))
             .arg("--v=1");
         let log = l.dir.join("kubelet.log");
-        *self.kubelet() = Some(ManagedChild::spawn(&format!("kubelet {}", l.name), cmd, &log)?);
+        let kubelet = device_plugin_socket::start_in_turn(|| {
+            ManagedChild::spawn(&format!("kubelet {}", l.name), cmd, &log)
+        })
+        .await?;
+        *self.kubelet() = Some(kubelet);
         Ok(())
     }
 
@@ -351,7 +357,7 @@ impl RealNode {
             cgroups::create(&self.layout.cgroup_root)?;
             self.start_containerd().await?;
         }
-        self.start_kubelet()?;
+        self.start_kubelet().await?;
         info!(node = %self.layout.name, booting, "node restored (new kubelet)");
         Ok(())
     }

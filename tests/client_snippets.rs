@@ -1,12 +1,13 @@
 //! The snippets `kubectl redlock client-config` prints, run as printed by the client libraries
-//! they name, against a real cluster: pottery and redlock-py (Python, installed from PyPI by
-//! `make clients`). Of each snippet one line is replaced, its critical section: it says `held`
-//! and waits. Meanwhile this test, as a second client, tries to take the same key on every
-//! member and must be refused on each; once the snippet goes on, it must have released the key
-//! on every member. The environment variable it reads is the Secret's `urls` with each
-//! Service name replaced by its pod's IP (the test's resolver is not the pods').
+//! they name, against a real cluster: pottery and redlock-py (Python) and node-redlock with
+//! ioredis (Node), installed by `make clients`. Of each snippet one line is replaced, its
+//! critical section: it says `held` and waits. Meanwhile this test, as a second client, tries
+//! to take the same key on every member and must be refused on each; once the snippet goes on,
+//! it must have released the key on every member and exited 0. The environment variable it
+//! reads is the Secret's `urls` with each Service name replaced by its pod's IP (the test's
+//! resolver is not the pods').
 //!
-//! The other languages' snippets (node, go, rust, java, ruby, php, dotnet) are not run here;
+//! The other languages' snippets (go, rust, java, ruby, php, dotnet) are not run here;
 //! docs/clients.md says which are tested.
 
 use std::process::Stdio;
@@ -21,10 +22,29 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-redlock");
 const NAME: &str = "locks";
 /// The resource every snippet locks.
 const RESOURCE: &str = "orders:42";
-/// Every Python snippet's critical section, as printed.
-const PYTHON_CRITICAL: &str = "...  # critical section";
-/// What runs in its place: say so, then wait for a line on stdin.
-const PYTHON_HELD: &str = "print(\"held\", flush=True); input()";
+/// A language whose printed snippet this test runs: the interpreter (a `make clients` tool),
+/// how it is given a program on its command line, and the snippet's critical section with
+/// what runs in its place (say `held`, then wait for a line on stdin).
+struct Runner {
+    tool: &'static str,
+    eval_flag: &'static str,
+    critical: &'static str,
+    held: &'static str,
+}
+
+const PYTHON: Runner = Runner {
+    tool: "clients-python",
+    eval_flag: "-c",
+    critical: "...  # critical section",
+    held: "print(\"held\", flush=True); input()",
+};
+
+const NODE: Runner = Runner {
+    tool: "clients-node",
+    eval_flag: "-e",
+    critical: "/* critical section */",
+    held: "console.log(\"held\"); await new Promise((r) => process.stdin.once(\"data\", r));",
+};
 
 async fn client_config(env: &Env, lang: &str) -> String {
     let out = tokio::process::Command::new(PLUGIN)
@@ -68,24 +88,25 @@ async fn urls_by_ip(env: &Env, instances: i32) -> String {
     lines.join("\n") + "\n"
 }
 
-/// Runs `lang`'s snippet with Python; while it holds the lock, a second client is refused
+/// Runs `lang`'s snippet with `runner`; while it holds the lock, a second client is refused
 /// `key` (the Redis key the library keeps the lock under) on every member; after, the
 /// snippet has released it everywhere.
-async fn a_python_snippet_locks_and_a_second_client_is_refused(
+async fn a_snippet_locks_and_a_second_client_is_refused(
     env: &Env,
     lang: &str,
+    runner: &Runner,
     key: &str,
     instances: i32,
 ) {
-    let code = program(&client_config(env, lang).await, PYTHON_CRITICAL, PYTHON_HELD);
+    let code = program(&client_config(env, lang).await, runner.critical, runner.held);
     let urls = urls_by_ip(env, instances).await;
     let login = env.client_login(NAME).await;
     let mut ips = Vec::new();
     for slot in 0..instances {
         ips.push(env.pod_ip(NAME, slot).await);
     }
-    let mut child = tokio::process::Command::new(tool("clients-python", "clients"))
-        .arg("-c")
+    let mut child = tokio::process::Command::new(tool(runner.tool, "clients"))
+        .arg(runner.eval_flag)
         .arg(&code)
         .env("REDLOCK_URLS", &urls)
         .stdin(Stdio::piped())
@@ -136,15 +157,19 @@ async fn a_python_snippet_locks_and_a_second_client_is_refused(
 }
 
 #[tokio::test]
-async fn the_python_snippets_lock_as_printed_and_a_second_client_is_refused() {
+async fn the_python_and_node_snippets_lock_as_printed_and_a_second_client_is_refused() {
     let env = Env::start(3).await;
     env.create_cluster(NAME, json!({"instances": 3, "maxLockTTL": "30s"}))
         .await;
     env.wait_ready(NAME, 3, Duration::from_secs(60)).await;
-    // pottery keeps a lock under `redlock:<key>`, redlock-py under the key itself: the two
-    // never exclude each other (docs/clients.md says so).
+    // pottery keeps a lock under `redlock:<key>`, redlock-py and node-redlock under the key
+    // itself: pottery and the others never exclude each other (docs/clients.md says so).
     let pottery = format!("redlock:{RESOURCE}");
-    for (lang, key) in [("python", pottery.as_str()), ("python-redlock", RESOURCE)] {
-        a_python_snippet_locks_and_a_second_client_is_refused(&env, lang, key, 3).await;
+    for (lang, runner, key) in [
+        ("python", &PYTHON, pottery.as_str()),
+        ("python-redlock", &PYTHON, RESOURCE),
+        ("node", &NODE, RESOURCE),
+    ] {
+        a_snippet_locks_and_a_second_client_is_refused(&env, lang, runner, key, 3).await;
     }
 }

@@ -103,8 +103,13 @@ pub(crate) fn snippet(lang: Lang, p: &Published) -> String {
 const Redlock = require("redlock"); // npm redlock@4
 const clients = process.env.REDLOCK_URLS.trim().split("\n").map((u) => new Redis(u));
 const redlock = new Redlock(clients, {{ driftFactor: 0.01, retryCount: 10, retryDelay: 200 }});
-const lock = await redlock.lock("orders:42", {ttl}); // ms, <= {max}
-try {{ /* critical section */ }} finally {{ await lock.unlock(); }}
+async function main() {{
+  const lock = await redlock.lock("orders:42", {ttl}); // ms, <= {max}
+  try {{ /* critical section */ }} finally {{ await lock.unlock(); }}
+}}
+main()
+  .catch((err) => {{ console.error(err); process.exitCode = 1; }})
+  .finally(() => clients.forEach((c) => c.quit())); // the connections keep Node running
 "#,
             max = p.max_lock_ttl_millis
         ),
